@@ -1,0 +1,109 @@
+// The Koa application: middleware in order, system endpoints, then every service's routes.
+import { readFileSync } from 'node:fs';
+import Koa from 'koa';
+import type { Config } from '../infra/config.ts';
+import type { Logger, Metrics } from '../infra/telemetry.ts';
+import { HttpError } from './errors.ts';
+import { rateLimit, requestContext } from './http.ts';
+import { Routes } from './routes.ts';
+
+export const VERSION: string = JSON.parse(
+  readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
+).version;
+
+/** A dependency /readyz asks; it throws (or rejects) when the dependency does not answer. */
+export type ReadinessCheck = () => Promise<void>;
+
+export interface AppDeps {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  readiness?: Record<string, ReadinessCheck>;
+  /** Each service adds its routes here. */
+  mount?: Array<(routes: Routes) => void>;
+}
+
+export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
+  const { config, logger, metrics } = deps;
+  const app = new Koa({ proxy: false });
+  app.silent = true; // errors are rendered and logged by requestContext
+  const routes = new Routes(config.bodyLimitBytes);
+
+  routes.add({
+    method: 'get',
+    path: '/healthz',
+    tag: 'system',
+    summary: 'Liveness: the process answers.',
+    security: 'none',
+    responses: { 200: { description: 'Alive.', schema: { type: 'object' } } },
+    handler: (ctx) => {
+      ctx.body = { status: 'ok' };
+    },
+  });
+  routes.add({
+    method: 'get',
+    path: '/readyz',
+    tag: 'system',
+    summary: 'Readiness: every dependency answers (503 otherwise, naming the ones that do not).',
+    security: 'none',
+    responses: { 200: { description: 'Ready.', schema: { type: 'object' } } },
+    handler: async (ctx) => {
+      const checks = Object.entries(deps.readiness ?? {});
+      const results = await Promise.all(
+        checks.map(async ([name, check]) => {
+          try {
+            await withTimeout(check(), 2000);
+            return { name, problem: '' };
+          } catch (err) {
+            return { name, problem: (err as Error).message || 'no answer' };
+          }
+        }),
+      );
+      const failing = results.filter((r) => r.problem);
+      if (failing.length > 0) {
+        throw new HttpError(503, 'not_ready', `Not ready: ${failing.map((f) => f.name).join(', ')}.`, {
+          details: failing.map((f) => ({ field: f.name, problem: f.problem })),
+        });
+      }
+      ctx.body = { status: 'ready', checks: Object.fromEntries(results.map((r) => [r.name, 'ok'])) };
+    },
+  });
+  routes.add({
+    method: 'get',
+    path: '/metrics',
+    tag: 'system',
+    summary: 'Prometheus metrics of this process.',
+    security: 'none',
+    responses: { 200: { description: 'Prometheus text exposition.' } },
+    handler: async (ctx) => {
+      ctx.type = metrics.registry.contentType;
+      ctx.body = await metrics.registry.metrics();
+    },
+  });
+  routes.add({
+    method: 'get',
+    path: '/openapi.json',
+    tag: 'system',
+    summary: 'This OpenAPI 3.1 document.',
+    security: 'none',
+    responses: { 200: { description: 'The document.', schema: { type: 'object' } } },
+    handler: (ctx) => {
+      ctx.body = routes.openapi(VERSION);
+    },
+  });
+  for (const mount of deps.mount ?? []) mount(routes);
+
+  app.use(requestContext(logger, metrics));
+  app.use(rateLimit(config.rateLimitPerSecond, config.rateLimitBurst));
+  app.use(routes.router.routes());
+  app.use(routes.router.allowedMethods());
+  return { app, routes };
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,122 @@
+// The one error shape of the API: { error, message, code, request_id, details? }.
+// Handlers throw HttpError (or a domain error mapped below); the error middleware renders it.
+
+export interface ErrorDetail {
+  field: string;
+  problem: string;
+}
+
+export class HttpError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly details: ErrorDetail[] | undefined;
+  readonly headers: Record<string, string> | undefined;
+  constructor(
+    status: number,
+    code: string,
+    message: string,
+    extra: { details?: ErrorDetail[]; headers?: Record<string, string> } = {},
+  ) {
+    super(message);
+    this.name = 'HttpError';
+    this.status = status;
+    this.code = code;
+    this.details = extra.details;
+    this.headers = extra.headers;
+  }
+}
+
+export const badRequest = (message: string, details?: ErrorDetail[]) =>
+  new HttpError(400, 'bad_request', message, { details });
+export const unauthorized = (message = 'Authentication required.') =>
+  new HttpError(401, 'unauthorized', message, { headers: { 'WWW-Authenticate': 'Bearer' } });
+export const forbidden = (message: string) => new HttpError(403, 'forbidden', message);
+export const notFound = (message = 'Not found.') => new HttpError(404, 'not_found', message);
+export const conflict = (message: string) => new HttpError(409, 'conflict', message);
+export const unprocessable = (message: string, details?: ErrorDetail[]) =>
+  new HttpError(422, 'validation_failed', message, { details });
+export const tooManyRequests = (retryAfterSeconds: number) =>
+  new HttpError(429, 'rate_limited', `Too many requests; retry after ${retryAfterSeconds} s.`, {
+    headers: { 'Retry-After': String(retryAfterSeconds) },
+  });
+export const unavailable = (message: string, retryAfterSeconds = 1) =>
+  new HttpError(503, 'unavailable', message, { headers: { 'Retry-After': String(retryAfterSeconds) } });
+
+/** Codes for statuses produced outside our handlers (router, body reader, http-errors). */
+const CODE_BY_STATUS: Record<number, string> = {
+  400: 'bad_request',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  409: 'conflict',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  422: 'validation_failed',
+  429: 'rate_limited',
+  501: 'not_implemented',
+  503: 'unavailable',
+};
+
+export interface ErrorBody {
+  error: string;
+  message: string;
+  code: number;
+  request_id: string;
+  details?: ErrorDetail[];
+}
+
+/**
+ * Turns anything thrown into a status, headers and the one body shape. Errors that are not ours
+ * and not marked `expose` by http-errors become a 500 whose message reveals nothing internal.
+ */
+export function renderError(
+  err: unknown,
+  requestId: string,
+): { status: number; body: ErrorBody; headers: Record<string, string> } {
+  if (err instanceof HttpError) {
+    const body: ErrorBody = {
+      error: err.code,
+      message: err.message,
+      code: err.status,
+      request_id: requestId,
+    };
+    if (err.details) body.details = err.details;
+    return { status: err.status, body, headers: err.headers ?? {} };
+  }
+  const e = err as {
+    status?: unknown;
+    statusCode?: unknown;
+    expose?: unknown;
+    message?: unknown;
+    headers?: unknown;
+  };
+  const status =
+    typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : 500;
+  if (status >= 400 && status < 600 && status !== 500 && e?.expose !== false) {
+    const headers =
+      e.headers && typeof e.headers === 'object'
+        ? (e.headers as Record<string, string>)
+        : ({} as Record<string, string>);
+    return {
+      status,
+      body: {
+        error: CODE_BY_STATUS[status] ?? 'error',
+        message: typeof e.message === 'string' && e.message ? e.message : 'Request failed.',
+        code: status,
+        request_id: requestId,
+      },
+      headers,
+    };
+  }
+  return {
+    status: 500,
+    body: {
+      error: 'internal',
+      message: `Internal error; quote request id ${requestId} when reporting it.`,
+      code: 500,
+      request_id: requestId,
+    },
+    headers: {},
+  };
+}

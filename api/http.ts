@@ -1,0 +1,118 @@
+// Small Koa middleware that every route passes through, outermost first:
+// request id + error rendering + access log + duration metric, then the rate limit.
+import { randomBytes } from 'node:crypto';
+import type { Context, Middleware, Next } from 'koa';
+import getRawBody from 'raw-body';
+import type { Logger, Metrics } from '../infra/telemetry.ts';
+import { badRequest, HttpError, renderError, tooManyRequests } from './errors.ts';
+
+declare module 'koa' {
+  interface DefaultState {
+    requestId: string;
+    /** Who is calling, for rate limits and logs: an account PRN once authenticated. */
+    caller?: string;
+  }
+}
+
+const REQUEST_ID = /^[\w.:-]{1,128}$/;
+
+/** Request id, error rendering, one access-log line and the duration histogram. */
+export function requestContext(logger: Logger, metrics: Metrics): Middleware {
+  return async (ctx: Context, next: Next) => {
+    const started = process.hrtime.bigint();
+    const incoming = ctx.get('X-Request-Id');
+    const requestId = REQUEST_ID.test(incoming) ? incoming : `req_${randomBytes(9).toString('base64url')}`;
+    ctx.state.requestId = requestId;
+    ctx.set('X-Request-Id', requestId);
+    try {
+      await next();
+      // The router answers unknown routes and methods with a bare status (and an Allow header).
+      if (ctx.body === undefined && ctx.status === 404) {
+        throw new HttpError(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
+      }
+      if (ctx.body === undefined && (ctx.status === 405 || ctx.status === 501)) {
+        const allow = ctx.response.get('Allow');
+        throw new HttpError(
+          ctx.status,
+          ctx.status === 405 ? 'method_not_allowed' : 'not_implemented',
+          `${ctx.method} is not allowed here${allow ? `; allowed: ${allow}` : ''}.`,
+        );
+      }
+    } catch (err) {
+      const { status, body, headers } = renderError(err, requestId);
+      if (status >= 500)
+        logger.error({ err, request_id: requestId, method: ctx.method, path: ctx.path }, 'request failed');
+      ctx.status = status;
+      ctx.set(headers);
+      ctx.body = body;
+    } finally {
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
+      metrics.httpDuration.observe(
+        { method: ctx.method, route: String(route), status: String(ctx.status) },
+        seconds,
+      );
+      if (logger.isLevelEnabled('info')) {
+        logger.info(
+          {
+            request_id: requestId,
+            method: ctx.method,
+            route,
+            status: ctx.status,
+            ms: Math.round(seconds * 1e4) / 10,
+          },
+          'request',
+        );
+      }
+    }
+  };
+}
+
+/**
+ * Token bucket per caller (the authenticated account, else the client address). In-process: each
+ * API instance limits on its own, which bounds the whole by instances × rate. The map is capped.
+ */
+export function rateLimit(perSecond: number, burst: number, maxCallers = 100_000): Middleware {
+  const buckets = new Map<string, { tokens: number; at: number }>();
+  return async (ctx, next) => {
+    if (perSecond <= 0) return next();
+    const key = ctx.state.caller ?? ctx.ip;
+    const now = performance.now();
+    let bucket = buckets.get(key);
+    if (!bucket) {
+      if (buckets.size >= maxCallers) buckets.delete(buckets.keys().next().value as string);
+      bucket = { tokens: burst, at: now };
+      buckets.set(key, bucket);
+    }
+    bucket.tokens = Math.min(burst, bucket.tokens + ((now - bucket.at) / 1000) * perSecond);
+    bucket.at = now;
+    if (bucket.tokens < 1) throw tooManyRequests(Math.max(1, Math.ceil((1 - bucket.tokens) / perSecond)));
+    bucket.tokens -= 1;
+    return next();
+  };
+}
+
+/** Reads a JSON body: 415 for another content type, 413 above the limit, 400 when it does not parse. */
+export async function readJsonBody(ctx: Context, limitBytes: number): Promise<unknown> {
+  const length = ctx.request.length;
+  const chunked = ctx.get('Transfer-Encoding') !== '';
+  if (!length && !chunked) return undefined;
+  if (!ctx.is('application/json', '+json')) {
+    throw new HttpError(415, 'unsupported_media_type', 'Send the body as application/json.');
+  }
+  let raw: string;
+  try {
+    raw = await getRawBody(ctx.req, { limit: limitBytes, length, encoding: 'utf8' });
+  } catch (err) {
+    const e = err as { type?: string };
+    if (e.type === 'entity.too.large') {
+      throw new HttpError(413, 'payload_too_large', `The body is larger than ${limitBytes} bytes.`);
+    }
+    throw badRequest('The body could not be read.');
+  }
+  try {
+    return JSON.parse(raw);
+  } catch (err) {
+    throw new HttpError(400, 'invalid_json', `The body is not valid JSON: ${(err as Error).message}`);
+  }
+}

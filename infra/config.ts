@@ -1,0 +1,175 @@
+// Every configuration knob of Device Hub, in one place, with its default and meaning.
+// Values come from HUB_* environment variables; an invalid value stops the start with one line
+// naming the variable (ConfigError). README's configuration table is checked against this list.
+
+export type Profile = 'embedded' | 'distributed';
+export type EventStoreKind = 'sqlite' | 'postgres' | 'esdb';
+
+type Parser<T> = (raw: string) => T;
+
+interface Knob<T> {
+  env: string;
+  default: string;
+  meaning: string;
+  parse: Parser<T>;
+}
+
+export class ConfigError extends Error {
+  readonly variable: string;
+  constructor(variable: string, problem: string) {
+    super(`${variable} ${problem}`);
+    this.name = 'ConfigError';
+    this.variable = variable;
+  }
+}
+
+const int =
+  (min: number, max: number): Parser<number> =>
+  (raw) => {
+    const n = Number(raw);
+    if (!/^-?\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      throw new Error(`must be an integer from ${min} to ${max}`);
+    }
+    return n;
+  };
+const oneOf =
+  <T extends string>(...values: T[]): Parser<T> =>
+  (raw) => {
+    if (!(values as string[]).includes(raw)) throw new Error(`must be one of ${values.join(', ')}`);
+    return raw as T;
+  };
+const text: Parser<string> = (raw) => raw;
+const list: Parser<string[]> = (raw) =>
+  raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+const url =
+  (...protocols: string[]): Parser<string> =>
+  (raw) => {
+    if (raw === '') return raw;
+    let parsed: URL;
+    try {
+      parsed = new URL(raw);
+    } catch {
+      throw new Error(`must be a URL (${protocols.join(' or ')})`);
+    }
+    if (!protocols.includes(parsed.protocol)) throw new Error(`must use ${protocols.join(' or ')}`);
+    return raw;
+  };
+
+const knob = <T>(env: string, def: string, meaning: string, parse: Parser<T>): Knob<T> => ({
+  env,
+  default: def,
+  meaning,
+  parse,
+});
+
+/** The table: README.md lists exactly these, in this order. */
+export const knobs = {
+  profile: knob(
+    'HUB_PROFILE',
+    'embedded',
+    '`embedded`: one process, no external services, data in HUB_DATA_DIR. `distributed`: PostgreSQL or EventStoreDB, Kafka and Redis, each role its own process.',
+    oneOf<Profile>('embedded', 'distributed'),
+  ),
+  host: knob('HUB_HOST', '127.0.0.1', 'Address the HTTP API listens on.', text),
+  port: knob('HUB_PORT', '8080', 'Port the HTTP API listens on (0 picks a free one).', int(0, 65535)),
+  dataDir: knob(
+    'HUB_DATA_DIR',
+    '.hub/data',
+    'Directory of the embedded profile (event store file, keys).',
+    text,
+  ),
+  logLevel: knob(
+    'HUB_LOG_LEVEL',
+    'info',
+    'Log level of the JSON logs on stdout.',
+    oneOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
+  ),
+  eventStore: knob(
+    'HUB_EVENT_STORE',
+    '',
+    'Event store adapter: `sqlite`, `postgres` or `esdb`. Empty: `sqlite` when embedded, `postgres` when distributed.',
+    (raw) => (raw === '' ? '' : oneOf<EventStoreKind>('sqlite', 'postgres', 'esdb')(raw)),
+  ),
+  sqliteSync: knob(
+    'HUB_SQLITE_SYNC',
+    'full',
+    'SQLite durability: `full` fsyncs every group commit (survives power loss); `normal` survives a process crash only.',
+    oneOf('full', 'normal'),
+  ),
+  postgresUrl: knob(
+    'HUB_POSTGRES_URL',
+    'postgres://hub@127.0.0.1:5433/hub',
+    'PostgreSQL connection string (the event store of the distributed profile).',
+    url('postgres:', 'postgresql:'),
+  ),
+  esdbUrl: knob(
+    'HUB_ESDB_URL',
+    '',
+    'EventStoreDB connection string, e.g. `esdb://127.0.0.1:2113?tls=false`. Also enables its contract tests.',
+    url('esdb:', 'esdb+discover:'),
+  ),
+  redisUrl: knob(
+    'HUB_REDIS_URL',
+    'redis://127.0.0.1:6380',
+    'Redis (read models, actor state) in the distributed profile.',
+    url('redis:', 'rediss:'),
+  ),
+  kafkaBrokers: knob(
+    'HUB_KAFKA_BROKERS',
+    '127.0.0.1:9092',
+    'Comma-separated Kafka bootstrap brokers in the distributed profile.',
+    list,
+  ),
+  bodyLimitBytes: knob(
+    'HUB_BODY_LIMIT_BYTES',
+    '1048576',
+    'Largest request body accepted (413 above it).',
+    int(1024, 64 * 1024 * 1024),
+  ),
+  rateLimitPerSecond: knob(
+    'HUB_RATE_LIMIT_PER_SECOND',
+    '500',
+    'Sustained requests per second per caller (account when authenticated, else client address); 0 disables.',
+    int(0, 1_000_000),
+  ),
+  rateLimitBurst: knob(
+    'HUB_RATE_LIMIT_BURST',
+    '1000',
+    'Requests a caller may send at once above the sustained rate.',
+    int(1, 10_000_000),
+  ),
+  shutdownTimeoutMs: knob(
+    'HUB_SHUTDOWN_TIMEOUT_MS',
+    '10000',
+    'On SIGTERM, how long in-flight work may take before the process exits anyway.',
+    int(0, 600_000),
+  ),
+};
+
+type Knobs = typeof knobs;
+export type Config = { [K in keyof Knobs]: ReturnType<Knobs[K]['parse']> } & {
+  eventStoreKind: EventStoreKind;
+};
+
+/** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const out: Record<string, unknown> = {};
+  for (const [key, k] of Object.entries(knobs) as [string, Knob<unknown>][]) {
+    const raw = env[k.env] ?? k.default;
+    try {
+      out[key] = k.parse(raw);
+    } catch (err) {
+      throw new ConfigError(k.env, `${(err as Error).message} (got ${JSON.stringify(raw)})`);
+    }
+  }
+  const config = out as Config;
+  config.eventStoreKind =
+    (config.eventStore as EventStoreKind | '') || (config.profile === 'embedded' ? 'sqlite' : 'postgres');
+  if (config.eventStoreKind === 'esdb' && !config.esdbUrl) {
+    throw new ConfigError('HUB_ESDB_URL', 'must be set when HUB_EVENT_STORE is esdb');
+  }
+  return config;
+}

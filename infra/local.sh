@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Real local infrastructure for development and tests: Redis, PostgreSQL and a single-node
+# KRaft Kafka broker, all on loopback, data under .hub/infra (git-ignored).
+#
+#   bash infra/local.sh up   [redis|postgres|kafka ...]   start (idempotent; installs what is missing as root)
+#   bash infra/local.sh down [redis|postgres|kafka ...]   stop (idempotent)
+#   bash infra/local.sh status
+#
+# Ports are the defaults of HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS (api/config.ts);
+# they avoid the system defaults so a local service of the same kind does not get in the way.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DATA="${HUB_INFRA_DIR:-$ROOT/.hub/infra}"
+REDIS_PORT="${HUB_INFRA_REDIS_PORT:-6380}"
+PG_PORT="${HUB_INFRA_PG_PORT:-5433}"
+KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-9092}"
+KAFKA_CONTROLLER_PORT="${HUB_INFRA_KAFKA_CONTROLLER_PORT:-9094}"
+KAFKA_VERSION="3.9.1" # kafkajs 2.2.4 is verified against this broker (see README)
+
+say() { printf 'infra: %s\n' "$*"; }
+die() { printf 'infra: %s\n' "$*" >&2; exit 1; }
+
+# Installs Debian packages when we are root on Debian; otherwise says exactly what is missing.
+need() { # need <command> <debian-package>
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing $2 (for $1)"
+    if [ -z "${HUB_APT_UPDATED:-}" ]; then apt-get update -qq >/dev/null; export HUB_APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  else
+    die "$1 is missing: install the Debian package '$2' (sudo apt-get install $2)"
+  fi
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # wait_port <port> <name> <seconds>
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do port_open "$1" && return 0; sleep 0.1; done
+  die "$2 did not open port $1 within $3 s"
+}
+
+# ---------------------------------------------------------------- Redis
+redis_up() {
+  need redis-server redis-server
+  if port_open "$REDIS_PORT"; then say "redis already up on $REDIS_PORT"; return; fi
+  mkdir -p "$DATA/redis"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DATA/redis" --daemonize yes \
+    --pidfile "$DATA/redis/redis.pid" --logfile "$DATA/redis/redis.log" \
+    --appendonly yes --appendfsync everysec --save "" >/dev/null
+  wait_port "$REDIS_PORT" redis 10
+  say "redis up on 127.0.0.1:$REDIS_PORT"
+}
+redis_down() {
+  if port_open "$REDIS_PORT"; then redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true; fi
+  say "redis down"
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+postgres_up() {
+  if [ -z "$(pg_bin)" ]; then need /usr/lib/postgresql/bin/initdb postgresql; fi
+  local bin; bin="$(pg_bin)"; [ -n "$bin" ] || die "PostgreSQL binaries not found: install the Debian package 'postgresql'"
+  if port_open "$PG_PORT"; then say "postgres already up on $PG_PORT"; return; fi
+  local dir="$DATA/postgres"
+  mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; chmod 700 "$dir"; fi
+  if [ ! -f "$dir/PG_VERSION" ]; then
+    as_pg "$bin/initdb" -D "$dir" -U hub --auth=trust -E UTF8 --locale=C.UTF-8 >/dev/null
+  fi
+  as_pg "$bin/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 30 \
+    -o "-p $PG_PORT -k /tmp -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+  as_pg "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U hub -d postgres -tAc \
+    "SELECT 1 FROM pg_database WHERE datname = 'hub'" | grep -q 1 ||
+    as_pg "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U hub hub
+  say "postgres up on 127.0.0.1:$PG_PORT (database hub, user hub)"
+}
+postgres_down() {
+  local bin; bin="$(pg_bin)"
+  if [ -n "$bin" ] && [ -f "$DATA/postgres/postmaster.pid" ]; then
+    as_pg "$bin/pg_ctl" -D "$DATA/postgres" -m fast -w stop >/dev/null 2>&1 || true
+  fi
+  say "postgres down"
+}
+
+# ---------------------------------------------------------------- Kafka (KRaft, one node)
+kafka_up() {
+  need java default-jre-headless
+  if port_open "$KAFKA_PORT"; then say "kafka already up on $KAFKA_PORT"; return; fi
+  local dir="$DATA/kafka"
+  mkdir -p "$dir"
+  if [ ! -f "$dir/libs/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+    need mvn maven
+    say "fetching Apache Kafka $KAFKA_VERSION jars from Maven Central"
+    rm -rf "$dir/libs"
+    mvn -q -B -f "$ROOT/infra/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1 ||
+      die "maven could not fetch the Kafka jars (see $dir/mvn.log)"
+  fi
+  sed -e "s#@LOG_DIR@#$dir/data#; s#@PORT@#$KAFKA_PORT#g; s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" \
+    "$ROOT/infra/kafka/server.properties" >"$dir/server.properties"
+  local cp="$dir/libs/*"
+  if [ ! -f "$dir/data/meta.properties" ]; then
+    java -cp "$cp" -Dlog4j.configuration="file:$ROOT/infra/kafka/log4j.properties" kafka.tools.StorageTool \
+      format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)" \
+      -c "$dir/server.properties" >"$dir/format.log" 2>&1 || die "kafka storage format failed (see $dir/format.log)"
+  fi
+  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j.configuration="file:$ROOT/infra/kafka/log4j.properties" -Dkafka.logs.dir="$dir" \
+    -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 &
+  echo $! >"$dir/kafka.pid"
+  wait_port "$KAFKA_PORT" kafka 60
+  say "kafka $KAFKA_VERSION up on 127.0.0.1:$KAFKA_PORT"
+}
+kafka_down() {
+  local pidfile="$DATA/kafka/kafka.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    kill "$(cat "$pidfile")"
+    for _ in $(seq 1 300); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+  fi
+  rm -f "$pidfile"
+  say "kafka down"
+}
+
+status() {
+  for s in "redis:$REDIS_PORT" "postgres:$PG_PORT" "kafka:$KAFKA_PORT"; do
+    if port_open "${s#*:}"; then say "${s%%:*} up on ${s#*:}"; else say "${s%%:*} down"; fi
+  done
+}
+
+cmd="${1:-up}"; shift || true
+services=("$@"); [ ${#services[@]} -gt 0 ] || services=(redis postgres kafka)
+case "$cmd" in
+  up) for s in "${services[@]}"; do "${s}_up"; done ;;
+  down) for s in "${services[@]}"; do "${s}_down"; done ;;
+  status) status ;;
+  *) die "usage: infra/local.sh up|down|status [redis|postgres|kafka ...]" ;;
+esac

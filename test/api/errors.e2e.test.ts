@@ -1,0 +1,239 @@
+// The one error shape, over real HTTP, for every status the API uses.
+import assert from 'node:assert/strict';
+import { createApp } from '../../api/app.ts';
+import { conflict, forbidden, unauthorized } from '../../api/errors.ts';
+import { schema } from '../../api/routes.ts';
+import { createMetrics } from '../../infra/telemetry.ts';
+import { listen, memoryLogger, request, testConfig } from '../harness.ts';
+
+describe('error model (e2e)', () => {
+  let url = '';
+  let close: () => Promise<void>;
+  const logs = memoryLogger('info');
+  const writes: unknown[] = [];
+
+  before(async () => {
+    const config = testConfig({
+      HUB_BODY_LIMIT_BYTES: '2048',
+      HUB_RATE_LIMIT_PER_SECOND: '1',
+      HUB_RATE_LIMIT_BURST: '1',
+    });
+    const { app } = createApp({
+      config: { ...config, rateLimitPerSecond: 0 },
+      logger: logs.logger,
+      metrics: createMetrics(),
+      readiness: {
+        store: async () => {},
+        broker: async () => Promise.reject(new Error('connection refused')),
+      },
+      mount: [
+        (routes) => {
+          routes.add({
+            method: 'post',
+            path: '/probe/items',
+            tag: 'probe',
+            summary: 'A route with a body schema.',
+            body: schema<{ name: string; size?: number }>({
+              type: 'object',
+              required: ['name'],
+              additionalProperties: false,
+              properties: { name: { type: 'string', minLength: 1 }, size: { type: 'integer', minimum: 0 } },
+            }),
+            responses: { 200: { description: 'ok' } },
+            handler: (ctx, { body }) => {
+              writes.push(body);
+              ctx.body = { ok: true };
+            },
+          });
+          routes.add({
+            method: 'get',
+            path: '/probe/private',
+            tag: 'probe',
+            summary: 'Needs a token.',
+            responses: { 200: { description: 'ok' } },
+            handler: (ctx) => {
+              if (!ctx.get('authorization')) throw unauthorized();
+              throw forbidden('The token lacks the scope webhooks.write.');
+            },
+          });
+          routes.add({
+            method: 'post',
+            path: '/probe/conflict',
+            tag: 'probe',
+            summary: 'Always conflicts.',
+            responses: { 200: { description: 'ok' } },
+            handler: () => {
+              throw conflict('The stream moved on.');
+            },
+          });
+          routes.add({
+            method: 'get',
+            path: '/probe/crash',
+            tag: 'probe',
+            summary: 'Throws an internal error.',
+            responses: { 200: { description: 'ok' } },
+            handler: () => {
+              throw new Error('secret database detail at /srv/db.sqlite');
+            },
+          });
+        },
+      ],
+    });
+    ({ url, close } = await listen(app));
+  });
+  after(() => close());
+
+  function assertShape(
+    res: { status: number; body: Record<string, unknown>; headers: Headers },
+    status: number,
+    error: string,
+  ) {
+    assert.equal(res.status, status);
+    assert.equal(res.body.code, status);
+    assert.equal(res.body.error, error);
+    assert.equal(typeof res.body.message, 'string');
+    assert.ok((res.body.message as string).length > 0);
+    assert.match(String(res.body.request_id), /^req_/);
+    assert.equal(res.body.request_id, res.headers.get('x-request-id'));
+    assert.match(res.headers.get('content-type') ?? '', /application\/json/);
+  }
+
+  it('400 for malformed JSON, and nothing is written', async () => {
+    const res = await request(`${url}/probe/items`, {
+      method: 'POST',
+      raw: '{"name": ',
+      headers: { 'content-type': 'application/json' },
+    });
+    assertShape(res, 400, 'invalid_json');
+    assert.deepEqual(writes, []);
+  });
+
+  it('401 without credentials, with WWW-Authenticate', async () => {
+    const res = await request(`${url}/probe/private`);
+    assertShape(res, 401, 'unauthorized');
+    assert.equal(res.headers.get('www-authenticate'), 'Bearer');
+  });
+
+  it('403 naming what is missing', async () => {
+    const res = await request(`${url}/probe/private`, { headers: { authorization: 'Bearer x' } });
+    assertShape(res, 403, 'forbidden');
+    assert.match(res.body.message, /webhooks\.write/);
+  });
+
+  it('404 for an unknown route', async () => {
+    assertShape(await request(`${url}/no/such/route`), 404, 'not_found');
+  });
+
+  it('405 for a known route with another method, with Allow', async () => {
+    const res = await request(`${url}/probe/items`, { method: 'DELETE' });
+    assertShape(res, 405, 'method_not_allowed');
+    assert.match(res.headers.get('allow') ?? '', /POST/);
+  });
+
+  it('409 for a conflict', async () => {
+    assertShape(await request(`${url}/probe/conflict`, { method: 'POST' }), 409, 'conflict');
+  });
+
+  it('413 for a body over the limit, and nothing is written', async () => {
+    const res = await request(`${url}/probe/items`, { method: 'POST', body: { name: 'x'.repeat(4096) } });
+    assertShape(res, 413, 'payload_too_large');
+    assert.deepEqual(writes, []);
+  });
+
+  it('413 also for a chunked body over the limit', async () => {
+    const big = 'x'.repeat(8192);
+    const stream = new ReadableStream({
+      start(c) {
+        c.enqueue(new TextEncoder().encode(`{"name":"${big}"}`));
+        c.close();
+      },
+    });
+    const res = await fetch(`${url}/probe/items`, {
+      method: 'POST',
+      body: stream,
+      headers: { 'content-type': 'application/json' },
+      duplex: 'half',
+    } as RequestInit);
+    assert.equal(res.status, 413);
+    assert.equal(((await res.json()) as { error: string }).error, 'payload_too_large');
+  });
+
+  it('415 for a wrong content type', async () => {
+    const res = await request(`${url}/probe/items`, {
+      method: 'POST',
+      raw: 'name=x',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
+    assertShape(res, 415, 'unsupported_media_type');
+  });
+
+  it('422 naming the field, for wrong types, unknown fields and missing fields', async () => {
+    const wrongType = await request(`${url}/probe/items`, {
+      method: 'POST',
+      body: { name: 'a', size: 'big' },
+    });
+    assertShape(wrongType, 422, 'validation_failed');
+    assert.deepEqual(wrongType.body.details, [{ field: 'size', problem: 'must be integer' }]);
+    const unknown = await request(`${url}/probe/items`, {
+      method: 'POST',
+      body: { name: 'a', colour: 'red' },
+    });
+    assert.deepEqual(unknown.body.details, [{ field: 'colour', problem: 'is not a known field' }]);
+    const missing = await request(`${url}/probe/items`, { method: 'POST', body: {} });
+    assert.deepEqual(missing.body.details, [{ field: 'name', problem: 'is required' }]);
+    const none = await request(`${url}/probe/items`, { method: 'POST' });
+    assertShape(none, 422, 'validation_failed');
+    assert.deepEqual(writes, []);
+  });
+
+  it('accepts a valid body', async () => {
+    const res = await request(`${url}/probe/items`, { method: 'POST', body: { name: 'ok', size: 3 } });
+    assert.equal(res.status, 200);
+    assert.deepEqual(writes, [{ name: 'ok', size: 3 }]);
+    writes.length = 0;
+  });
+
+  it('500 reveals nothing internal, and the log has the detail', async () => {
+    const res = await request(`${url}/probe/crash`);
+    assertShape(res, 500, 'internal');
+    assert.doesNotMatch(JSON.stringify(res.body), /secret|sqlite|srv/);
+    assert.ok(
+      logs.lines().some((l) => l.includes('secret database detail') && l.includes(res.body.request_id)),
+    );
+  });
+
+  it('503 from /readyz names the dependency that does not answer', async () => {
+    const res = await request(`${url}/readyz`);
+    assertShape(res, 503, 'not_ready');
+    assert.deepEqual(res.body.details, [{ field: 'broker', problem: 'connection refused' }]);
+  });
+
+  it('echoes a sane incoming X-Request-Id and replaces an unsafe one', async () => {
+    const mine = await request(`${url}/nope`, { headers: { 'x-request-id': 'abc-123' } });
+    assert.equal(mine.body.request_id, 'abc-123');
+    const unsafe = await request(`${url}/nope`, { headers: { 'x-request-id': 'a b<script>' } });
+    assert.match(unsafe.body.request_id, /^req_/);
+  });
+});
+
+describe('rate limit (e2e)', () => {
+  it('answers 429 with Retry-After once the burst is spent, in the error shape', async () => {
+    const config = testConfig({ HUB_RATE_LIMIT_PER_SECOND: '1', HUB_RATE_LIMIT_BURST: '3' });
+    const { app } = createApp({ config, logger: memoryLogger().logger, metrics: createMetrics() });
+    const { url, close } = await listen(app);
+    try {
+      const statuses: number[] = [];
+      let last: Awaited<ReturnType<typeof request>> | undefined;
+      for (let i = 0; i < 5; i++) {
+        last = await request(`${url}/healthz`);
+        statuses.push(last.status);
+      }
+      assert.deepEqual(statuses, [200, 200, 200, 429, 429]);
+      assert.equal(last!.body.error, 'rate_limited');
+      assert.equal(last!.body.code, 429);
+      assert.ok(Number(last!.headers.get('retry-after')) >= 1);
+    } finally {
+      await close();
+    }
+  });
+});

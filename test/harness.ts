@@ -1,0 +1,82 @@
+// What tests share: configuration for the local infrastructure (infra/local.sh), an app on an
+// ephemeral port, and a JSON fetch helper. No mocks: every test talks to the real thing.
+import { once } from 'node:events';
+import { mkdtempSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import type Koa from 'koa';
+import { type Config, loadConfig } from '../infra/config.ts';
+import { createLogger, type Logger } from '../infra/telemetry.ts';
+
+/** Configuration for tests: defaults (which point at infra/local.sh) plus overrides. */
+export function testConfig(env: Record<string, string> = {}): Config {
+  return loadConfig({
+    HUB_PORT: '0',
+    HUB_LOG_LEVEL: 'silent',
+    HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-test-')),
+    ...pick(process.env, /^HUB_(POSTGRES_URL|REDIS_URL|KAFKA_BROKERS|ESDB_URL)$/),
+    ...env,
+  });
+}
+
+function pick(env: NodeJS.ProcessEnv, re: RegExp): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter(([k, v]) => re.test(k) && v !== undefined)) as Record<
+    string,
+    string
+  >;
+}
+
+/** A logger whose lines are kept in memory, so tests can read what was logged. */
+export function memoryLogger(level = 'info'): { logger: Logger; lines: () => string[] } {
+  const chunks: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      chunks.push(String(chunk));
+      done();
+    },
+  });
+  return { logger: createLogger(level, sink), lines: () => chunks.join('').split('\n').filter(Boolean) };
+}
+
+export async function listen(app: Koa): Promise<{ url: string; close: () => Promise<void> }> {
+  const server: Server = createServer(app.callback());
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+export interface JsonResponse {
+  status: number;
+  headers: Headers;
+  // biome-ignore lint/suspicious/noExplicitAny: tests read arbitrary JSON
+  body: any;
+}
+
+export async function request(
+  url: string,
+  init: { method?: string; body?: unknown; raw?: string | Buffer; headers?: Record<string, string> } = {},
+): Promise<JsonResponse> {
+  const headers: Record<string, string> = { ...init.headers };
+  let body: string | Buffer | undefined;
+  if (init.raw !== undefined) body = init.raw;
+  else if (init.body !== undefined) {
+    body = JSON.stringify(init.body);
+    headers['content-type'] ??= 'application/json';
+  }
+  const res = await fetch(url, { method: init.method ?? 'GET', headers, body });
+  const text = await res.text();
+  let parsed: unknown = text;
+  if ((res.headers.get('content-type') ?? '').includes('json') && text) parsed = JSON.parse(text);
+  return { status: res.status, headers: res.headers, body: parsed };
+}

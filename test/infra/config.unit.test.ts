@@ -1,0 +1,54 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { ConfigError, knobs, loadConfig } from '../../infra/config.ts';
+
+describe('configuration (unit)', () => {
+  it('defaults to the embedded profile on SQLite', () => {
+    const c = loadConfig({});
+    assert.equal(c.profile, 'embedded');
+    assert.equal(c.eventStoreKind, 'sqlite');
+    assert.equal(c.port, 8080);
+    assert.deepEqual(c.kafkaBrokers, ['127.0.0.1:9092']);
+  });
+
+  it('the distributed profile defaults to PostgreSQL', () => {
+    assert.equal(loadConfig({ HUB_PROFILE: 'distributed' }).eventStoreKind, 'postgres');
+  });
+
+  it('an invalid value fails with one line naming the variable', () => {
+    const cases: Record<string, string> = {
+      HUB_PORT: 'eighty',
+      HUB_PROFILE: 'cluster',
+      HUB_REDIS_URL: 'http://x',
+      HUB_BODY_LIMIT_BYTES: '10',
+      HUB_EVENT_STORE: 'mongo',
+    };
+    for (const [variable, value] of Object.entries(cases)) {
+      assert.throws(
+        () => loadConfig({ [variable]: value }),
+        (err: unknown) =>
+          err instanceof ConfigError &&
+          err.variable === variable &&
+          err.message.startsWith(variable) &&
+          !err.message.includes('\n'),
+        variable,
+      );
+    }
+  });
+
+  it('esdb needs its URL', () => {
+    assert.throws(() => loadConfig({ HUB_EVENT_STORE: 'esdb' }), /HUB_ESDB_URL/);
+  });
+
+  it('README lists every variable with its default', () => {
+    const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+    for (const k of Object.values(knobs)) {
+      const row = readme.split('\n').find((l) => l.startsWith(`| \`${k.env}\``));
+      assert.ok(row, `README has no row for ${k.env}`);
+      assert.ok(
+        row.includes(k.default === '' ? '(empty)' : `\`${k.default}\``),
+        `README default of ${k.env}`,
+      );
+    }
+  });
+});
