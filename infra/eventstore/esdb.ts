@@ -1,0 +1,149 @@
+// EventStoreDB event store, through @eventstore/db-client. A thin mapping: expected revisions,
+// stream reads, $all reads and the $all subscription are the server's own. Global positions are
+// $all commit positions, so they increase but are not contiguous.
+import {
+  ANY,
+  type AppendExpectedRevision,
+  EventStoreDBClient,
+  excludeSystemEvents,
+  FORWARDS,
+  jsonEvent,
+  NO_STREAM,
+  type ResolvedEvent,
+  START,
+  STREAM_EXISTS,
+  StreamNotFoundError,
+  WrongExpectedVersionError,
+} from '@eventstore/db-client';
+import {
+  type AppendResult,
+  type EventStore,
+  type ExpectedRevision,
+  type NewEvent,
+  type RecordedEvent,
+  type Subscription,
+  WrongExpectedRevisionError,
+} from './port.ts';
+
+export class EsdbEventStore implements EventStore {
+  readonly kind = 'esdb';
+  private readonly client: EventStoreDBClient;
+
+  constructor(connectionString: string) {
+    this.client = EventStoreDBClient.connectionString(connectionString);
+  }
+
+  async append(
+    stream: string,
+    events: NewEvent[],
+    expected: ExpectedRevision = 'any',
+  ): Promise<AppendResult> {
+    const expectedRevision: AppendExpectedRevision =
+      expected === 'any'
+        ? ANY
+        : expected === 'no_stream'
+          ? NO_STREAM
+          : expected === 'stream_exists'
+            ? STREAM_EXISTS
+            : BigInt(expected);
+    try {
+      const result = await this.client.appendToStream(
+        stream,
+        events.map((e) =>
+          jsonEvent({ id: e.id, type: e.type, data: e.data as never, metadata: (e.metadata ?? {}) as never }),
+        ),
+        { expectedRevision },
+      );
+      return {
+        nextRevision: Number(result.nextExpectedRevision),
+        position: Number(result.position?.commit ?? 0n),
+      };
+    } catch (err) {
+      if (err instanceof WrongExpectedVersionError) {
+        const actual = typeof err.actualVersion === 'bigint' ? Number(err.actualVersion) : -1;
+        throw new WrongExpectedRevisionError(stream, expected, actual);
+      }
+      throw err;
+    }
+  }
+
+  async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
+    const out: RecordedEvent[] = [];
+    try {
+      for await (const resolved of this.client.readStream(stream, {
+        fromRevision: BigInt(fromRevision),
+        maxCount: max,
+        direction: FORWARDS,
+      })) {
+        const e = toRecorded(resolved);
+        if (e) out.push(e);
+      }
+    } catch (err) {
+      if (err instanceof StreamNotFoundError) return [];
+      throw err;
+    }
+    return out;
+  }
+
+  async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
+    const out: RecordedEvent[] = [];
+    const from = after === 0 ? START : { commit: BigInt(after), prepare: BigInt(after) };
+    // System events are skipped, so read a little more than asked to fill the page.
+    for await (const resolved of this.client.readAll({
+      fromPosition: from,
+      maxCount: max + 1,
+      direction: FORWARDS,
+    })) {
+      const e = toRecorded(resolved);
+      if (e && e.position > after) out.push(e);
+      if (out.length === max) break;
+    }
+    return out;
+  }
+
+  subscribe(after = 0): Subscription {
+    const subscription = this.client.subscribeToAll({
+      fromPosition: after === 0 ? START : { commit: BigInt(after), prepare: BigInt(after) },
+      filter: excludeSystemEvents(),
+    });
+    async function* run(): AsyncGenerator<RecordedEvent> {
+      for await (const resolved of subscription) {
+        const e = toRecorded(resolved);
+        if (e && e.position > after) yield e;
+      }
+    }
+    const iterator = run();
+    return { close: () => void subscription.unsubscribe(), [Symbol.asyncIterator]: () => iterator };
+  }
+
+  async head(): Promise<number> {
+    for await (const resolved of this.client.readAll({
+      fromPosition: 'end',
+      direction: 'backwards',
+      maxCount: 50,
+    })) {
+      const e = toRecorded(resolved);
+      if (e) return e.position;
+    }
+    return 0;
+  }
+
+  async close(): Promise<void> {
+    await this.client.dispose();
+  }
+}
+
+function toRecorded(resolved: ResolvedEvent): RecordedEvent | undefined {
+  const e = resolved.event;
+  if (!e || e.streamId.startsWith('$') || e.type.startsWith('$')) return undefined;
+  return {
+    id: e.id,
+    type: e.type,
+    stream: e.streamId,
+    revision: Number(e.revision),
+    position: Number(e.position?.commit ?? 0n),
+    data: e.data,
+    metadata: (e.metadata ?? {}) as Record<string, unknown>,
+    created: e.created instanceof Date ? e.created.getTime() : Number(e.created),
+  };
+}

@@ -1,0 +1,201 @@
+// The event store port: the one source of truth. Adapters beside this file (sqlite.ts,
+// postgres.ts, esdb.ts) implement it; test/eventstore/contract.ts holds them to the same rules.
+
+/** What the caller expects of the stream before the append. A number is the revision of its last event. */
+export type ExpectedRevision = 'any' | 'no_stream' | 'stream_exists' | number;
+
+export interface NewEvent {
+  /** Unique forever: appending an id that is already stored returns the original result. */
+  id: string;
+  type: string;
+  data: unknown;
+  metadata?: Record<string, unknown>;
+}
+
+export interface RecordedEvent {
+  id: string;
+  type: string;
+  stream: string;
+  /** 0-based position of the event within its stream. */
+  revision: number;
+  /** Position in the global order, starting at 1, strictly increasing in commit order. */
+  position: number;
+  data: unknown;
+  metadata: Record<string, unknown>;
+  /** Milliseconds since the epoch, when the event was stored. */
+  created: number;
+}
+
+export interface AppendResult {
+  /** Revision of the stream's last event after the append. */
+  nextRevision: number;
+  /** Global position of the last event appended. */
+  position: number;
+}
+
+export interface Subscription extends AsyncIterable<RecordedEvent> {
+  close(): void;
+}
+
+export interface EventStore {
+  readonly kind: string;
+  append(stream: string, events: NewEvent[], expected?: ExpectedRevision): Promise<AppendResult>;
+  /** Events of one stream from a revision on; a missing stream reads as empty. */
+  readStream(stream: string, fromRevision?: number, max?: number): Promise<RecordedEvent[]>;
+  /** Events of every stream with a global position above `after` (0 reads from the start). */
+  readAll(after?: number, max?: number): Promise<RecordedEvent[]>;
+  /** Catches up from `after`, then follows live appends, in global order, each event once. */
+  subscribe(after?: number, options?: { batchSize?: number }): Subscription;
+  /** The global position of the last stored event (0 when empty). */
+  head(): Promise<number>;
+  close(): Promise<void>;
+}
+
+export class WrongExpectedRevisionError extends Error {
+  readonly stream: string;
+  readonly expected: ExpectedRevision;
+  /** The stream's last revision, -1 when it does not exist. */
+  readonly actual: number;
+  constructor(stream: string, expected: ExpectedRevision, actual: number) {
+    super(
+      `stream ${stream}: expected ${describeExpected(expected)}, but ${actual < 0 ? 'it does not exist' : `it is at revision ${actual}`}`,
+    );
+    this.name = 'WrongExpectedRevisionError';
+    this.stream = stream;
+    this.expected = expected;
+    this.actual = actual;
+  }
+}
+
+/** Some but not all of an append's event ids are stored already: neither a retry nor a new append. */
+export class DuplicateEventIdError extends Error {
+  constructor(stream: string, id: string) {
+    super(`stream ${stream}: event id ${id} is stored already, but the rest of the append is not`);
+    this.name = 'DuplicateEventIdError';
+  }
+}
+
+const describeExpected = (e: ExpectedRevision) =>
+  typeof e === 'number'
+    ? `revision ${e}`
+    : e === 'no_stream'
+      ? 'no stream'
+      : e === 'stream_exists'
+        ? 'an existing stream'
+        : 'any';
+
+// ---------------------------------------------------------------- shared by the adapters
+
+export interface PendingAppend {
+  stream: string;
+  events: NewEvent[];
+  expected: ExpectedRevision;
+}
+
+export interface StoredId {
+  stream: string;
+  revision: number;
+  position: number;
+}
+
+export type Planned =
+  | { kind: 'write'; firstRevision: number; firstPosition: number; result: AppendResult }
+  | { kind: 'done'; result: AppendResult }
+  | { kind: 'error'; error: Error };
+
+/**
+ * Decides a batch of appends that commit together (group commit): for each, whether it writes
+ * (and at which revisions and positions), is an idempotent retry of a stored append, or fails.
+ * Pure: the adapter looks up current revisions and stored ids, then writes what this returns.
+ */
+export function planBatch(
+  batch: PendingAppend[],
+  revisionOf: (stream: string) => number,
+  storedIds: Map<string, StoredId>,
+  lastPosition: number,
+): Planned[] {
+  const revisions = new Map<string, number>();
+  const ids = new Map(storedIds);
+  let position = lastPosition;
+  return batch.map(({ stream, events, expected }) => {
+    const current = revisions.get(stream) ?? revisionOf(stream);
+    const known = events.map((e) => ids.get(e.id));
+    if (known.length > 0 && known.every((k) => k?.stream === stream)) {
+      const last = known[known.length - 1]!;
+      return { kind: 'done', result: { nextRevision: last.revision, position: last.position } };
+    }
+    const clash = events.find(
+      (e, i) => known[i] !== undefined || events.findIndex((o) => o.id === e.id) !== i,
+    );
+    if (clash) return { kind: 'error', error: new DuplicateEventIdError(stream, clash.id) };
+    const ok =
+      expected === 'any' ||
+      (expected === 'no_stream' && current === -1) ||
+      (expected === 'stream_exists' && current >= 0) ||
+      expected === current;
+    if (!ok) return { kind: 'error', error: new WrongExpectedRevisionError(stream, expected, current) };
+    if (events.length === 0) return { kind: 'done', result: { nextRevision: current, position } };
+    const firstRevision = current + 1;
+    const firstPosition = position + 1;
+    position += events.length;
+    const nextRevision = current + events.length;
+    revisions.set(stream, nextRevision);
+    events.forEach((e, i) =>
+      ids.set(e.id, { stream, revision: firstRevision + i, position: firstPosition + i }),
+    );
+    return { kind: 'write', firstRevision, firstPosition, result: { nextRevision, position } };
+  });
+}
+
+/**
+ * A catch-up subscription over readAll: reads pages from the checkpoint, then waits for the
+ * adapter's "something was appended" signal (or a poll interval, in case a signal was missed).
+ */
+export function catchUpSubscription(
+  readAll: (after: number, max: number) => Promise<RecordedEvent[]>,
+  onAppend: (wake: () => void) => () => void,
+  after: number,
+  options: { batchSize?: number; pollMs?: number } = {},
+): Subscription {
+  const batchSize = options.batchSize ?? 500;
+  const pollMs = options.pollMs ?? 1000;
+  let closed = false;
+  let wake: (() => void) | undefined;
+  let signalled = false;
+  const unlisten = onAppend(() => {
+    signalled = true;
+    wake?.();
+  });
+  const close = () => {
+    closed = true;
+    unlisten();
+    wake?.();
+  };
+  async function* run(): AsyncGenerator<RecordedEvent> {
+    let checkpoint = after;
+    try {
+      while (!closed) {
+        signalled = false;
+        const page = await readAll(checkpoint, batchSize);
+        for (const event of page) {
+          if (closed) return;
+          checkpoint = event.position;
+          yield event;
+        }
+        if (page.length === batchSize || signalled) continue;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, pollMs);
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        wake = undefined;
+      }
+    } finally {
+      close();
+    }
+  }
+  const iterator = run();
+  return { close, [Symbol.asyncIterator]: () => iterator };
+}

@@ -1,0 +1,298 @@
+// PostgreSQL event store. Appends are group-committed per process, and every appending
+// transaction holds one advisory lock from choosing its global positions until it commits.
+// PostgreSQL makes a transaction visible before it releases its locks, so positions become
+// visible strictly in order: a subscriber reading "position > checkpoint" never skips an event
+// whose transaction commits late (the gap problem that a bare sequence has).
+import pg from 'pg';
+import {
+  type AppendResult,
+  catchUpSubscription,
+  type EventStore,
+  type ExpectedRevision,
+  type NewEvent,
+  type PendingAppend,
+  planBatch,
+  type RecordedEvent,
+  type StoredId,
+  type Subscription,
+} from './port.ts';
+
+interface Waiting extends PendingAppend {
+  resolve: (r: AppendResult) => void;
+  reject: (e: Error) => void;
+}
+
+/** Versioned migrations; each runs once, in order, under a lock, recorded in hub_migrations. */
+const MIGRATIONS = [
+  `CREATE TABLE hub_events (
+     position bigint      PRIMARY KEY,
+     stream   text        NOT NULL,
+     revision bigint      NOT NULL,
+     id       text        NOT NULL UNIQUE,
+     type     text        NOT NULL,
+     data     json        NOT NULL,
+     metadata json        NOT NULL,
+     created  timestamptz NOT NULL DEFAULT now(),
+     UNIQUE (stream, revision)
+   )`,
+];
+
+const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
+const CHANNEL = 'hub_events';
+
+// bigint columns as numbers: positions stay far below 2^53.
+const types = {
+  getTypeParser: (oid: number, format?: string) =>
+    oid === 20 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format as 'text'),
+};
+
+export interface PostgresOptions {
+  url: string;
+  /** Schema holding the tables (tests use one each). */
+  schema?: string;
+  poolSize?: number;
+  maxBatch?: number;
+}
+
+export class PostgresEventStore implements EventStore {
+  readonly kind = 'postgres';
+  private readonly pool: pg.Pool;
+  private readonly schema: string;
+  private readonly maxBatch: number;
+  private readonly queue: Waiting[] = [];
+  private flushing = false;
+  private ready: Promise<void>;
+  private listener: pg.Client | undefined;
+  private readonly wakers = new Set<() => void>();
+  private closed = false;
+
+  constructor(options: PostgresOptions) {
+    this.schema = options.schema ?? 'public';
+    if (!/^[a-z_][a-z0-9_]*$/.test(this.schema)) throw new Error(`invalid schema name ${this.schema}`);
+    this.maxBatch = options.maxBatch ?? 1000;
+    this.pool = new pg.Pool({
+      connectionString: options.url,
+      max: options.poolSize ?? 8,
+      types,
+      options: `-c search_path=${this.schema}`,
+    });
+    this.pool.on('error', () => {}); // an idle client's error is seen again by the next query
+    this.ready = this.migrate();
+    this.ready.catch(() => {});
+  }
+
+  private async migrate(): Promise<void> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('SELECT pg_advisory_lock($1)', [APPEND_LOCK + 1]);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.schema}`);
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS hub_migrations (version int PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())',
+      );
+      const { rows } = await client.query<{ v: number | null }>(
+        'SELECT max(version) AS v FROM hub_migrations',
+      );
+      for (let v = rows[0]?.v ?? 0; v < MIGRATIONS.length; v++) {
+        await client.query('BEGIN');
+        await client.query(MIGRATIONS[v]!);
+        await client.query('INSERT INTO hub_migrations (version) VALUES ($1)', [v + 1]);
+        await client.query('COMMIT');
+      }
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1)', [APPEND_LOCK + 1]).catch(() => {});
+      client.release();
+    }
+  }
+
+  append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ stream, events, expected, resolve, reject });
+      if (!this.flushing) {
+        this.flushing = true;
+        void this.flush();
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    try {
+      await this.ready;
+      while (this.queue.length > 0) {
+        const batch = this.queue.splice(0, this.maxBatch);
+        try {
+          await this.commit(batch);
+        } catch (err) {
+          for (const w of batch) w.reject(err as Error);
+        }
+      }
+    } catch (err) {
+      for (const w of this.queue.splice(0)) w.reject(err as Error);
+    } finally {
+      this.flushing = false;
+      if (this.queue.length > 0) {
+        this.flushing = true;
+        void this.flush();
+      }
+    }
+  }
+
+  private async commit(batch: Waiting[]): Promise<void> {
+    const client = await this.pool.connect();
+    let plans: ReturnType<typeof planBatch>;
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock($1)', [APPEND_LOCK]);
+      const ids = batch.flatMap((w) => w.events.map((e) => e.id));
+      const streams = [...new Set(batch.map((w) => w.stream))];
+      const [stored, revisions, head] = await Promise.all([
+        client.query<StoredId & { id: string }>(
+          'SELECT id, stream, revision, position FROM hub_events WHERE id = ANY($1::text[])',
+          [ids],
+        ),
+        client.query<{ stream: string; revision: number }>(
+          'SELECT stream, max(revision) AS revision FROM hub_events WHERE stream = ANY($1::text[]) GROUP BY stream',
+          [streams],
+        ),
+        client.query<{ p: number }>('SELECT coalesce(max(position), 0)::bigint AS p FROM hub_events'),
+      ]);
+      const revisionByStream = new Map(revisions.rows.map((r) => [r.stream, r.revision]));
+      plans = planBatch(
+        batch,
+        (s) => revisionByStream.get(s) ?? -1,
+        new Map(stored.rows.map((r) => [r.id, r])),
+        head.rows[0]!.p,
+      );
+      const cols: [number[], string[], number[], string[], string[], string[], string[]] = [
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+      ];
+      batch.forEach((w, i) => {
+        const plan = plans[i]!;
+        if (plan.kind !== 'write') return;
+        w.events.forEach((e, j) => {
+          cols[0].push(plan.firstPosition + j);
+          cols[1].push(w.stream);
+          cols[2].push(plan.firstRevision + j);
+          cols[3].push(e.id);
+          cols[4].push(e.type);
+          cols[5].push(JSON.stringify(e.data ?? null));
+          cols[6].push(JSON.stringify(e.metadata ?? {}));
+        });
+      });
+      if (cols[0].length > 0) {
+        await client.query(
+          `INSERT INTO hub_events (position, stream, revision, id, type, data, metadata)
+           SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::json[], $7::json[])`,
+          cols,
+        );
+        await client.query('SELECT pg_notify($1, $2)', [CHANNEL, String(cols[0][cols[0].length - 1])]);
+      }
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+      throw err;
+    }
+    client.release();
+    batch.forEach((w, i) => {
+      const plan = plans[i]!;
+      if (plan.kind === 'error') w.reject(plan.error);
+      else w.resolve(plan.result);
+    });
+  }
+
+  async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
+    await this.ready;
+    const { rows } = await this.pool.query(
+      `SELECT ${COLUMNS} FROM hub_events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
+      [stream, fromRevision, max],
+    );
+    return rows.map(toRecorded);
+  }
+
+  async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
+    await this.ready;
+    const { rows } = await this.pool.query(
+      `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
+      [after, max],
+    );
+    return rows.map(toRecorded);
+  }
+
+  subscribe(after = 0, options: { batchSize?: number } = {}): Subscription {
+    void this.listen();
+    return catchUpSubscription(
+      (from, max) => this.readAll(from, max),
+      (wake) => {
+        this.wakers.add(wake);
+        return () => this.wakers.delete(wake);
+      },
+      after,
+      { ...options, pollMs: 500 },
+    );
+  }
+
+  /** One LISTEN connection per store wakes every subscriber; polling covers its outages. */
+  private async listen(): Promise<void> {
+    if (this.listener || this.closed) return;
+    const client = new pg.Client({
+      connectionString: (this.pool.options as { connectionString: string }).connectionString,
+    });
+    this.listener = client;
+    client.on('notification', () => {
+      for (const wake of this.wakers) wake();
+    });
+    client.on('error', () => {
+      this.listener = undefined;
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${CHANNEL}`);
+    } catch {
+      this.listener = undefined;
+      await client.end().catch(() => {});
+    }
+  }
+
+  async head(): Promise<number> {
+    await this.ready;
+    const { rows } = await this.pool.query<{ p: number }>(
+      'SELECT coalesce(max(position), 0)::bigint AS p FROM hub_events',
+    );
+    return rows[0]!.p;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    while (this.flushing) await new Promise((r) => setTimeout(r, 5));
+    await this.listener?.end().catch(() => {});
+    await this.pool.end();
+  }
+}
+
+const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
+
+const toRecorded = (r: {
+  position: number;
+  stream: string;
+  revision: number;
+  id: string;
+  type: string;
+  data: unknown;
+  metadata: Record<string, unknown>;
+  created: Date;
+}): RecordedEvent => ({
+  id: r.id,
+  type: r.type,
+  stream: r.stream,
+  revision: r.revision,
+  position: r.position,
+  data: r.data,
+  metadata: r.metadata,
+  created: r.created.getTime(),
+});

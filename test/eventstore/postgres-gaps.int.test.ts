@@ -1,0 +1,75 @@
+// PostgreSQL specifics: several writers (separate pools, as separate processes would be) append
+// while a subscriber follows; it must see every event once, in increasing positions, even though
+// transactions commit in an order of their own.
+import assert from 'node:assert/strict';
+import { randomBytes, randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
+import { testConfig } from '../harness.ts';
+
+describe('PostgreSQL event store: gap-safe positions (int)', function () {
+  this.timeout(60_000);
+  const { postgresUrl } = testConfig();
+  const schema = `test_${randomBytes(6).toString('hex')}`;
+  after(async () => {
+    const client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  });
+
+  it('a subscriber following four concurrent writers misses nothing and never goes back', async () => {
+    const writers = Array.from({ length: 4 }, () => new PostgresEventStore({ url: postgresUrl, schema }));
+    const reader = new PostgresEventStore({ url: postgresUrl, schema });
+    const total = 4 * 500;
+    const sub = reader.subscribe(0, { batchSize: 50 });
+    const seen: { id: string; position: number }[] = [];
+    const reading = (async () => {
+      for await (const e of sub) {
+        seen.push({ id: e.id, position: e.position });
+        if (seen.length === total) break;
+      }
+    })();
+    const ids = new Set<string>();
+    await Promise.all(
+      writers.map(async (w, n) => {
+        for (let i = 0; i < 500; i += 10) {
+          await Promise.all(
+            Array.from({ length: 10 }, (_, j) => {
+              const id = randomUUID();
+              ids.add(id);
+              return w.append(`w${n}-${(i + j) % 7}`, [{ id, type: 'Tested', data: { n, i: i + j } }]);
+            }),
+          );
+        }
+      }),
+    );
+    await reading;
+    sub.close();
+    await Promise.all([...writers, reader].map((s) => s.close()));
+    assert.equal(seen.length, total);
+    assert.equal(new Set(seen.map((s) => s.id)).size, total);
+    assert.ok(seen.every((s) => ids.has(s.id)));
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i]!.position > seen[i - 1]!.position);
+  });
+
+  it('an append waits while another transaction holds the append lock, so positions cannot interleave', async () => {
+    const store = new PostgresEventStore({ url: postgresUrl, schema });
+    await store.append('lock-probe', [{ id: randomUUID(), type: 'Tested', data: {} }]);
+    const blocker = new pg.Client({ connectionString: postgresUrl });
+    await blocker.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('SELECT pg_advisory_xact_lock($1)', [0x68756265]);
+    let done = false;
+    const append = store.append('lock-probe', [{ id: randomUUID(), type: 'Tested', data: {} }]).then((r) => {
+      done = true;
+      return r;
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(done, false, 'the append went ahead while another writer held the lock');
+    await blocker.query('COMMIT');
+    await blocker.end();
+    assert.equal((await append).nextRevision, 1);
+    await store.close();
+  });
+});

@@ -1,0 +1,13 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
+import { eventStoreContract } from './contract.ts';
+
+eventStoreContract('embedded SQLite', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'hub-sqlite-'));
+  return {
+    open: async () => new SqliteEventStore(join(dir, 'events.sqlite')),
+    cleanup: async () => rmSync(dir, { recursive: true, force: true }),
+  };
+});
