@@ -140,9 +140,9 @@ export function planBatch(
     position += events.length;
     const nextRevision = current + events.length;
     revisions.set(stream, nextRevision);
-    events.forEach((e, i) =>
-      ids.set(e.id, { stream, revision: firstRevision + i, position: firstPosition + i }),
-    );
+    events.forEach((e, i) => {
+      ids.set(e.id, { stream, revision: firstRevision + i, position: firstPosition + i });
+    });
     return { kind: 'write', firstRevision, firstPosition, result: { nextRevision, position } };
   });
 }

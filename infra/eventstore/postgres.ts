@@ -144,17 +144,17 @@ export class PostgresEventStore implements EventStore {
       await client.query('SELECT pg_advisory_xact_lock($1)', [APPEND_LOCK]);
       const ids = batch.flatMap((w) => w.events.map((e) => e.id));
       const streams = [...new Set(batch.map((w) => w.stream))];
-      const [stored, revisions, head] = await Promise.all([
-        client.query<StoredId & { id: string }>(
-          'SELECT id, stream, revision, position FROM hub_events WHERE id = ANY($1::text[])',
-          [ids],
-        ),
-        client.query<{ stream: string; revision: number }>(
-          'SELECT stream, max(revision) AS revision FROM hub_events WHERE stream = ANY($1::text[]) GROUP BY stream',
-          [streams],
-        ),
-        client.query<{ p: number }>('SELECT coalesce(max(position), 0)::bigint AS p FROM hub_events'),
-      ]);
+      const stored = await client.query<StoredId & { id: string }>(
+        'SELECT id, stream, revision, position FROM hub_events WHERE id = ANY($1::text[])',
+        [ids],
+      );
+      const revisions = await client.query<{ stream: string; revision: number }>(
+        'SELECT stream, max(revision) AS revision FROM hub_events WHERE stream = ANY($1::text[]) GROUP BY stream',
+        [streams],
+      );
+      const head = await client.query<{ p: number }>(
+        'SELECT coalesce(max(position), 0)::bigint AS p FROM hub_events',
+      );
       const revisionByStream = new Map(revisions.rows.map((r) => [r.stream, r.revision]));
       plans = planBatch(
         batch,

@@ -1,0 +1,158 @@
+// Avro schemas (avsc) of every domain event and every message that crosses a process boundary.
+// Files are `<dir>/<Name>.v<N>.avsc`; the highest N is current. Data written with an older
+// version is read through Avro schema resolution, so schemas evolve by Avro's rules (new fields
+// need defaults). A schema may refer to the named types of other files in its folder, like
+// DeliveryJob to WebhookEvent.
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import avro from 'avsc';
+
+export const SCHEMAS_DIR = new URL('.', import.meta.url).pathname;
+
+export class SchemaError extends Error {
+  readonly field: string;
+  constructor(schema: string, field: string, problem: string) {
+    super(`${schema}: ${field ? `field ${field} ` : ''}${problem}`);
+    this.name = 'SchemaError';
+    this.field = field;
+  }
+}
+
+interface Versions {
+  current: number;
+  types: Map<number, avro.Type>;
+}
+
+export class SchemaRegistry {
+  private readonly schemas = new Map<string, Versions>();
+  private readonly resolvers = new Map<string, avro.Resolver>();
+
+  /** Loads every .avsc file under the folders given (default: this folder's events/ and topics/). */
+  static load(dirs: string[] = [join(SCHEMAS_DIR, 'events'), join(SCHEMAS_DIR, 'topics')]): SchemaRegistry {
+    const registry = new SchemaRegistry();
+    const registered: Record<string, avro.Type> = {};
+    for (const dir of dirs) {
+      let files: string[];
+      try {
+        files = readdirSync(dir).filter((f) => f.endsWith('.avsc'));
+      } catch {
+        continue;
+      }
+      let pending = files
+        .map((file) => {
+          const m = /^(\w+)\.v(\d+)\.avsc$/.exec(file);
+          if (!m) throw new Error(`schema file ${file} is not named <Name>.v<N>.avsc`);
+          return {
+            file,
+            name: m[1]!,
+            version: Number(m[2]),
+            json: JSON.parse(readFileSync(join(dir, file), 'utf8')),
+          };
+        })
+        .sort((a, b) => a.version - b.version || a.name.localeCompare(b.name));
+      // A schema may name types of other files: parse in passes until every reference resolves.
+      while (pending.length > 0) {
+        const waiting: typeof pending = [];
+        let lastError: Error | undefined;
+        for (const item of pending) {
+          // Each file parses against a copy of what came before, without its own earlier versions.
+          const own = item.json.namespace ? `${item.json.namespace}.${item.json.name}` : item.json.name;
+          const { [own]: _previous, ...visible } = registered;
+          let type: avro.Type;
+          try {
+            type = avro.Type.forSchema(item.json, { registry: visible });
+          } catch (err) {
+            if (!/undefined type name/.test((err as Error).message)) throw err;
+            lastError = new Error(`${item.file}: ${(err as Error).message}`);
+            waiting.push(item);
+            continue;
+          }
+          registered[own] = type;
+          const entry = registry.schemas.get(item.name) ?? { current: 0, types: new Map() };
+          entry.types.set(item.version, type);
+          entry.current = Math.max(entry.current, item.version);
+          registry.schemas.set(item.name, entry);
+        }
+        if (waiting.length === pending.length) throw lastError;
+        pending = waiting;
+      }
+    }
+    return registry;
+  }
+
+  names(): string[] {
+    return [...this.schemas.keys()].sort();
+  }
+
+  has(name: string): boolean {
+    return this.schemas.has(name);
+  }
+
+  currentVersion(name: string): number {
+    return this.entry(name).current;
+  }
+
+  type(name: string, version = this.currentVersion(name)): avro.Type {
+    const type = this.entry(name).types.get(version);
+    if (!type) throw new SchemaError(name, '', `has no version ${version}`);
+    return type;
+  }
+
+  /** Throws SchemaError naming the first field that does not match the current schema. */
+  validate(name: string, value: unknown): void {
+    const type = this.type(name);
+    if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
+      const unknown = unknownField(type, value as Record<string, unknown>);
+      if (unknown) throw new SchemaError(name, unknown, 'is not in the schema');
+    }
+    let first: { path: string; expected: string } | undefined;
+    const ok = type.isValid(value, {
+      errorHook: (path: string[], _v: unknown, t: avro.Type) => {
+        first ??= { path: path.join('.'), expected: t.typeName };
+      },
+    });
+    if (ok) return;
+    if (value === null || typeof value !== 'object') throw new SchemaError(name, '', 'must be a record');
+    throw new SchemaError(name, first?.path ?? '', `must be of type ${first?.expected ?? 'record'}`);
+  }
+
+  encode(name: string, value: unknown): Buffer {
+    return this.type(name).toBuffer(value);
+  }
+
+  /** Reads bytes written with `version` of the schema as the current version. */
+  decode(name: string, version: number, bytes: Buffer): unknown {
+    const current = this.type(name);
+    if (version === this.currentVersion(name)) return current.fromBuffer(bytes);
+    return current.fromBuffer(bytes, this.resolver(name, version));
+  }
+
+  /** Brings a value of an older version up to the current one (e.g. stored JSON event data). */
+  upcast(name: string, version: number, value: unknown): unknown {
+    if (version === this.currentVersion(name)) return value;
+    return this.decode(name, version, this.type(name, version).toBuffer(value));
+  }
+
+  private resolver(name: string, version: number): avro.Resolver {
+    const key = `${name}@${version}`;
+    let resolver = this.resolvers.get(key);
+    if (!resolver) {
+      resolver = this.type(name).createResolver(this.type(name, version));
+      this.resolvers.set(key, resolver);
+    }
+    return resolver;
+  }
+
+  private entry(name: string): Versions {
+    const entry = this.schemas.get(name);
+    if (!entry) throw new SchemaError(name, 'type', 'is not a known schema');
+    return entry;
+  }
+}
+
+function unknownField(type: avro.Type, value: Record<string, unknown>): string | undefined {
+  const fields = (type as unknown as { fields?: { name: string }[] }).fields;
+  if (!fields) return undefined;
+  const known = new Set(fields.map((f) => f.name));
+  return Object.keys(value).find((k) => !known.has(k));
+}
