@@ -1,5 +1,7 @@
 // The one error shape of the API: { error, message, code, request_id, details? }.
 // Handlers throw HttpError (or a domain error mapped below); the error middleware renders it.
+import { DuplicateEventIdError, WrongExpectedRevisionError } from '../infra/eventstore/port.ts';
+import { SchemaError } from '../schemas/registry.ts';
 
 export interface ErrorDetail {
   field: string;
@@ -74,6 +76,15 @@ export function renderError(
   err: unknown,
   requestId: string,
 ): { status: number; body: ErrorBody; headers: Record<string, string> } {
+  if (err instanceof WrongExpectedRevisionError || err instanceof DuplicateEventIdError) {
+    return renderError(
+      conflict('The resource was changed by another request; read it again and retry.'),
+      requestId,
+    );
+  }
+  if (err instanceof SchemaError) {
+    return renderError(unprocessable(err.message, [{ field: err.field, problem: err.message }]), requestId);
+  }
   if (err instanceof HttpError) {
     const body: ErrorBody = {
       error: err.code,

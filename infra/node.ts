@@ -4,7 +4,11 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createApp } from '../api/app.ts';
+import { SchemaRegistry } from '../schemas/registry.ts';
 import type { Config } from './config.ts';
+import { openEventStore } from './eventstore/open.ts';
+import type { EventStore } from './eventstore/port.ts';
+import { SchemaCheckedStore } from './eventstore/schema-checked.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from './telemetry.ts';
 
 export type Role = 'api' | 'all';
@@ -13,6 +17,7 @@ export interface HubNode {
   config: Config;
   logger: Logger;
   metrics: Metrics;
+  store: EventStore;
   /** Base URL of the API when the api role runs. */
   url: string;
   stop(): Promise<void>;
@@ -26,10 +31,17 @@ export async function startNode(
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
   const closers: Array<() => Promise<void>> = [];
+  const store = new SchemaCheckedStore(await openEventStore(config), SchemaRegistry.load());
+  closers.push(() => store.close());
+  const readiness = {
+    eventstore: async () => {
+      await store.head();
+    },
+  };
 
   let url = '';
   if (roles.includes('api') || roles.includes('all')) {
-    const { app } = createApp({ config, logger, metrics });
+    const { app } = createApp({ config, logger, metrics, readiness });
     const server: Server = createServer(app.callback());
     server.keepAliveTimeout = 65_000;
     server.listen(config.port, config.host);
@@ -44,6 +56,7 @@ export async function startNode(
     config,
     logger,
     metrics,
+    store,
     url,
     async stop() {
       for (const close of closers.reverse()) await close();

@@ -63,6 +63,9 @@ export class SqliteEventStore implements EventStore {
   private lastPosition: number;
   private readonly appended = new EventEmitter();
   private readonly maxBatch: number;
+  /** Last revision of recently written streams: this process is the file's only writer. */
+  private readonly revisions = new Map<string, number>();
+  private static readonly MAX_CACHED_STREAMS = 100_000;
   private readonly sql: {
     insert: StatementSync;
     revision: StatementSync;
@@ -124,6 +127,8 @@ export class SqliteEventStore implements EventStore {
       }
     }
     const revisionOf = (stream: string) => {
+      const cached = this.revisions.get(stream);
+      if (cached !== undefined) return cached;
       const row = this.sql.revision.get(stream) as { r: number | null };
       return row.r ?? -1;
     };
@@ -155,7 +160,16 @@ export class SqliteEventStore implements EventStore {
       for (const w of batch) w.reject(err as Error);
       return;
     }
-    for (const plan of plans) if (plan.kind === 'write') this.lastPosition = plan.result.position;
+    batch.forEach((w, i) => {
+      const plan = plans[i]!;
+      if (plan.kind !== 'write') return;
+      this.lastPosition = plan.result.position;
+      this.revisions.delete(w.stream); // re-insert: the map's order is the eviction order
+      this.revisions.set(w.stream, plan.result.nextRevision);
+    });
+    while (this.revisions.size > SqliteEventStore.MAX_CACHED_STREAMS) {
+      this.revisions.delete(this.revisions.keys().next().value as string);
+    }
     batch.forEach((w, i) => {
       const plan = plans[i]!;
       if (plan.kind === 'error') w.reject(plan.error);

@@ -237,3 +237,50 @@ describe('rate limit (e2e)', () => {
     }
   });
 });
+
+describe('store errors in the error shape (e2e)', () => {
+  it('a concurrency conflict of the event store is a 409, a schema error a 422 naming the field', async () => {
+    const { WrongExpectedRevisionError } = await import('../../infra/eventstore/port.ts');
+    const { SchemaError } = await import('../../schemas/registry.ts');
+    const { app } = createApp({
+      config: testConfig(),
+      logger: memoryLogger().logger,
+      metrics: createMetrics(),
+      mount: [
+        (routes) => {
+          routes.add({
+            method: 'post',
+            path: '/probe/stale',
+            tag: 'probe',
+            summary: 'Appends at a stale revision.',
+            responses: { 200: { description: 'ok' } },
+            handler: () => {
+              throw new WrongExpectedRevisionError('device-1', 3, 5);
+            },
+          });
+          routes.add({
+            method: 'post',
+            path: '/probe/schema',
+            tag: 'probe',
+            summary: 'Appends an invalid event.',
+            responses: { 200: { description: 'ok' } },
+            handler: () => {
+              throw new SchemaError('DeviceCreated', 'nick', 'must be of type string');
+            },
+          });
+        },
+      ],
+    });
+    const { url, close } = await listen(app);
+    try {
+      const stale = await request(`${url}/probe/stale`, { method: 'POST' });
+      assert.equal(stale.status, 409);
+      assert.equal(stale.body.error, 'conflict');
+      const invalid = await request(`${url}/probe/schema`, { method: 'POST' });
+      assert.equal(invalid.status, 422);
+      assert.equal(invalid.body.details[0].field, 'nick');
+    } finally {
+      await close();
+    }
+  });
+});

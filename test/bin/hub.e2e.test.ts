@@ -51,3 +51,34 @@ describe('hub binary (e2e)', () => {
     assert.match(r.stdout, /start/);
   });
 });
+
+describe('embedded profile start (e2e)', () => {
+  it('creates the SQLite event store in HUB_DATA_DIR and reports ready', async () => {
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const { existsSync } = await import('node:fs');
+    const config = testConfig();
+    const node = await startNode(config, ['all']);
+    try {
+      const ready = await request(`${node.url}/readyz`);
+      assert.equal(ready.status, 200);
+      assert.deepEqual(ready.body.checks, { eventstore: 'ok' });
+      assert.ok(existsSync(join(config.dataDir, 'events.sqlite')));
+    } finally {
+      await node.stop();
+    }
+  });
+
+  it('the distributed profile reports PostgreSQL readiness', async () => {
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const node = await startNode(testConfig({ HUB_PROFILE: 'distributed' }), ['api']);
+    try {
+      const ready = await request(`${node.url}/readyz`);
+      assert.equal(ready.status, 200);
+      assert.equal(node.store.kind, 'postgres');
+    } finally {
+      await node.stop();
+    }
+  });
+});

@@ -1,0 +1,40 @@
+// Shared by the benchmarks: percentiles, the machine line, and writing one section of
+// docs/benchmarks.md between markers, so each benchmark updates its own table only.
+
+import { readFileSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+
+export function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+export function machine(): string {
+  const cpu = cpus();
+  return `${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
+}
+
+const DOC = new URL('../docs/benchmarks.md', import.meta.url);
+
+export function writeSection(name: string, body: string): void {
+  let doc: string;
+  try {
+    doc = readFileSync(DOC, 'utf8');
+  } catch {
+    doc =
+      '# Benchmarks\n\nFigures measured by the scripts in `bench/`; each section is rewritten by its own script.\n';
+  }
+  const start = `<!-- bench:${name} -->`;
+  const end = `<!-- /bench:${name} -->`;
+  const section = `${start}\n${body.trim()}\n${end}`;
+  const from = doc.indexOf(start);
+  const to = doc.indexOf(end);
+  doc =
+    from >= 0 && to > from
+      ? doc.slice(0, from) + section + doc.slice(to + end.length)
+      : `${doc.trimEnd()}\n\n${section}\n`;
+  writeFileSync(DOC, doc);
+}
+
+export const fmt = (n: number, digits = 0) =>
+  n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
