@@ -1,6 +1,7 @@
 // The one error shape of the API: { error, message, code, request_id, details? }.
 // Handlers throw HttpError (or a domain error mapped below); the error middleware renders it.
 import { DuplicateEventIdError, WrongExpectedRevisionError } from '../infra/eventstore/port.ts';
+import { ProjectionLagError } from '../projections/consistency.ts';
 import { SchemaError } from '../schemas/registry.ts';
 
 export interface ErrorDetail {
@@ -79,6 +80,12 @@ export function renderError(
   if (err instanceof WrongExpectedRevisionError || err instanceof DuplicateEventIdError) {
     return renderError(
       conflict('The resource was changed by another request; read it again and retry.'),
+      requestId,
+    );
+  }
+  if (err instanceof ProjectionLagError) {
+    return renderError(
+      new HttpError(503, 'stale_read', err.message, { headers: { 'Retry-After': '1' } }),
       requestId,
     );
   }

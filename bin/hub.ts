@@ -1,40 +1,92 @@
 #!/usr/bin/env node
-// `hub`: one command whose roles run together (start) or apart. See `hub --help`.
-import { ConfigError, loadConfig } from '../infra/config.ts';
-import { startNode } from '../infra/node.ts';
+// `hub`: one command whose roles run together (start) or apart, plus the operator commands.
+import { parseArgs } from 'node:util';
+import { type Config, ConfigError, loadConfig } from '../infra/config.ts';
+import { openStores, type Role, startNode } from '../infra/node.ts';
+import { newOwnerId } from '../infra/readstore/redis.ts';
+import { createLogger } from '../infra/telemetry.ts';
+import { projectionNamed, projections } from '../projections/index.ts';
+import {
+  progressLine,
+  projectionStatus,
+  ReplayRunningError,
+  replayProjection,
+} from '../projections/replay.ts';
 
-const HELP = `Device Hub
+const HELP: Record<string, string> = {
+  '': `Device Hub
 
-Usage: hub <command>
+Usage: hub <command> [options]
 
-Commands:
-  start     Run every role in one process (the embedded profile's default).
-  api       Run only the HTTP API role.
-  help      Show this text.
+Roles (each scales out by running more copies):
+  start                      Every role in one process (the embedded profile's default).
+  api                        The HTTP API.
+  projector                  The projection runners that keep read models current.
 
-Configuration comes from HUB_* environment variables (README.md lists them all).`;
+Operators:
+  projections status         Each projection's version, generation, checkpoint and lag.
+  projections replay <name>  Rebuild a projection into a new generation, then switch reads to it.
+
+Run 'hub <command> --help' for more. Configuration comes from HUB_* environment variables
+(README.md lists them all).`,
+  start: 'Usage: hub start\n\nRuns every role in this process: the API, and the projector.',
+  api: 'Usage: hub api\n\nRuns the HTTP API only (in the embedded profile the projector runs in the same process).',
+  projector:
+    'Usage: hub projector\n\nRuns the projection runners only. Each projection is applied by whichever runner holds its checkpoint.',
+  projections: `Usage:
+  hub projections status
+  hub projections replay <name>
+
+status  Lists every projection: its version, active generation, checkpoint, lag in events and seconds,
+        and an unfinished replay if there is one.
+replay  Rebuilds <name> from position 0 into a new generation while the active one keeps answering
+        reads, then switches reads over atomically and drops the old keys. Shows progress with
+        events/s and ETA. Ctrl-C interrupts it; running it again resumes. Refuses to run while another
+        replay of the same projection runs. Distributed profile only: embedded read models live in the
+        hub process and are rebuilt at every start.`,
+};
+
+const say = (line: string) => process.stdout.write(`${line}\n`);
+const fail = (line: string, code = 2) => {
+  process.stderr.write(`hub: ${line}\n`);
+  return code;
+};
 
 async function main(argv: string[]): Promise<number> {
-  const command = argv[0] ?? 'help';
-  if (command === 'help' || command === '--help' || command === '-h') {
-    process.stdout.write(`${HELP}\n`);
+  const { positionals, values } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: false,
+    options: { help: { type: 'boolean', short: 'h' } },
+  });
+  const [command = '', ...rest] = positionals;
+  if (command === 'help' || command === '' || values.help) {
+    const topic = command === 'help' ? (rest[0] ?? '') : command;
+    if (!(topic in HELP)) return fail(`unknown command '${topic}' (see hub --help)`);
+    say(HELP[topic]!);
     return 0;
   }
-  if (command !== 'start' && command !== 'api') {
-    process.stderr.write(`hub: unknown command '${command}' (see hub --help)\n`);
-    return 2;
-  }
-  let config: ReturnType<typeof loadConfig>;
+  let config: Config;
   try {
     config = loadConfig();
   } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`hub: invalid configuration: ${err.message}\n`);
-      return 2;
-    }
+    if (err instanceof ConfigError) return fail(`invalid configuration: ${err.message}`);
     throw err;
   }
-  const node = await startNode(config, command === 'start' ? ['api', 'all'] : ['api']);
+  switch (command) {
+    case 'start':
+    case 'api':
+    case 'projector':
+      return runRoles(config, command === 'start' ? ['api', 'projector'] : [command]);
+    case 'projections':
+      return projectionsCommand(config, rest);
+    default:
+      return fail(`unknown command '${command}' (see hub --help)`);
+  }
+}
+
+async function runRoles(config: Config, roles: Role[]): Promise<number> {
+  const node = await startNode(config, roles);
   const stop = async (signal: string) => {
     node.logger.info({ signal }, 'shutting down');
     await node.stop();
@@ -43,6 +95,87 @@ async function main(argv: string[]): Promise<number> {
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
   return -1; // keep running
+}
+
+async function projectionsCommand(config: Config, args: string[]): Promise<number> {
+  const [sub, name] = args;
+  if (sub !== 'status' && sub !== 'replay')
+    return fail(`usage: hub projections status | hub projections replay <name>`);
+  if (sub === 'replay' && config.profile === 'embedded') {
+    return fail(
+      'replay needs the distributed profile: embedded read models live in the hub process and are rebuilt at every start',
+    );
+  }
+  const logger = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel);
+  const stores = await openStores(config);
+  try {
+    if (sub === 'status') {
+      const rows = await projectionStatus(stores.store, stores.readStore, projections);
+      say(
+        ['projection', 'version', 'generation', 'checkpoint', 'head', 'lag events', 'lag s', 'replay'].join(
+          '\t',
+        ),
+      );
+      for (const r of rows) {
+        const replay = r.replay ? `generation ${r.replay.generation} at ${r.replay.checkpoint}` : '-';
+        say(
+          [
+            r.name,
+            r.version,
+            r.generation,
+            r.checkpoint,
+            r.head,
+            r.lagEvents,
+            r.lagSeconds.toFixed(1),
+            replay,
+          ].join('\t'),
+        );
+      }
+      if (config.profile === 'embedded')
+        say('(embedded: read models live in the running hub process; these are rebuilt at its start)');
+      return 0;
+    }
+    const projection = name ? projectionNamed(name) : undefined;
+    if (!projection)
+      return fail(`unknown projection '${name ?? ''}'; known: ${projections.map((p) => p.name).join(', ')}`);
+    const controller = new AbortController();
+    process.once('SIGINT', () => controller.abort());
+    const tty = process.stderr.isTTY;
+    let lastPrint = 0;
+    try {
+      const result = await replayProjection({
+        store: stores.store,
+        readStore: stores.readStore,
+        projection,
+        logger,
+        owner: newOwnerId(),
+        signal: controller.signal,
+        dropGraceMs: config.replayDropGraceMs,
+        onProgress: (p) => {
+          const now = Date.now();
+          if (tty ? now - lastPrint < 100 : now - lastPrint < 2000) return;
+          lastPrint = now;
+          process.stderr.write(tty ? `\r${progressLine(p)}` : `${progressLine(p)}\n`);
+        },
+      });
+      if (tty) process.stderr.write('\n');
+      if (result.outcome === 'interrupted') {
+        say(
+          `interrupted at position ${result.checkpoint} (generation ${result.generation}); run the same command to resume`,
+        );
+        return 130;
+      }
+      say(
+        `replayed ${projection.name} into generation ${result.generation} (${result.applied} events in ${result.seconds.toFixed(1)} s); reads switched from generation ${result.previous}, ${result.droppedKeys} old keys dropped`,
+      );
+      return 0;
+    } catch (err) {
+      if (err instanceof ReplayRunningError) return fail(err.message, 1);
+      throw err;
+    }
+  } finally {
+    await stores.close();
+  }
 }
 
 main(process.argv.slice(2)).then(

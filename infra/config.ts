@@ -141,6 +141,24 @@ export const knobs = {
     'Requests a caller may send at once above the sustained rate.',
     int(1, 10_000_000),
   ),
+  readWaitMs: knob(
+    'HUB_READ_WAIT_MS',
+    '2000',
+    "How long a read waits for the read models to apply the caller's last write before answering 503.",
+    int(0, 60_000),
+  ),
+  projectionBatch: knob(
+    'HUB_PROJECTION_BATCH',
+    '500',
+    'Events per batch applied to a read model.',
+    int(1, 100_000),
+  ),
+  replayDropGraceMs: knob(
+    'HUB_REPLAY_DROP_GRACE_MS',
+    '5000',
+    'After a replay switches reads, how long the old generation is kept for readers still resolving it.',
+    int(0, 600_000),
+  ),
   shutdownTimeoutMs: knob(
     'HUB_SHUTDOWN_TIMEOUT_MS',
     '10000',

@@ -1,26 +1,75 @@
-// Assembles one process of Device Hub from the configuration: the dependencies of the
-// profile, then the roles asked for. `hub start` asks for all of them, `hub api` for one.
+// Assembles one process of Device Hub from the configuration: the adapters of the profile,
+// then the roles asked for. `hub start` runs every role; `hub api` and `hub projector` one each.
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createApp } from '../api/app.ts';
+import { Redis } from 'ioredis';
+import { createApp, type ReadinessCheck } from '../api/app.ts';
+import {
+  type Consistency,
+  consistency,
+  type LastWrites,
+  MemoryLastWrites,
+  RedisLastWrites,
+} from '../api/consistency.ts';
+import { projections } from '../projections/index.ts';
+import { ProjectionMetrics, ProjectionRunner } from '../projections/runner.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import type { Config } from './config.ts';
 import { openEventStore } from './eventstore/open.ts';
 import type { EventStore } from './eventstore/port.ts';
 import { SchemaCheckedStore } from './eventstore/schema-checked.ts';
+import { MemoryReadStore } from './readstore/memory.ts';
+import type { ReadStore } from './readstore/port.ts';
+import { RedisReadStore } from './readstore/redis.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from './telemetry.ts';
 
-export type Role = 'api' | 'all';
+export type Role = 'api' | 'projector';
+export const ROLES: Role[] = ['api', 'projector'];
 
 export interface HubNode {
   config: Config;
   logger: Logger;
   metrics: Metrics;
   store: EventStore;
+  readStore: ReadStore;
+  consistency: Consistency;
+  runners: ProjectionRunner[];
   /** Base URL of the API when the api role runs. */
   url: string;
   stop(): Promise<void>;
+}
+
+/** The adapters of the profile, shared by every role of the process. */
+export async function openStores(
+  config: Config,
+): Promise<{ store: EventStore; readStore: ReadStore; lastWrites: LastWrites; close(): Promise<void> }> {
+  const store = new SchemaCheckedStore(await openEventStore(config), SchemaRegistry.load());
+  if (config.profile === 'embedded') {
+    const readStore = new MemoryReadStore();
+    return {
+      store,
+      readStore,
+      lastWrites: new MemoryLastWrites(),
+      close: async () => {
+        await readStore.close();
+        await store.close();
+      },
+    };
+  }
+  const readStore = new RedisReadStore(config.redisUrl);
+  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 3 });
+  redis.on('error', () => {});
+  return {
+    store,
+    readStore,
+    lastWrites: new RedisLastWrites(redis),
+    close: async () => {
+      redis.disconnect();
+      await readStore.close();
+      await store.close();
+    },
+  };
 }
 
 export async function startNode(
@@ -30,17 +79,45 @@ export async function startNode(
 ): Promise<HubNode> {
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
-  const closers: Array<() => Promise<void>> = [];
-  const store = new SchemaCheckedStore(await openEventStore(config), SchemaRegistry.load());
-  closers.push(() => store.close());
-  const readiness = {
+  const stores = await openStores(config);
+  const { store, readStore } = stores;
+  const closers: Array<() => Promise<void>> = [() => stores.close()];
+  const readiness: Record<string, ReadinessCheck> = {
     eventstore: async () => {
       await store.head();
     },
   };
+  if (readStore instanceof RedisReadStore) readiness.readstore = () => readStore.ping();
 
+  // The embedded read store lives in this process, so its projector must run here too.
+  const runProjector = roles.includes('projector') || config.profile === 'embedded';
+  const runners: ProjectionRunner[] = [];
+  if (runProjector) {
+    const projectionMetrics = new ProjectionMetrics(metrics.registry);
+    for (const projection of projections) {
+      const runner = new ProjectionRunner({
+        store,
+        readStore,
+        projection,
+        logger,
+        metrics: projectionMetrics,
+        batchSize: config.projectionBatch,
+      });
+      runner.start();
+      runners.push(runner);
+    }
+    closers.push(async () => {
+      await Promise.all(runners.map((r) => r.stop()));
+    });
+    readiness.projections = async () => {
+      const behind = runners.filter((r) => !r.hasCaughtUp);
+      if (behind.length > 0) throw new Error(`catching up: ${behind.map((r) => r.name).join(', ')}`);
+    };
+  }
+
+  const reads = consistency(readStore, stores.lastWrites, config.readWaitMs);
   let url = '';
-  if (roles.includes('api') || roles.includes('all')) {
+  if (roles.includes('api')) {
     const { app } = createApp({ config, logger, metrics, readiness });
     const server: Server = createServer(app.callback());
     server.keepAliveTimeout = 65_000;
@@ -48,8 +125,16 @@ export async function startNode(
     await once(server, 'listening');
     const { port } = server.address() as AddressInfo;
     url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
-    logger.info({ url, profile: config.profile }, `Device Hub (${config.profile}) listening on ${url}`);
+    logger.info(
+      { url, profile: config.profile, roles },
+      `Device Hub (${config.profile}) listening on ${url}`,
+    );
     closers.push(() => closeServer(server, config.shutdownTimeoutMs));
+  } else {
+    logger.info(
+      { profile: config.profile, roles },
+      `Device Hub (${config.profile}) running ${roles.join(', ')}`,
+    );
   }
 
   return {
@@ -57,6 +142,9 @@ export async function startNode(
     logger,
     metrics,
     store,
+    readStore,
+    consistency: reads,
+    runners,
     url,
     async stop() {
       for (const close of closers.reverse()) await close();

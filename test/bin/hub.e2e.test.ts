@@ -58,11 +58,11 @@ describe('embedded profile start (e2e)', () => {
     const { testConfig } = await import('../harness.ts');
     const { existsSync } = await import('node:fs');
     const config = testConfig();
-    const node = await startNode(config, ['all']);
+    const node = await startNode(config, ['api', 'projector']);
     try {
       const ready = await request(`${node.url}/readyz`);
       assert.equal(ready.status, 200);
-      assert.deepEqual(ready.body.checks, { eventstore: 'ok' });
+      assert.deepEqual(ready.body.checks, { eventstore: 'ok', projections: 'ok' });
       assert.ok(existsSync(join(config.dataDir, 'events.sqlite')));
     } finally {
       await node.stop();

@@ -1,0 +1,326 @@
+// Keeps one projection's read model current: reads events from its checkpoint, maps each batch
+// through the projection (a pure function), and applies the writes with the new checkpoint in
+// one atomic step. Catch-up reads pages and applies them pipelined; once caught up it follows
+// the live subscription. It survives the event store or the read store going away: it backs off
+// and resumes from the checkpoint that was stored.
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
+import type { ApplyOutcome, ReadStore, Write } from '../infra/readstore/port.ts';
+import type { Logger } from '../infra/telemetry.ts';
+
+export interface Projection {
+  /** Names the read model (and its keyspace). */
+  name: string;
+  /** Version of the mapping; change it with the mapping, then replay. */
+  version: number;
+  description: string;
+  /** Pure: the read-model writes for one event (none for events it does not care about). */
+  project(event: RecordedEvent): Write[];
+}
+
+export interface RunnerOptions {
+  store: EventStore;
+  readStore: ReadStore;
+  projection: Projection;
+  logger: Logger;
+  metrics?: ProjectionMetrics;
+  /** A fixed generation (a replay's target). Without it the runner follows the active generation. */
+  generation?: number;
+  batchSize?: number;
+  /** Called after every applied batch. */
+  onBatch?: (checkpoint: number, events: number) => void;
+}
+
+class Moved extends Error {}
+class Switched extends Error {}
+
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+
+export class ProjectionRunner {
+  readonly name: string;
+  private readonly o: RunnerOptions;
+  private readonly batchSize: number;
+  private readonly controller = new AbortController();
+  private running: Promise<void> | undefined;
+  private generation = 0;
+  private checkpoint = 0;
+  private lastCreated = 0;
+  private head = 0;
+  private caughtUpOnce = false;
+  private readonly caughtUpWaiters: (() => void)[] = [];
+
+  constructor(options: RunnerOptions) {
+    this.o = options;
+    this.name = options.projection.name;
+    this.batchSize = options.batchSize ?? 500;
+    options.metrics?.track(this);
+  }
+
+  /** Runs until stop(): catch up, follow, and on failure back off and resume. */
+  start(): void {
+    this.running ??= this.loop();
+  }
+
+  async stop(): Promise<void> {
+    this.controller.abort();
+    await this.running;
+  }
+
+  get hasCaughtUp(): boolean {
+    return this.caughtUpOnce;
+  }
+
+  /** Resolves once the runner has caught up with the log for the first time. */
+  caughtUp(): Promise<void> {
+    if (this.caughtUpOnce) return Promise.resolve();
+    return new Promise((resolve) => this.caughtUpWaiters.push(resolve));
+  }
+
+  status(): { generation: number; checkpoint: number; head: number; lagEvents: number; lagSeconds: number } {
+    const lagEvents = Math.max(0, this.head - this.checkpoint);
+    const lagSeconds =
+      lagEvents === 0 || this.lastCreated === 0 ? 0 : Math.max(0, (Date.now() - this.lastCreated) / 1000);
+    return {
+      generation: this.generation,
+      checkpoint: this.checkpoint,
+      head: this.head,
+      lagEvents,
+      lagSeconds,
+    };
+  }
+
+  /** Catches up once, without following: applies pages until one comes back short. */
+  async catchUpOnce(signal?: AbortSignal): Promise<'caught-up' | 'interrupted'> {
+    const generation = await this.resolveGeneration();
+    const cp = await this.o.readStore.checkpoint(this.name, generation);
+    this.checkpoint = cp.position;
+    this.lastCreated = cp.created;
+    await this.catchUp(generation, signal ?? this.controller.signal);
+    return (signal ?? this.controller.signal).aborted ? 'interrupted' : 'caught-up';
+  }
+
+  private async resolveGeneration(): Promise<number> {
+    this.generation = this.o.generation ?? (await this.o.readStore.activeGeneration(this.name, true));
+    return this.generation;
+  }
+
+  private async loop(): Promise<void> {
+    const signal = this.controller.signal;
+    const headTimer = setInterval(() => {
+      this.o.store.head().then(
+        (h) => {
+          this.head = h;
+        },
+        () => {},
+      );
+    }, 1000);
+    headTimer.unref();
+    let backoff = 100;
+    while (!signal.aborted) {
+      try {
+        const generation = await this.resolveGeneration();
+        const cp = await this.o.readStore.checkpoint(this.name, generation);
+        this.checkpoint = cp.position;
+        this.lastCreated = cp.created;
+        this.head = await this.o.store.head();
+        await this.catchUp(generation, signal);
+        this.markCaughtUp();
+        backoff = 100;
+        await this.follow(generation, signal);
+      } catch (err) {
+        if (signal.aborted) break;
+        if (err instanceof Switched) {
+          this.o.logger.info(
+            { projection: this.name },
+            'projection generation switched; following the new one',
+          );
+          continue;
+        }
+        if (err instanceof Moved) {
+          this.o.logger.warn(
+            { projection: this.name },
+            'projection checkpoint moved under this runner; resuming from it',
+          );
+        } else {
+          this.o.metrics?.errors.inc({ projection: this.name });
+          this.o.logger.warn(
+            { projection: this.name, err: (err as Error).message },
+            'projection runner failed; retrying',
+          );
+        }
+        await sleep(backoff, signal);
+        backoff = Math.min(backoff * 2, 5000);
+      }
+    }
+    clearInterval(headTimer);
+  }
+
+  private markCaughtUp(): void {
+    if (this.caughtUpOnce) return;
+    this.caughtUpOnce = true;
+    for (const w of this.caughtUpWaiters.splice(0)) w();
+  }
+
+  /** Pages from the checkpoint; reading the next page overlaps applying this one. */
+  private async catchUp(generation: number, signal: AbortSignal): Promise<void> {
+    let page = await this.o.store.readAll(this.checkpoint, this.batchSize);
+    while (page.length > 0 && !signal.aborted) {
+      const applying = this.applyBatch(generation, page);
+      const full = page.length === this.batchSize;
+      const next = full
+        ? this.o.store.readAll(page[page.length - 1]!.position, this.batchSize)
+        : Promise.resolve([]);
+      const [, nextPage] = await Promise.all([applying, next]);
+      page = nextPage;
+      if (!full) break;
+    }
+  }
+
+  /** Live: the subscription's events in batches of what has arrived. */
+  private async follow(generation: number, signal: AbortSignal): Promise<void> {
+    const subscription = this.o.store.subscribe(this.checkpoint, { batchSize: this.batchSize });
+    const stop = () => subscription.close();
+    signal.addEventListener('abort', stop, { once: true });
+    try {
+      for await (const batch of batches(subscription, this.batchSize)) {
+        if (signal.aborted) break;
+        await this.applyBatch(generation, batch);
+      }
+    } finally {
+      signal.removeEventListener('abort', stop);
+      subscription.close();
+    }
+  }
+
+  private async applyBatch(generation: number, events: RecordedEvent[]): Promise<void> {
+    const started = performance.now();
+    const writes = events.flatMap((e) => this.o.projection.project(e));
+    const last = events[events.length - 1]!;
+    const from = this.checkpoint;
+    // The next batch may be read meanwhile, but it applies only after this one is stored.
+    this.checkpoint = last.position;
+    let outcome: ApplyOutcome;
+    try {
+      outcome = await this.o.readStore.apply(
+        this.name,
+        generation,
+        writes,
+        from,
+        { position: last.position, created: last.created },
+        this.o.generation === undefined,
+      );
+    } catch (err) {
+      this.checkpoint = from;
+      throw err;
+    }
+    if (outcome === 'moved') throw new Moved();
+    if (outcome === 'inactive') throw new Switched();
+    this.lastCreated = last.created;
+    if (last.position > this.head) this.head = last.position;
+    this.o.metrics?.applied.inc({ projection: this.name }, events.length);
+    this.o.metrics?.batchDuration.observe({ projection: this.name }, (performance.now() - started) / 1000);
+    this.o.onBatch?.(last.position, events.length);
+  }
+}
+
+/**
+ * Groups what an async source has ready into arrays of at most `max`: an item that arrives
+ * within the same turn of the event loop joins the batch, one that needs I/O starts the next.
+ */
+export async function* batches<T>(source: AsyncIterable<T>, max: number): AsyncGenerator<T[]> {
+  const it = source[Symbol.asyncIterator]();
+  const NOT_YET = Symbol('not yet');
+  let pending: Promise<IteratorResult<T>> | undefined;
+  while (true) {
+    const first = await (pending ?? it.next());
+    pending = undefined;
+    if (first.done) return;
+    const batch = [first.value];
+    while (batch.length < max) {
+      pending = it.next();
+      const r = await Promise.race([
+        pending,
+        new Promise<typeof NOT_YET>((resolve) => setImmediate(resolve, NOT_YET)),
+      ]);
+      if (r === NOT_YET) break;
+      pending = undefined;
+      if (r.done) {
+        yield batch;
+        return;
+      }
+      batch.push(r.value);
+    }
+    yield batch;
+  }
+}
+
+/** Prometheus metrics of every runner in the process. */
+export class ProjectionMetrics {
+  readonly applied: Counter<'projection'>;
+  readonly errors: Counter<'projection'>;
+  readonly batchDuration: Histogram<'projection'>;
+  private readonly runners = new Set<ProjectionRunner>();
+
+  constructor(registry: Registry) {
+    const runners = this.runners;
+    this.applied = new Counter({
+      name: 'hub_projection_events_applied_total',
+      help: 'Events applied to read models, by projection.',
+      labelNames: ['projection'],
+      registers: [registry],
+    });
+    this.errors = new Counter({
+      name: 'hub_projection_errors_total',
+      help: 'Projection runner failures (each followed by a retry), by projection.',
+      labelNames: ['projection'],
+      registers: [registry],
+    });
+    this.batchDuration = new Histogram({
+      name: 'hub_projection_batch_duration_seconds',
+      help: 'Time to project and apply one batch, by projection.',
+      labelNames: ['projection'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+      registers: [registry],
+    });
+    const gauge = (name: string, help: string, pick: (s: ReturnType<ProjectionRunner['status']>) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['projection'],
+        registers: [registry],
+        collect() {
+          for (const r of runners) this.set({ projection: r.name }, pick(r.status()));
+        },
+      });
+    gauge(
+      'hub_projection_checkpoint_position',
+      'Global position of the last event applied, by projection.',
+      (s) => s.checkpoint,
+    );
+    gauge(
+      'hub_projection_lag_events',
+      'Events stored but not yet applied, by projection.',
+      (s) => s.lagEvents,
+    );
+    gauge(
+      'hub_projection_lag_seconds',
+      'Age of the last applied event while events wait to be applied (0 when caught up), by projection.',
+      (s) => s.lagSeconds,
+    );
+  }
+
+  track(runner: ProjectionRunner): void {
+    this.runners.add(runner);
+  }
+}
