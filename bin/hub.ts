@@ -142,6 +142,7 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
     process.once('SIGINT', () => controller.abort());
     const tty = process.stderr.isTTY;
     let lastPrint = 0;
+    let last: Parameters<typeof progressLine>[0] | undefined;
     try {
       const result = await replayProjection({
         store: stores.store,
@@ -152,13 +153,14 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
         signal: controller.signal,
         dropGraceMs: config.replayDropGraceMs,
         onProgress: (p) => {
+          last = p;
           const now = Date.now();
           if (tty ? now - lastPrint < 100 : now - lastPrint < 2000) return;
           lastPrint = now;
           process.stderr.write(tty ? `\r${progressLine(p)}` : `${progressLine(p)}\n`);
         },
       });
-      if (tty) process.stderr.write('\n');
+      if (last) process.stderr.write(tty ? `\r${progressLine(last)}\n` : `${progressLine(last)}\n`);
       if (result.outcome === 'interrupted') {
         say(
           `interrupted at position ${result.checkpoint} (generation ${result.generation}); run the same command to resume`,

@@ -189,6 +189,7 @@ export class ProjectionRunner {
 
   /** Live: the subscription's events in batches of what has arrived. */
   private async follow(generation: number, signal: AbortSignal): Promise<void> {
+    if (signal.aborted) return; // an abort listener added now would never fire
     const subscription = this.o.store.subscribe(this.checkpoint, { batchSize: this.batchSize });
     const stop = () => subscription.close();
     signal.addEventListener('abort', stop, { once: true });

@@ -54,8 +54,8 @@ export class MemoryReadStore implements ReadStore {
     onlyIfActive: boolean,
   ): Promise<ApplyOutcome> {
     const g = this.gen(projection, generation);
-    if (g.checkpoint.position !== from) return 'moved';
     if (onlyIfActive && (this.active.get(projection) ?? 1) !== generation) return 'inactive';
+    if (g.checkpoint.position !== from) return 'moved';
     for (const w of writes) applyWrite(g.data, w);
     g.checkpoint = { ...to };
     this.events.emit('checkpoint', projection, generation, to.position);

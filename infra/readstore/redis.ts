@@ -14,9 +14,9 @@ const SWITCHES = 'hub:rm:switches';
 const ACTIVE_CACHE_MS = 1000;
 
 const APPLY = `
+if ARGV[5] == '1' and tonumber(redis.call('GET', KEYS[2]) or '1') ~= tonumber(ARGV[1]) then return 'inactive' end
 local cp = tonumber(redis.call('HGET', KEYS[1], 'position') or '0')
 if cp ~= tonumber(ARGV[2]) then return 'moved' end
-if ARGV[5] == '1' and tonumber(redis.call('GET', KEYS[2]) or '1') ~= tonumber(ARGV[1]) then return 'inactive' end
 local prefix = ARGV[6]
 local writes = cjson.decode(ARGV[9])
 for _, w in ipairs(writes) do
