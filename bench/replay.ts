@@ -45,7 +45,11 @@ async function readOnlyCeiling(): Promise<number> {
   const store = new PostgresEventStore({ url: config.postgresUrl, schema });
   const started = performance.now();
   let n = 0;
-  for (let page = await store.readAll(0, 1000); page.length > 0; page = await store.readAll(page.at(-1)!.position, 1000)) {
+  for (
+    let page = await store.readAll(0, 1000);
+    page.length > 0;
+    page = await store.readAll(page.at(-1)!.position, 1000)
+  ) {
     n += page.length;
   }
   await store.close();
@@ -62,7 +66,19 @@ async function redisCeiling(): Promise<number> {
     const pipe = redis.pipeline();
     for (let j = i; j < Math.min(EVENTS, i + 1000); j++) {
       const stream = `device-${j % STREAMS}`;
-      pipe.hset(`${prefix}stream:${stream}`, 'stream', JSON.stringify(stream), 'revision', String(j), 'last_type', '"DeviceMetaUpdated"', 'last_position', String(j), 'updated', String(now));
+      pipe.hset(
+        `${prefix}stream:${stream}`,
+        'stream',
+        JSON.stringify(stream),
+        'revision',
+        String(j),
+        'last_type',
+        '"DeviceMetaUpdated"',
+        'last_position',
+        String(j),
+        'updated',
+        String(now),
+      );
       pipe.zadd(`${prefix}streams-by-update`, now + j, stream);
       pipe.hincrby(`${prefix}totals`, 'DeviceMetaUpdated', 1);
     }
