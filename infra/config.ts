@@ -123,6 +123,90 @@ export const knobs = {
     'Comma-separated Kafka bootstrap brokers in the distributed profile.',
     list,
   ),
+  publicUrl: knob(
+    'HUB_PUBLIC_URL',
+    '',
+    'Address users reach the API at, for links in emails and redirect-uri. Empty: the address it listens on.',
+    url('http:', 'https:'),
+  ),
+  jwtPrivateKey: knob(
+    'HUB_JWT_PRIVATE_KEY',
+    '',
+    'ES256 private key (PKCS#8 PEM) that signs tokens. Empty: generated on first start (embedded: kept in HUB_DATA_DIR/keys).',
+    text,
+  ),
+  admins: knob('HUB_ADMINS', '', 'Comma-separated nicks of the admin accounts.', list),
+  serviceDomain: knob(
+    'HUB_SERVICE_DOMAIN',
+    '',
+    'The <domain> of service account PRNs (prn:<domain>:auth:/<nick>).',
+    text,
+  ),
+  accessTokenTtl: knob(
+    'HUB_ACCESS_TOKEN_TTL_S',
+    '3600',
+    'Lifetime of tokens from login and refresh, seconds.',
+    int(60, 86_400 * 30),
+  ),
+  refreshWindow: knob(
+    'HUB_REFRESH_WINDOW_S',
+    '604800',
+    'How long after a login GET /auth/login may keep refreshing its token, seconds.',
+    int(60, 86_400 * 365),
+  ),
+  refreshTokenTtl: knob(
+    'HUB_REFRESH_TOKEN_TTL_S',
+    '2592000',
+    'Lifetime of a refresh token, seconds.',
+    int(60, 86_400 * 365),
+  ),
+  delegatedTokenTtl: knob(
+    'HUB_DELEGATED_TOKEN_TTL_S',
+    '31536000',
+    'Lifetime of delegated tokens (POST /auth/token), seconds.',
+    int(60, 86_400 * 3650),
+  ),
+  implicitTokenTtl: knob(
+    'HUB_IMPLICIT_TOKEN_TTL_S',
+    '3600',
+    'Lifetime of tokens from POST /auth/authorize, seconds.',
+    int(60, 86_400),
+  ),
+  accessCodeTtl: knob(
+    'HUB_ACCESS_CODE_TTL_S',
+    '600',
+    'Lifetime of an access code (POST /auth/code), seconds.',
+    int(10, 86_400),
+  ),
+  loginLimitPerMinute: knob(
+    'HUB_LOGIN_LIMIT_PER_MINUTE',
+    '30',
+    'Login, recovery and challenge attempts per client address per minute (429 above).',
+    int(1, 1_000_000),
+  ),
+  loginAccountLimitPerMinute: knob(
+    'HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE',
+    '10',
+    'Login attempts per account (username) per minute (429 above).',
+    int(1, 1_000_000),
+  ),
+  captchaVerifyUrl: knob(
+    'HUB_CAPTCHA_VERIFY_URL',
+    '',
+    'Captcha check of the registration challenge (hCaptcha/reCAPTCHA/Turnstile siteverify URL). Empty: off.',
+    url('http:', 'https:'),
+  ),
+  captchaSecret: knob('HUB_CAPTCHA_SECRET', '', 'Secret sent with each captcha check.', text),
+  mailTransport: knob(
+    'HUB_MAIL_TRANSPORT',
+    'file',
+    '`smtp://user:pass@host:port` (or smtps://), `file` (JSON files in HUB_DATA_DIR/mail) or `log` (recipient and subject only).',
+    (raw) => {
+      if (raw === 'file' || raw === 'log' || /^smtps?:\/\//.test(raw)) return raw;
+      throw new Error('must be file, log or an smtp:// URL');
+    },
+  ),
+  mailFrom: knob('HUB_MAIL_FROM', 'Device Hub <no-reply@localhost>', 'Sender of the emails.', text),
   bodyLimitBytes: knob(
     'HUB_BODY_LIMIT_BYTES',
     '1048576',

@@ -3,8 +3,13 @@
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { createApp, type ReadinessCheck } from '../api/app.ts';
+import { appRoutes } from '../api/apps/routes.ts';
+import { captchaCheck } from '../api/auth/captcha.ts';
+import { loadKeys } from '../api/auth/keys.ts';
+import { authRoutes } from '../api/auth/routes.ts';
 import {
   type Consistency,
   consistency,
@@ -12,13 +17,19 @@ import {
   MemoryLastWrites,
   RedisLastWrites,
 } from '../api/consistency.ts';
+import type { HubContext } from '../api/context.ts';
+import { profileRoutes } from '../api/profiles/routes.ts';
+import { MailProcessor } from '../processors/mailer.ts';
 import { projections } from '../projections/index.ts';
 import { ProjectionMetrics, ProjectionRunner } from '../projections/runner.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
+import { type CheckpointStore, FileCheckpoints, RedisCheckpoints } from './checkpoints.ts';
 import type { Config } from './config.ts';
 import { openEventStore } from './eventstore/open.ts';
 import type { EventStore } from './eventstore/port.ts';
 import { SchemaCheckedStore } from './eventstore/schema-checked.ts';
+import { type Limiter, MemoryLimiter, RedisLimiter } from './limits.ts';
+import { createMailer } from './mail.ts';
 import { MemoryReadStore } from './readstore/memory.ts';
 import type { ReadStore } from './readstore/port.ts';
 import { RedisReadStore } from './readstore/redis.ts';
@@ -40,10 +51,19 @@ export interface HubNode {
   stop(): Promise<void>;
 }
 
+export interface Stores {
+  store: EventStore;
+  readStore: ReadStore;
+  lastWrites: LastWrites;
+  limiter: Limiter;
+  checkpoints: CheckpointStore;
+  /** Shared Redis connection (distributed profile). */
+  redis: Redis | undefined;
+  close(): Promise<void>;
+}
+
 /** The adapters of the profile, shared by every role of the process. */
-export async function openStores(
-  config: Config,
-): Promise<{ store: EventStore; readStore: ReadStore; lastWrites: LastWrites; close(): Promise<void> }> {
+export async function openStores(config: Config): Promise<Stores> {
   const store = new SchemaCheckedStore(await openEventStore(config), SchemaRegistry.load());
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
@@ -51,6 +71,9 @@ export async function openStores(
       store,
       readStore,
       lastWrites: new MemoryLastWrites(),
+      limiter: new MemoryLimiter(),
+      checkpoints: new FileCheckpoints(join(config.dataDir, 'checkpoints')),
+      redis: undefined,
       close: async () => {
         await readStore.close();
         await store.close();
@@ -64,6 +87,9 @@ export async function openStores(
     store,
     readStore,
     lastWrites: new RedisLastWrites(redis),
+    limiter: new RedisLimiter(redis),
+    checkpoints: new RedisCheckpoints(redis),
+    redis,
     close: async () => {
       redis.disconnect();
       await readStore.close();
@@ -116,9 +142,54 @@ export async function startNode(
   }
 
   const reads = consistency(readStore, stores.lastWrites, config.readWaitMs);
+  const keys = await loadKeys(
+    {
+      configured: config.jwtPrivateKey,
+      dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
+      redis: stores.redis,
+    },
+    logger,
+  );
   let url = '';
+  const publicUrl = () => config.publicUrl || url || `http://${config.host}:${config.port}`;
+
+  if (runProjector) {
+    // The mailer follows the event store (the outbox) wherever the projector runs.
+    const mail = createMailer(config.mailTransport, config.mailFrom, join(config.dataDir, 'mail'), logger);
+    const mailer = new MailProcessor({
+      store,
+      checkpoints: stores.checkpoints,
+      mailer: mail,
+      hmacKey: keys.hmacKey,
+      publicUrl,
+      logger,
+    });
+    mailer.start();
+    closers.push(async () => {
+      await mailer.stop();
+      mail.close();
+    });
+  }
+
   if (roles.includes('api')) {
-    const { app } = createApp({ config, logger, metrics, readiness });
+    const hub: HubContext = {
+      config,
+      logger,
+      store,
+      readStore,
+      consistency: reads,
+      keys,
+      limiter: stores.limiter,
+      captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
+      publicUrl,
+    };
+    const { app } = createApp({
+      config,
+      logger,
+      metrics,
+      readiness,
+      mount: [authRoutes(hub), appRoutes(hub), profileRoutes(hub)],
+    });
     const server: Server = createServer(app.callback());
     server.keepAliveTimeout = 65_000;
     server.listen(config.port, config.host);

@@ -1,8 +1,10 @@
 // Every projection the projector runs. A new read model is added here.
+import { accountList } from './accounts.ts';
+import { appList } from './apps.ts';
 import type { Projection } from './runner.ts';
 import { streamCatalog } from './streams.ts';
 
-export const projections: Projection[] = [streamCatalog];
+export const projections: Projection[] = [streamCatalog, accountList, appList];
 
 export function projectionNamed(name: string): Projection | undefined {
   return projections.find((p) => p.name === name);

@@ -31,6 +31,7 @@ export class SchemaRegistry {
   static load(dirs: string[] = [join(SCHEMAS_DIR, 'events'), join(SCHEMAS_DIR, 'topics')]): SchemaRegistry {
     const registry = new SchemaRegistry();
     const registered: Record<string, avro.Type> = {};
+    const owned = new Map<string, Set<string>>(); // schema name -> full names its files define
     for (const dir of dirs) {
       let files: string[];
       try {
@@ -55,9 +56,11 @@ export class SchemaRegistry {
         const waiting: typeof pending = [];
         let lastError: Error | undefined;
         for (const item of pending) {
-          // Each file parses against a copy of what came before, without its own earlier versions.
-          const own = item.json.namespace ? `${item.json.namespace}.${item.json.name}` : item.json.name;
-          const { [own]: _previous, ...visible } = registered;
+          // Each file parses against the named types of other files, not its own earlier
+          // versions (which may define the same names).
+          const own = owned.get(item.name) ?? new Set<string>();
+          const visible = Object.fromEntries(Object.entries(registered).filter(([n]) => !own.has(n)));
+          const before = new Set(Object.keys(visible));
           let type: avro.Type;
           try {
             type = avro.Type.forSchema(item.json, { registry: visible });
@@ -67,7 +70,12 @@ export class SchemaRegistry {
             waiting.push(item);
             continue;
           }
-          registered[own] = type;
+          for (const [n, t] of Object.entries(visible)) {
+            if (before.has(n)) continue;
+            own.add(n);
+            registered[n] = t; // the newest version's named types are the ones others see
+          }
+          owned.set(item.name, own);
           const entry = registry.schemas.get(item.name) ?? { current: 0, types: new Map() };
           entry.types.set(item.version, type);
           entry.current = Math.max(entry.current, item.version);

@@ -1,0 +1,269 @@
+// /apps: third-party applications of the caller. An app is addressed by id, nick (among the
+// caller's apps) or PRN; other accounts' apps answer 404.
+import { randomBytes } from 'node:crypto';
+import {
+  claimName,
+  handle,
+  load,
+  NameTakenError,
+  nameOwner,
+  releaseName,
+} from '../../infra/eventstore/aggregate.ts';
+import { accountStream, accounts } from '../auth/accounts.ts';
+import { authenticate, requireScope } from '../auth/middleware.ts';
+import { secretToken, sha256 } from '../auth/secrets.ts';
+import type { HubContext } from '../context.ts';
+import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { conflict, notFound, unprocessable } from '../errors.ts';
+import { type Routes, schema } from '../routes.ts';
+import { type AppFields, type AppState, appPrn, appRecord, appStream, apps, type Scope } from './apps.ts';
+
+const SCOPE = {
+  type: 'object',
+  required: ['id'],
+  additionalProperties: false,
+  properties: {
+    id: {
+      type: 'string',
+      pattern: '^[a-z][a-z0-9._-]{0,63}$',
+      description: 'Lowercase letters, digits, . _ -.',
+    },
+    description: { type: 'string', maxLength: 512 },
+    required: { type: 'boolean' },
+    service: { type: 'string', maxLength: 256 },
+  },
+};
+const APP_FIELDS = {
+  nick: {
+    type: 'string',
+    pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$',
+    description: 'Unique among your apps.',
+  },
+  name: { type: 'string', minLength: 1, maxLength: 256 },
+  logo: { type: 'string', maxLength: 4096 },
+  redirect_uris: { type: 'array', maxItems: 20, items: { type: 'string', format: 'uri', maxLength: 2048 } },
+  scopes: { type: 'array', maxItems: 100, items: SCOPE },
+  exposed_scopes: { type: 'array', maxItems: 100, items: SCOPE },
+  type: {
+    enum: ['public', 'confidential'],
+    description: 'confidential apps get a secret, shown once, on creation.',
+  },
+};
+const APP_BODY = schema<
+  Partial<AppFields> & { nick: string; name: string; type?: 'public' | 'confidential' }
+>({
+  type: 'object',
+  required: ['nick', 'name'],
+  additionalProperties: false,
+  properties: APP_FIELDS,
+});
+const APP_RECORD = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    prn: { type: 'string' },
+    ...APP_FIELDS,
+    exposedScopesLength: { type: 'integer' },
+    owner: { type: 'string' },
+    'owner-nick': { type: 'string' },
+    secret: { type: 'string', description: 'Confidential apps, on creation only.' },
+    'time-created': { type: 'string' },
+    'time-modified': { type: 'string' },
+    'deleted-at': { type: 'string' },
+  },
+};
+
+const scopeOf = (s: Partial<Scope> & { id: string }): Scope => ({
+  id: s.id,
+  description: s.description ?? '',
+  required: s.required ?? false,
+  service: s.service ?? '',
+});
+const fieldsOf = (body: Partial<AppFields> & { nick: string; name: string }): AppFields => ({
+  nick: body.nick,
+  name: body.name,
+  logo: body.logo ?? '',
+  redirect_uris: body.redirect_uris ?? [],
+  scopes: (body.scopes ?? []).map(scopeOf),
+  exposed_scopes: (body.exposed_scopes ?? []).map(scopeOf),
+});
+
+export function appRoutes(hub: HubContext) {
+  const { store } = hub;
+  const auth = authenticate(hub.keys);
+  const ownerOf = (ctx: { state: { auth?: { sub: string } } }) => ctx.state.auth!.sub;
+
+  /** The caller's app by id, nick or PRN; 404 for anyone else's or a deleted one. */
+  async function findApp(ownerPrn: string, ref: string): Promise<AppState> {
+    const ownerId = await nameOwner(store, 'prn', ownerPrn);
+    let id = ref.startsWith('prn:::apps:/') ? ref.slice('prn:::apps:/'.length) : ref;
+    if (!/^[a-f0-9]{24}$/.test(id) && ownerId)
+      id = (await nameOwner(store, `appnick-${ownerId}`, ref.toLowerCase())) ?? '';
+    const { state } = id ? await load(store, appStream(id), apps) : { state: apps.initial() };
+    if (!state.id || state.deleted || state.ownerPrn !== ownerPrn) throw notFound('No such app.');
+    return state;
+  }
+
+  return (routes: Routes) => {
+    routes.add({
+      method: 'post',
+      path: '/apps',
+      tag: 'apps',
+      summary: 'Register a third-party app.',
+      security: 'bearer',
+      scopes: ['apps', 'apps.write'],
+      middleware: [auth, requireScope('apps', 'write')],
+      body: APP_BODY,
+      responses: {
+        200: { description: 'The app; `secret` once, for confidential apps.', schema: APP_RECORD },
+      },
+      handler: async (ctx, { body }) => {
+        const ownerId = await nameOwner(store, 'prn', ownerOf(ctx));
+        if (!ownerId) throw notFound('The account of this token no longer exists.');
+        const { state: owner } = await load(store, accountStream(ownerId), accounts);
+        const id = randomBytes(12).toString('hex');
+        try {
+          await claimName(store, `appnick-${ownerId}`, body.nick.toLowerCase(), id);
+        } catch (err) {
+          if (err instanceof NameTakenError) throw conflict('You have an app with this nick already.');
+          throw err;
+        }
+        const type = body.type ?? 'public';
+        const secret = type === 'confidential' ? secretToken() : undefined;
+        const { appended } = await handle(store, appStream(id), apps, () => ({
+          events: [
+            {
+              type: 'AppRegistered',
+              data: {
+                app_id: id,
+                prn: appPrn(id),
+                owner_id: ownerId,
+                owner_prn: owner.prn,
+                owner_nick: owner.nick,
+                type,
+                secret_hash: secret ? sha256(secret) : null,
+                fields: fieldsOf(body),
+              },
+            },
+          ],
+          result: undefined,
+        }));
+        await hub.consistency.written(ctx, appended!.position);
+        const { state } = await load(store, appStream(id), apps);
+        ctx.body = appRecord(state, secret);
+      },
+    });
+
+    routes.add<undefined, { limit: number; skip: number }>({
+      method: 'get',
+      path: '/apps',
+      tag: 'apps',
+      summary: 'Your apps, newest first.',
+      security: 'bearer',
+      scopes: ['apps.readonly'],
+      middleware: [auth, requireScope('apps', 'read')],
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      responses: { 200: { description: 'A page of apps.', schema: pageSchema(APP_RECORD) } },
+      handler: async (ctx, { query }) => {
+        await hub.consistency.readable(ctx, ['apps']);
+        const rs = hub.readStore;
+        const generation = await rs.activeGeneration('apps');
+        const key = `apps-of:${ownerOf(ctx)}`;
+        const ids = await rs.range('apps', generation, key, {
+          reverse: true,
+          offset: query.skip,
+          limit: query.limit,
+        });
+        const items = (await Promise.all(ids.map((id) => rs.get('apps', generation, `app:${id}`)))).filter(
+          Boolean,
+        );
+        ctx.body = {
+          items,
+          total: await rs.count('apps', generation, key),
+          limit: query.limit,
+          skip: query.skip,
+        };
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/apps/{id}',
+      tag: 'apps',
+      summary: 'One of your apps, by id, nick or PRN.',
+      security: 'bearer',
+      scopes: ['apps.readonly'],
+      middleware: [auth, requireScope('apps', 'read')],
+      responses: { 200: { description: 'The app.', schema: APP_RECORD } },
+      handler: async (ctx) => {
+        ctx.body = appRecord(await findApp(ownerOf(ctx), ctx.params.id!));
+      },
+    });
+
+    routes.add({
+      method: 'put',
+      path: '/apps/{id}',
+      tag: 'apps',
+      summary: "Replace an app's fields (id, nick or PRN). Its type cannot change.",
+      security: 'bearer',
+      scopes: ['apps', 'apps.write'],
+      middleware: [auth, requireScope('apps', 'write')],
+      body: APP_BODY,
+      responses: { 200: { description: 'The app record.', schema: APP_RECORD } },
+      handler: async (ctx, { body }) => {
+        const app = await findApp(ownerOf(ctx), ctx.params.id!);
+        if (body.type && body.type !== app.type) {
+          throw unprocessable("An app's type cannot change; register a new app.", [
+            { field: 'type', problem: 'cannot change' },
+          ]);
+        }
+        const nickKind = `appnick-${app.ownerId}`;
+        if (body.nick.toLowerCase() !== app.fields.nick.toLowerCase()) {
+          try {
+            await claimName(store, nickKind, body.nick.toLowerCase(), app.id);
+          } catch (err) {
+            if (err instanceof NameTakenError) throw conflict('You have an app with this nick already.');
+            throw err;
+          }
+        }
+        const { appended } = await handle(store, appStream(app.id), apps, (s) => {
+          if (s.deleted) throw notFound('No such app.');
+          return {
+            events: [{ type: 'AppUpdated', data: { app_id: s.id, fields: fieldsOf(body) } }],
+            result: undefined,
+          };
+        });
+        if (body.nick.toLowerCase() !== app.fields.nick.toLowerCase()) {
+          await releaseName(store, nickKind, app.fields.nick.toLowerCase(), app.id);
+        }
+        await hub.consistency.written(ctx, appended!.position);
+        ctx.body = appRecord((await load(store, appStream(app.id), apps)).state);
+      },
+    });
+
+    routes.add({
+      method: 'delete',
+      path: '/apps/{id}',
+      tag: 'apps',
+      summary: 'Delete an app (id, nick or PRN); answers its record with deleted-at.',
+      security: 'bearer',
+      scopes: ['apps', 'apps.write'],
+      middleware: [auth, requireScope('apps', 'write')],
+      responses: { 200: { description: 'The deleted app.', schema: APP_RECORD } },
+      handler: async (ctx) => {
+        const app = await findApp(ownerOf(ctx), ctx.params.id!);
+        const { appended } = await handle(store, appStream(app.id), apps, (s) =>
+          s.deleted
+            ? { events: [], result: undefined }
+            : {
+                events: [{ type: 'AppDeleted', data: { app_id: s.id, owner_prn: s.ownerPrn } }],
+                result: undefined,
+              },
+        );
+        await releaseName(store, `appnick-${app.ownerId}`, app.fields.nick.toLowerCase(), app.id);
+        if (appended) await hub.consistency.written(ctx, appended.position);
+        ctx.body = appRecord((await load(store, appStream(app.id), apps)).state);
+      },
+    });
+  };
+}

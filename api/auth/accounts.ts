@@ -1,0 +1,126 @@
+// The account aggregate (stream account-<id>): its state, folded from events, and the record
+// the API shows. Pure: no I/O here.
+import type { RecordedEvent } from '../../infra/eventstore/port.ts';
+import type { AccountType } from './tokens.ts';
+
+export interface AccountState {
+  id: string;
+  prn: string;
+  type: AccountType;
+  nick: string;
+  email: string;
+  passwordHash: string;
+  active: boolean;
+  challenge: string;
+  redirectUris: string[];
+  created: number;
+  modified: number;
+  /** Nonces of verification emails sent and not used, with their expiry. */
+  verifications: Map<string, number>;
+  /** Reset nonces with their expiry; deleted once used. */
+  resets: Map<string, number>;
+  usedResets: Set<string>;
+  profile: Record<string, string>;
+  meta: Record<string, string>;
+  ovmode: Record<string, string> | null;
+}
+
+export const accountStream = (id: string) => `account-${id}`;
+export const accountPrn = (id: string) => `prn:::accounts:/${id}`;
+export const servicePrn = (nick: string, domain = '') => `prn:${domain}:auth:/${nick}`;
+
+export const accounts = {
+  initial: (): AccountState => ({
+    id: '',
+    prn: '',
+    type: 'USER',
+    nick: '',
+    email: '',
+    passwordHash: '',
+    active: false,
+    challenge: '',
+    redirectUris: [],
+    created: 0,
+    modified: 0,
+    verifications: new Map(),
+    resets: new Map(),
+    usedResets: new Set(),
+    profile: {},
+    meta: {},
+    ovmode: null,
+  }),
+  evolve(s: AccountState, e: RecordedEvent): AccountState {
+    const d = e.data as Record<string, unknown>;
+    const next = { ...s, modified: e.created };
+    switch (e.type) {
+      case 'AccountRegistered':
+        return {
+          ...next,
+          id: d.account_id as string,
+          prn: d.prn as string,
+          type: d.type as AccountType,
+          nick: d.nick as string,
+          email: d.email as string,
+          passwordHash: d.password_hash as string,
+          active: d.active as boolean,
+          challenge: d.challenge as string,
+          redirectUris: d.redirect_uris as string[],
+          created: e.created,
+        };
+      case 'VerificationEmailRequested':
+        return {
+          ...next,
+          verifications: new Map(s.verifications).set(d.nonce as string, d.expires as number),
+        };
+      case 'AccountVerified':
+        return { ...next, active: true, verifications: new Map() };
+      case 'PasswordResetRequested':
+        return { ...next, resets: new Map(s.resets).set(d.nonce as string, d.expires as number) };
+      case 'PasswordChanged': {
+        const resets = new Map(s.resets);
+        const used = new Set(s.usedResets);
+        if (typeof d.reset_nonce === 'string') {
+          resets.delete(d.reset_nonce);
+          used.add(d.reset_nonce);
+        }
+        return { ...next, passwordHash: d.password_hash as string, resets, usedResets: used };
+      }
+      case 'ProfileUpdated':
+        return {
+          ...next,
+          profile: d.profile as Record<string, string>,
+          meta: d.meta as Record<string, string>,
+          ovmode: d.ovmode as Record<string, string> | null,
+        };
+      default:
+        return s;
+    }
+  },
+};
+
+/** The account as the API shows it: never a password or a hash, whatever the resource table lists. */
+export function accountRecord(s: AccountState): Record<string, unknown> {
+  return {
+    prn: s.prn,
+    type: s.type,
+    nick: s.nick,
+    email: s.email,
+    status: s.active ? 'active' : 'pending',
+    challenge: s.active ? '' : s.challenge,
+    redirect_uris: s.redirectUris,
+    'time-created': new Date(s.created).toISOString(),
+    'time-modified': new Date(s.modified).toISOString(),
+  };
+}
+
+export function profileRecord(s: AccountState): Record<string, unknown> {
+  return {
+    nick: s.nick,
+    email: s.email,
+    ...s.profile,
+    meta: s.meta,
+    ...(s.ovmode ? { ovmode: s.ovmode } : {}),
+    'time-created': new Date(s.created).toISOString(),
+    'time-modified': new Date(s.modified).toISOString(),
+  };
+}

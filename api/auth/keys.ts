@@ -1,0 +1,65 @@
+// Signing keys. One ES256 key pair signs every JWT; the HMAC key for emailed tokens is derived
+// from it, so an operator manages one secret. Embedded: generated on first start and kept in
+// HUB_DATA_DIR/keys. Distributed: HUB_JWT_PRIVATE_KEY, or (for development) generated once and
+// shared through Redis, with a warning.
+import { createHash, createPrivateKey, createPublicKey, hkdfSync, type KeyObject } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Redis } from 'ioredis';
+import { exportJWK, exportPKCS8, generateKeyPair, type JWK } from 'jose';
+import type { Logger } from '../../infra/telemetry.ts';
+
+export interface Keys {
+  privateKey: KeyObject;
+  /** SPKI PEM: what koa-jwt verifies with. */
+  publicPem: string;
+  jwk: JWK & { kid: string };
+  kid: string;
+  /** For HMACs of emailed tokens. */
+  hmacKey: Buffer;
+}
+
+async function generatePem(): Promise<string> {
+  const { privateKey } = await generateKeyPair('ES256', { extractable: true });
+  return exportPKCS8(privateKey);
+}
+
+export async function fromPem(pem: string): Promise<Keys> {
+  const privateKey = createPrivateKey(pem);
+  const publicKey = createPublicKey(privateKey);
+  const publicPem = publicKey.export({ type: 'spki', format: 'pem' }).toString();
+  const jwk = await exportJWK(publicKey);
+  const kid = createHash('sha256').update(publicPem).digest('base64url').slice(0, 16);
+  const der = privateKey.export({ type: 'pkcs8', format: 'der' });
+  const hmacKey = Buffer.from(hkdfSync('sha256', der, 'device-hub', 'emailed-token-hmac', 32));
+  return { privateKey, publicPem, jwk: { ...jwk, kid, alg: 'ES256', use: 'sig' }, kid, hmacKey };
+}
+
+export async function loadKeys(
+  options: { configured: string; dataDir?: string; redis?: Redis },
+  logger: Logger,
+): Promise<Keys> {
+  if (options.configured) return fromPem(options.configured.replace(/\\n/g, '\n'));
+  if (options.dataDir) {
+    const dir = join(options.dataDir, 'keys');
+    const file = join(dir, 'jwt-es256.pem');
+    try {
+      return await fromPem(readFileSync(file, 'utf8'));
+    } catch {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+      const pem = await generatePem();
+      writeFileSync(file, pem, { mode: 0o600, flag: 'wx' });
+      logger.info({ file }, 'generated the JWT signing key');
+      return fromPem(readFileSync(file, 'utf8'));
+    }
+  }
+  if (options.redis) {
+    logger.warn(
+      'HUB_JWT_PRIVATE_KEY is not set: using a key generated once and shared through Redis (development only)',
+    );
+    await options.redis.set('hub:keys:jwt-es256', await generatePem(), 'NX');
+    const pem = await options.redis.get('hub:keys:jwt-es256');
+    if (pem) return fromPem(pem);
+  }
+  throw new Error('no signing key: set HUB_JWT_PRIVATE_KEY');
+}

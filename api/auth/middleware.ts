@@ -1,0 +1,73 @@
+// Authentication and authorisation as small Koa middleware: a bearer JWT verified by koa-jwt
+// (ES256 only, our issuer, an audience we serve), then scope checks per route.
+import type { Middleware } from 'koa';
+import koaJwt from 'koa-jwt';
+import { forbidden, HttpError, unauthorized } from '../errors.ts';
+import type { Keys } from './keys.ts';
+import { APP_PRN, type Claims, grants, HUB_AUDIENCE, ISSUER, SERVICE_PRN } from './tokens.ts';
+
+declare module 'koa' {
+  interface DefaultState {
+    /** The verified claims of the bearer token. */
+    auth?: Claims;
+  }
+}
+
+/** Verifies the bearer token; 401 (in the error shape, with WWW-Authenticate) when it does not hold. */
+export function authenticate(keys: Keys): Middleware {
+  const verify = koaJwt({
+    secret: keys.publicPem,
+    algorithms: ['ES256'],
+    issuer: ISSUER,
+    audience: [HUB_AUDIENCE, SERVICE_PRN, APP_PRN],
+    key: 'auth',
+    debug: true,
+    cookie: undefined,
+  } as Parameters<typeof koaJwt>[0]);
+  return async (ctx, next) => {
+    const header = ctx.get('Authorization');
+    if (!/^Bearer\s+\S+$/i.test(header))
+      throw unauthorized('Send a bearer token: Authorization: Bearer <token>.');
+    try {
+      await verify(ctx, async () => {});
+    } catch (err) {
+      const e = err as { status?: number; message?: string };
+      if (e.status === 401) throw unauthorized(`Invalid token: ${e.message ?? 'not accepted'}.`);
+      throw err;
+    }
+    const claims = ctx.state.auth as Claims;
+    if (typeof claims?.sub !== 'string' || !Array.isArray(claims.scopes))
+      throw unauthorized('Invalid token: claims missing.');
+    ctx.state.caller = claims.sub;
+    await next();
+  };
+}
+
+/** The token must grant `service` for reading or writing (403 naming the scopes that would). */
+export function requireScope(service: string, mode: 'read' | 'write'): Middleware {
+  return async (ctx, next) => {
+    const claims = ctx.state.auth!;
+    if (!grants(claims.scopes, service, mode)) {
+      const needed =
+        mode === 'write' ? `${service}.write (or ${service}, api)` : `${service}.readonly (or a write scope)`;
+      throw forbidden(`The token lacks the scope ${needed}.`);
+    }
+    await next();
+  };
+}
+
+/** First-party tokens only (from login), not tokens delegated to a service or an app. */
+export const requireFirstParty: Middleware = async (ctx, next) => {
+  if (ctx.state.auth!.aud !== HUB_AUDIENCE)
+    throw forbidden('This operation needs a token from login, not a delegated token.');
+  await next();
+};
+
+export function requireAccountType(...types: Claims['type'][]): Middleware {
+  return async (ctx, next) => {
+    if (!types.includes(ctx.state.auth!.type)) {
+      throw new HttpError(403, 'forbidden', `Only ${types.join(' or ')} accounts may do this.`);
+    }
+    await next();
+  };
+}

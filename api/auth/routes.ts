@@ -1,0 +1,1035 @@
+// /auth: registration (two steps), login for every account class, refresh, delegation by access
+// codes, implicit authorize, admin listing and impersonation, recovery. Handlers are thin: they
+// validate (the schemas below are the ones /openapi.json publishes), run a command through the
+// event store, and shape the answer.
+import { randomBytes } from 'node:crypto';
+import type { Context } from 'koa';
+import {
+  claimName,
+  handle,
+  load,
+  NameTakenError,
+  nameOwner,
+  releaseName,
+} from '../../infra/eventstore/aggregate.ts';
+import { appStream, apps } from '../apps/apps.ts';
+import type { HubContext, Page } from '../context.ts';
+import { PAGE_QUERY, pageSchema } from '../context.ts';
+import {
+  conflict,
+  forbidden,
+  HttpError,
+  notFound,
+  tooManyRequests,
+  unauthorized,
+  unprocessable,
+} from '../errors.ts';
+import { type Routes, schema } from '../routes.ts';
+import {
+  type AccountState,
+  accountPrn,
+  accountRecord,
+  accountStream,
+  accounts,
+  servicePrn,
+} from './accounts.ts';
+import { authenticate, requireFirstParty } from './middleware.ts';
+import {
+  DUMMY_HASH,
+  hashPassword,
+  nonce,
+  readEmailedToken,
+  secretToken,
+  sha256,
+  verifyPassword,
+} from './secrets.ts';
+import { type Claims, HUB_AUDIENCE, parseScopes, SCOPE_NAME, SERVICE_PRN, signToken } from './tokens.ts';
+
+const NICK = {
+  type: 'string',
+  pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$',
+  description: '3 to 64 letters, digits, . _ -; unique, case-insensitively.',
+};
+const EMAIL = { type: 'string', maxLength: 254, pattern: '^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$' };
+const PASSWORD = { type: 'string', minLength: 8, maxLength: 256, description: 'At least 8 characters.' };
+const ACCOUNT = {
+  type: 'object',
+  properties: {
+    prn: { type: 'string' },
+    type: { enum: ['USER', 'DEVICE', 'SERVICE'] },
+    nick: { type: 'string' },
+    email: { type: 'string' },
+    status: { enum: ['pending', 'active'] },
+    challenge: { type: 'string' },
+    redirect_uris: { type: 'array', items: { type: 'string' } },
+    'time-created': { type: 'string' },
+    'time-modified': { type: 'string' },
+    'redirect-uri': {
+      type: 'string',
+      description: 'Registration only: the browser address of the challenge.',
+    },
+  },
+};
+const TOKEN_RESPONSE = {
+  type: 'object',
+  required: ['token', 'token_type', 'expires_in'],
+  properties: {
+    token: { type: 'string', description: 'A JWT (ES256).' },
+    token_type: { const: 'Bearer' },
+    expires_in: { type: 'integer', description: 'Seconds.' },
+    refresh_token: { type: 'string', description: 'For POST /auth/token/refresh; rotated on every use.' },
+    scopes: { type: 'array', items: { type: 'string' } },
+  },
+};
+const VERIFY_EMAIL_MS = 48 * 3600_000;
+const RESET_MS = 3600_000;
+
+const lower = (s: string) => s.toLowerCase();
+const newId = () => randomBytes(12).toString('hex');
+
+export function authRoutes(hub: HubContext) {
+  const { store, config, keys } = hub;
+  const auth = authenticate(keys);
+  const isAdmin = (nick: string) => config.admins.some((a) => lower(a) === lower(nick));
+
+  async function limit(key: string, perMinute: number): Promise<void> {
+    const retryAfter = await hub.limiter.hit(key, perMinute, 60_000);
+    if (retryAfter > 0) throw tooManyRequests(retryAfter);
+  }
+
+  async function loadAccount(id: string): Promise<AccountState | undefined> {
+    const { state } = await load(store, accountStream(id), accounts);
+    return state.id ? state : undefined;
+  }
+
+  /** Finds an account by nick, email or PRN; read from the store, so it is never stale. */
+  async function findAccount(name: string): Promise<AccountState | undefined> {
+    const kind = name.includes('@') ? 'email' : name.startsWith('prn:') ? 'prn' : 'nick';
+    const id = await nameOwner(store, kind, kind === 'prn' ? name : lower(name));
+    return id ? loadAccount(id) : undefined;
+  }
+
+  /** A login session: an access token and the first refresh token of a new family. */
+  async function session(ctx: Context, subject: AccountState, actor?: AccountState) {
+    const claims = {
+      sub: subject.prn,
+      aud: HUB_AUDIENCE,
+      nick: subject.nick,
+      type: subject.type,
+      scopes: ['*'],
+      ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
+    };
+    const { token } = await signToken(keys, claims, config.accessTokenTtl);
+    const family = newId();
+    const secret = secretToken();
+    const issued = await store.append(
+      `refresh-${family}`,
+      [
+        {
+          id: `refresh-${family}-0`,
+          type: 'RefreshTokenIssued',
+          data: {
+            family,
+            account_id: (actor ?? subject).id,
+            token_hash: sha256(secret),
+            expires: Date.now() + config.refreshTokenTtl * 1000,
+            acting_as: actor ? subject.id : null,
+          },
+        },
+      ],
+      'no_stream',
+    );
+    await hub.consistency.written(ctx, issued.position);
+    return {
+      token,
+      token_type: 'Bearer',
+      expires_in: config.accessTokenTtl,
+      refresh_token: `${family}.${secret}`,
+      prn: subject.prn,
+      nick: subject.nick,
+    };
+  }
+
+  return (routes: Routes) => {
+    routes.add<{
+      email: string;
+      nick: string;
+      password: string;
+      type?: 'USER' | 'SERVICE';
+      redirect_uris?: string[];
+    }>({
+      method: 'post',
+      path: '/auth/accounts',
+      tag: 'auth',
+      summary: 'Register an account (step one of two).',
+      description:
+        'Creates a pending USER account and answers its record with `redirect-uri`, the browser address where the challenge is passed (captcha, when configured) and the verification email is sent; verifying the email activates the account. `nick` and `email` are unique (409). A SERVICE account needs an admin token and is active at once. No response ever carries a password or a hash.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        required: ['email', 'nick', 'password'],
+        additionalProperties: false,
+        properties: {
+          email: EMAIL,
+          nick: NICK,
+          password: PASSWORD,
+          type: { enum: ['USER', 'SERVICE'], default: 'USER' },
+          redirect_uris: {
+            type: 'array',
+            maxItems: 20,
+            items: { type: 'string', format: 'uri', maxLength: 2048 },
+          },
+        },
+      }),
+      responses: {
+        200: { description: 'The account record (pending, with redirect-uri).', schema: ACCOUNT },
+      },
+      handler: async (ctx, { body }) => {
+        const type = body.type ?? 'USER';
+        let active = false;
+        if (type === 'SERVICE') {
+          await auth(ctx, async () => {});
+          if (!isAdmin(ctx.state.auth!.nick)) throw forbidden('Only admins may register SERVICE accounts.');
+          active = true;
+        }
+        await limit(`register:${ctx.ip}`, config.loginLimitPerMinute);
+        const id = newId();
+        const prn = type === 'SERVICE' ? servicePrn(body.nick, config.serviceDomain) : accountPrn(id);
+        const claimed: [string, string][] = [];
+        try {
+          for (const [kind, value] of [
+            ['nick', lower(body.nick)],
+            ['email', lower(body.email)],
+            ['prn', prn],
+          ] as [string, string][]) {
+            await claimName(store, kind, value, id);
+            claimed.push([kind, value]);
+          }
+        } catch (err) {
+          for (const [kind, value] of claimed) await releaseName(store, kind, value, id);
+          if (err instanceof NameTakenError)
+            throw conflict(`That ${err.kind === 'prn' ? 'nick' : err.kind} is taken.`);
+          throw err;
+        }
+        const challenge = `${id}.${secretToken(18)}`;
+        const { appended, state } = await handle(store, accountStream(id), accounts, async () => ({
+          events: [
+            {
+              type: 'AccountRegistered',
+              data: {
+                account_id: id,
+                prn,
+                type,
+                nick: body.nick,
+                email: lower(body.email),
+                password_hash: await hashPassword(body.password),
+                challenge,
+                redirect_uris: body.redirect_uris ?? [],
+                active,
+              },
+            },
+          ],
+          result: undefined,
+        }));
+        await hub.consistency.written(ctx, appended!.position);
+        const created = accounts.evolve(state, {
+          id: '',
+          type: 'AccountRegistered',
+          stream: '',
+          revision: 0,
+          position: appended!.position,
+          created: Date.now(),
+          metadata: {},
+          data: {
+            account_id: id,
+            prn,
+            type,
+            nick: body.nick,
+            email: lower(body.email),
+            password_hash: '',
+            challenge,
+            redirect_uris: body.redirect_uris ?? [],
+            active,
+          },
+        });
+        ctx.body = {
+          ...accountRecord(created),
+          ...(active ? {} : { 'redirect-uri': `${hub.publicUrl()}/auth/challenge/${challenge}` }),
+        };
+      },
+    });
+
+    const challengeAccount = async (challenge: string) => {
+      const account = await loadAccount(challenge.split('.')[0] ?? '');
+      if (!account || account.challenge !== challenge) throw notFound('No registration with this challenge.');
+      return account;
+    };
+
+    routes.add({
+      method: 'get',
+      path: '/auth/challenge/{challenge}',
+      tag: 'auth',
+      summary: 'The registration challenge page (step two, in the browser).',
+      security: 'none',
+      responses: {
+        200: { description: 'An HTML page that passes the challenge and sends the verification email.' },
+      },
+      handler: async (ctx) => {
+        const account = await challengeAccount(ctx.params.challenge!);
+        const captcha = config.captchaVerifyUrl
+          ? '<p><label>Captcha answer <input id="captcha" name="captcha"></label></p>'
+          : '';
+        ctx.type = 'html';
+        ctx.body = `<!doctype html><meta charset="utf-8"><title>Verify your Device Hub account</title>
+<h1>Welcome, ${escapeHtml(account.nick)}</h1>
+<p>Send the verification email to ${escapeHtml(account.email)}.</p>${captcha}
+<button id="send">Send</button><p id="out"></p>
+<script>
+document.getElementById('send').onclick = async () => {
+  const c = document.getElementById('captcha');
+  const r = await fetch(location.pathname, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(c ? { captcha: c.value } : {}) });
+  document.getElementById('out').textContent = (await r.json()).message;
+};
+</script>`;
+      },
+    });
+
+    routes.add<{ captcha?: string }>({
+      method: 'post',
+      path: '/auth/challenge/{challenge}',
+      tag: 'auth',
+      summary:
+        'Pass the registration challenge: checks the captcha (when configured) and sends the verification email.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        additionalProperties: false,
+        properties: { captcha: { type: 'string', maxLength: 4096 } },
+      }),
+      responses: { 202: { description: 'The verification email is on its way.' } },
+      handler: async (ctx, { body }) => {
+        await limit(`challenge:${ctx.ip}`, config.loginLimitPerMinute);
+        const account = await challengeAccount(ctx.params.challenge!);
+        if (account.active) throw conflict('This account is verified already.');
+        if (!(await hub.captcha(body.captcha ?? '', ctx.ip))) {
+          throw unprocessable('The captcha answer was not accepted.', [
+            { field: 'captcha', problem: 'not accepted' },
+          ]);
+        }
+        const { appended } = await handle(store, accountStream(account.id), accounts, () => ({
+          events: [
+            {
+              type: 'VerificationEmailRequested',
+              data: {
+                account_id: account.id,
+                email: account.email,
+                nonce: nonce(),
+                expires: Date.now() + VERIFY_EMAIL_MS,
+              },
+            },
+          ],
+          result: undefined,
+        }));
+        await hub.consistency.written(ctx, appended!.position);
+        ctx.status = 202;
+        ctx.body = { status: 'sent', message: `A verification email is on its way to ${account.email}.` };
+      },
+    });
+
+    const verify = async (ctx: Context, token: string) => {
+      const parsed = readEmailedToken(keys.hmacKey, 'verify', token);
+      if (!parsed) throw unauthorized('This verification link is not valid.');
+      const { state, appended } = await handle(store, accountStream(parsed.accountId), accounts, (s) => {
+        if (!s.id) throw unauthorized('This verification link is not valid.');
+        if (s.active) return { events: [], result: undefined };
+        const expires = s.verifications.get(parsed.nonce);
+        if (expires === undefined || expires < Date.now())
+          throw unauthorized('This verification link has expired; pass the challenge again for a new one.');
+        return {
+          events: [{ type: 'AccountVerified', data: { account_id: s.id, nonce: parsed.nonce } }],
+          result: undefined,
+        };
+      });
+      if (appended) await hub.consistency.written(ctx, appended.position);
+      ctx.body = {
+        status: 'verified',
+        prn: state.prn,
+        nick: state.nick,
+        message: 'Your account is active: you can log in now.',
+      };
+    };
+    routes.add<undefined, { token: string }>({
+      method: 'get',
+      path: '/auth/verify',
+      tag: 'auth',
+      summary: 'Verify the email address (the link in the verification email); activates the account.',
+      security: 'none',
+      query: schema({
+        type: 'object',
+        required: ['token'],
+        properties: { token: { type: 'string', maxLength: 512 } },
+      }),
+      responses: { 200: { description: 'Verified (also when it was already).' } },
+      handler: (ctx, { query }) => verify(ctx, query.token),
+    });
+    routes.add<{ token: string }>({
+      method: 'post',
+      path: '/auth/verify',
+      tag: 'auth',
+      summary: 'Verify the email address with the token of the verification email.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        required: ['token'],
+        additionalProperties: false,
+        properties: { token: { type: 'string', maxLength: 512 } },
+      }),
+      responses: { 200: { description: 'Verified (also when it was already).' } },
+      handler: (ctx, { body }) => verify(ctx, body.token),
+    });
+
+    routes.add<{ username: string; password: string }>({
+      method: 'post',
+      path: '/auth/login',
+      tag: 'auth',
+      summary: 'Log in (USER by nick or email, DEVICE by PRN and secret, SERVICE by nick or PRN).',
+      description:
+        "Answers an access token and a refresh token. An admin may log in as another user with the username `<admin_nick>==><target_nick>` and the admin's own password; the token then carries `act` naming the admin. Attempts are limited per client address and per username (429 with Retry-After).",
+      security: 'none',
+      body: schema({
+        type: 'object',
+        required: ['username', 'password'],
+        additionalProperties: false,
+        properties: {
+          username: { type: 'string', minLength: 1, maxLength: 512 },
+          password: { type: 'string', maxLength: 512 },
+        },
+      }),
+      responses: { 200: { description: 'Logged in.', schema: TOKEN_RESPONSE } },
+      handler: async (ctx, { body }) => {
+        await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
+        await limit(`login-account:${lower(body.username)}`, config.loginAccountLimitPerMinute);
+        const [actorName, targetName] = body.username.includes('==>')
+          ? body.username.split('==>', 2)
+          : [body.username, undefined];
+        const account = await findAccount(actorName!);
+        const ok = await verifyPassword(body.password, account?.passwordHash || DUMMY_HASH);
+        if (!account || !ok) throw new HttpError(401, 'invalid_credentials', 'Wrong username or password.');
+        if (!account.active)
+          throw new HttpError(
+            403,
+            'account_pending',
+            'Verify your email address first: follow the link in the email sent after registration.',
+          );
+        if (targetName === undefined) {
+          ctx.body = await session(ctx, account);
+          return;
+        }
+        if (!isAdmin(account.nick)) throw forbidden('Only admins may log in as another user.');
+        const target = await findAccount(targetName);
+        if (!target) throw notFound(`No account named ${targetName}.`);
+        ctx.body = await session(ctx, target, account);
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/auth/login',
+      tag: 'auth',
+      summary: 'Refresh the presented token before it expires (within the refresh window of its login).',
+      security: 'bearer',
+      middleware: [auth],
+      responses: { 200: { description: 'A new token with the same claims.', schema: TOKEN_RESPONSE } },
+      handler: async (ctx) => {
+        const { iss: _i, iat: _a, exp: _e, jti: _j, ...claims } = ctx.state.auth!;
+        if (Date.now() / 1000 - claims.orig_iat > config.refreshWindow) {
+          throw unauthorized('The refresh window of this login has passed; log in again.');
+        }
+        const ttl = claims.aud === HUB_AUDIENCE ? config.accessTokenTtl : config.delegatedTokenTtl;
+        const { token } = await signToken(keys, claims, ttl);
+        ctx.body = { token, token_type: 'Bearer', expires_in: ttl };
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/auth/auth_status',
+      tag: 'auth',
+      summary: 'The claims of the presented token.',
+      security: 'bearer',
+      middleware: [auth],
+      responses: {
+        200: {
+          description:
+            'Claims: iss, sub (the account PRN), aud (the service on delegated tokens), iat, exp, jti, nick, type, scopes, orig_iat, and act when an admin acts as the user.',
+          schema: { type: 'object' },
+        },
+      },
+      handler: (ctx) => {
+        ctx.body = { ...ctx.state.auth, prn: ctx.state.auth!.sub };
+      },
+    });
+
+    routes.add<{ refresh_token: string }>({
+      method: 'post',
+      path: '/auth/token/refresh',
+      tag: 'auth',
+      summary: 'Swap a refresh token for a new access token and a new refresh token.',
+      description:
+        'Each refresh token works once. Presenting one that was already used revokes its whole family (every refresh token of that login), on the assumption that it was stolen; answers 401.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        required: ['refresh_token'],
+        additionalProperties: false,
+        properties: { refresh_token: { type: 'string', maxLength: 512 } },
+      }),
+      responses: { 200: { description: 'Refreshed.', schema: TOKEN_RESPONSE } },
+      handler: async (ctx, { body }) => {
+        const [family, secret] = body.refresh_token.split('.');
+        if (!family || !secret || !/^[a-f0-9]{24}$/.test(family))
+          throw unauthorized('Unknown refresh token.');
+        const presented = sha256(secret);
+        const next = secretToken();
+        const outcome = await handle(store, `refresh-${family}`, refreshFamilies, (f) => {
+          if (!f.accountId) throw unauthorized('Unknown refresh token.');
+          if (f.revoked) throw unauthorized('This login was revoked; log in again.');
+          if (presented !== f.current) {
+            if (f.spent.has(presented)) {
+              return {
+                events: [
+                  {
+                    type: 'RefreshFamilyRevoked',
+                    data: { reason: 'a spent refresh token was presented again' },
+                  },
+                ],
+                result: 'reused' as const,
+              };
+            }
+            throw unauthorized('Unknown refresh token.');
+          }
+          if (f.expires < Date.now()) throw unauthorized('This refresh token has expired; log in again.');
+          return {
+            events: [
+              {
+                type: 'RefreshTokenRotated',
+                data: { token_hash: sha256(next), expires: Date.now() + config.refreshTokenTtl * 1000 },
+              },
+            ],
+            result: 'rotated' as const,
+          };
+        });
+        if (outcome.result === 'reused')
+          throw unauthorized('This refresh token was used before: the login is revoked; log in again.');
+        const f = outcome.state;
+        const account = await loadAccount(f.actingAs ?? f.accountId);
+        const actor = f.actingAs ? await loadAccount(f.accountId) : undefined;
+        if (!account?.active || (actor && !isAdmin(actor.nick)))
+          throw unauthorized('The account can no longer log in.');
+        const claims = {
+          sub: account.prn,
+          aud: HUB_AUDIENCE,
+          nick: account.nick,
+          type: account.type,
+          scopes: ['*'],
+          ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
+        };
+        const { token } = await signToken(keys, claims, config.accessTokenTtl);
+        ctx.body = {
+          token,
+          token_type: 'Bearer',
+          expires_in: config.accessTokenTtl,
+          refresh_token: `${family}.${next}`,
+        };
+      },
+    });
+
+    routes.add<{ service: string; scopes: string }>({
+      method: 'post',
+      path: '/auth/code',
+      tag: 'auth',
+      summary: 'Grant a service scopes on your behalf: answers a short-lived, single-use access code.',
+      security: 'bearer',
+      middleware: [auth, requireFirstParty],
+      body: schema({
+        type: 'object',
+        required: ['service', 'scopes'],
+        additionalProperties: false,
+        properties: {
+          service: {
+            type: 'string',
+            pattern: SERVICE_PRN.source,
+            description: 'The service PRN, prn:<domain>:auth:/<name>.',
+          },
+          scopes: {
+            type: 'string',
+            minLength: 1,
+            maxLength: 1024,
+            description: '`*` for all, or scope names separated by spaces or commas.',
+          },
+        },
+      }),
+      responses: {
+        200: {
+          description: 'The code; the service swaps it at POST /auth/token.',
+          schema: {
+            type: 'object',
+            required: ['code'],
+            properties: { code: { type: 'string' }, expires_in: { type: 'integer' } },
+          },
+        },
+      },
+      handler: async (ctx, { body }) => {
+        const claims = ctx.state.auth!;
+        if (claims.type !== 'USER' || claims.act)
+          throw forbidden('Only users, acting for themselves, may grant access codes.');
+        const scopes = parseScopes(body.scopes);
+        const bad = scopes.find((s) => !SCOPE_NAME.test(s));
+        if (bad)
+          throw unprocessable(`Unknown scope ${bad}.`, [
+            { field: 'scopes', problem: `${bad} is not a scope name` },
+          ]);
+        const service = await findAccount(body.service);
+        if (!service || service.type !== 'SERVICE') {
+          throw unprocessable('No such service.', [
+            { field: 'service', problem: 'is not a registered service' },
+          ]);
+        }
+        const user = await findAccount(claims.sub);
+        if (!user) throw unauthorized('The account of this token no longer exists.');
+        const code = secretToken();
+        const appended = await store.append(
+          `code-${sha256(code)}`,
+          [
+            {
+              id: `code-${sha256(code)}-issued`,
+              type: 'AccessCodeIssued',
+              data: {
+                account_id: user.id,
+                account_prn: user.prn,
+                service: service.prn,
+                scopes,
+                expires: Date.now() + config.accessCodeTtl * 1000,
+              },
+            },
+          ],
+          'no_stream',
+        );
+        await hub.consistency.written(ctx, appended.position);
+        ctx.body = { code, expires_in: config.accessCodeTtl };
+      },
+    });
+
+    routes.add<{ 'access-code': string }>({
+      method: 'post',
+      path: '/auth/token',
+      tag: 'auth',
+      summary: 'A service swaps an access code for a long-lived delegated token.',
+      description:
+        "Called with the service's own token. The delegated token authenticates as the user, has `aud` = the service PRN and only the granted scopes. A code works once and only for the service it names: unknown, expired or reused codes answer 401, a code of another service 403.",
+      security: 'bearer',
+      middleware: [auth, requireFirstParty],
+      body: schema({
+        type: 'object',
+        required: ['access-code'],
+        additionalProperties: false,
+        properties: { 'access-code': { type: 'string', maxLength: 512 } },
+      }),
+      responses: { 200: { description: 'The delegated token.', schema: TOKEN_RESPONSE } },
+      handler: async (ctx, { body }) => {
+        const caller = ctx.state.auth!;
+        if (caller.type !== 'SERVICE') throw forbidden('Only SERVICE accounts swap access codes.');
+        const stream = `code-${sha256(body['access-code'])}`;
+        const { result: grant, appended } = await handle(
+          store,
+          stream,
+          codes,
+          (c) => {
+            if (!c.grant) throw unauthorized('Unknown access code.');
+            if (c.redeemed) throw unauthorized('This access code was used already.');
+            if (c.grant.expires < Date.now()) throw unauthorized('This access code has expired.');
+            if (c.grant.service !== caller.sub)
+              throw forbidden('This access code was issued to another service.');
+            return {
+              events: [{ type: 'AccessCodeRedeemed', data: { service: caller.sub } }],
+              result: c.grant,
+            };
+          },
+          1,
+        ).catch((err) => {
+          if ((err as Error).name === 'WrongExpectedRevisionError')
+            throw unauthorized('This access code was used already.');
+          throw err;
+        });
+        await hub.consistency.written(ctx, appended!.position);
+        const user = await loadAccount(grant.account_id);
+        if (!user?.active) throw unauthorized('The account that granted this code can no longer log in.');
+        const { token } = await signToken(
+          keys,
+          {
+            sub: user.prn,
+            aud: grant.service,
+            azp: grant.service,
+            nick: user.nick,
+            type: user.type,
+            scopes: grant.scopes,
+          },
+          config.delegatedTokenTtl,
+        );
+        ctx.body = {
+          token,
+          token_type: 'Bearer',
+          expires_in: config.delegatedTokenTtl,
+          scopes: grant.scopes,
+        };
+      },
+    });
+
+    routes.add<{
+      client_id: string;
+      redirect_uri: string;
+      scope?: string;
+      state?: string;
+      response_type?: string;
+    }>({
+      method: 'post',
+      path: '/auth/authorize',
+      tag: 'auth',
+      summary: 'Implicit authorize: issue an access token for a registered app straight away.',
+      description:
+        "Called with the user's token. `client_id` is the app id or PRN; `redirect_uri` must equal one registered for the app exactly. The token authenticates as the user, has `aud` = the app PRN, the requested scopes (all the app declares when none are asked) and lasts HUB_IMPLICIT_TOKEN_TTL_S (an hour). `redirect_to` is the redirect URI with the token in its fragment.",
+      security: 'bearer',
+      middleware: [auth, requireFirstParty],
+      body: schema({
+        type: 'object',
+        required: ['client_id', 'redirect_uri'],
+        additionalProperties: false,
+        properties: {
+          client_id: { type: 'string', maxLength: 256 },
+          redirect_uri: { type: 'string', maxLength: 2048 },
+          scope: { type: 'string', maxLength: 1024 },
+          state: { type: 'string', maxLength: 1024 },
+          response_type: { const: 'token' },
+        },
+      }),
+      responses: {
+        200: {
+          description: 'The token.',
+          schema: {
+            ...TOKEN_RESPONSE,
+            properties: {
+              ...TOKEN_RESPONSE.properties,
+              redirect_to: { type: 'string' },
+              state: { type: 'string' },
+            },
+          },
+        },
+      },
+      handler: async (ctx, { body }) => {
+        const claims = ctx.state.auth!;
+        if (claims.type !== 'USER') throw forbidden('Only users authorize apps.');
+        const appId = body.client_id.startsWith('prn:::apps:/')
+          ? body.client_id.slice('prn:::apps:/'.length)
+          : body.client_id;
+        const { state: app } = await load(store, appStream(appId), apps);
+        if (!app.id || app.deleted)
+          throw unprocessable('No such app.', [{ field: 'client_id', problem: 'is not a registered app' }]);
+        if (!app.fields.redirect_uris.includes(body.redirect_uri)) {
+          throw unprocessable('The redirect URI is not one registered for this app.', [
+            { field: 'redirect_uri', problem: 'does not match' },
+          ]);
+        }
+        const declared = app.fields.scopes.map((s) => s.id);
+        const asked = body.scope ? parseScopes(body.scope) : declared;
+        const extra = asked.find(
+          (s) => !declared.includes(s) && !(declared.length === 0 && SCOPE_NAME.test(s)),
+        );
+        if (extra)
+          throw unprocessable(`The app does not declare the scope ${extra}.`, [
+            { field: 'scope', problem: `${extra} is not declared by the app` },
+          ]);
+        const { token } = await signToken(
+          keys,
+          {
+            sub: claims.sub,
+            aud: app.prn,
+            azp: app.prn,
+            nick: claims.nick,
+            type: claims.type,
+            scopes: asked,
+          },
+          config.implicitTokenTtl,
+        );
+        const fragment = new URLSearchParams({
+          access_token: token,
+          token_type: 'Bearer',
+          expires_in: String(config.implicitTokenTtl),
+          ...(body.state ? { state: body.state } : {}),
+        });
+        ctx.body = {
+          token,
+          token_type: 'Bearer',
+          expires_in: config.implicitTokenTtl,
+          scopes: asked,
+          ...(body.state ? { state: body.state } : {}),
+          redirect_to: `${body.redirect_uri}#${fragment}`,
+        };
+      },
+    });
+
+    routes.add<undefined, { asadmin?: string; limit: number; skip: number }>({
+      method: 'get',
+      path: '/auth/accounts',
+      tag: 'auth',
+      summary: 'With ?asadmin=yes (admins only): every account, paginated. Without: your own account.',
+      security: 'bearer',
+      middleware: [auth, requireFirstParty],
+      query: schema({ type: 'object', properties: { asadmin: { enum: ['yes', 'no'] }, ...PAGE_QUERY } }),
+      responses: { 200: { description: 'A page of account records.', schema: pageSchema(ACCOUNT) } },
+      handler: async (ctx, { query }) => {
+        const claims = ctx.state.auth!;
+        if (query.asadmin !== 'yes') {
+          const own = await findAccount(claims.sub);
+          const page: Page<unknown> = {
+            items: own ? [accountRecord(own)] : [],
+            total: own ? 1 : 0,
+            limit: query.limit,
+            skip: query.skip,
+          };
+          ctx.body = page;
+          return;
+        }
+        if (!isAdmin(claims.nick) || claims.act) throw forbidden('Only admins may list all accounts.');
+        await hub.consistency.readable(ctx, ['accounts']);
+        const rs = hub.readStore;
+        const generation = await rs.activeGeneration('accounts');
+        const ids = await rs.range('accounts', generation, 'by-created', {
+          offset: query.skip,
+          limit: query.limit,
+        });
+        const items = (
+          await Promise.all(ids.map((id) => rs.get('accounts', generation, `account:${id}`)))
+        ).filter(Boolean);
+        ctx.body = {
+          items,
+          total: await rs.count('accounts', generation, 'by-created'),
+          limit: query.limit,
+          skip: query.skip,
+        };
+      },
+    });
+
+    routes.add<{ email: string }>({
+      method: 'post',
+      path: '/auth/recover',
+      tag: 'auth',
+      summary: 'Ask for a password reset link by email.',
+      description:
+        'Always answers 202, whether or not an account has this email, so that it reveals nothing. The emailed token works once, for an hour.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        required: ['email'],
+        additionalProperties: false,
+        properties: { email: EMAIL },
+      }),
+      responses: { 202: { description: 'If an account has this email, a reset link is on its way.' } },
+      handler: async (ctx, { body }) => {
+        await limit(`recover:${ctx.ip}`, config.loginLimitPerMinute);
+        const account = await findAccount(lower(body.email));
+        if (account && account.type === 'USER') {
+          const { appended } = await handle(store, accountStream(account.id), accounts, () => ({
+            events: [
+              {
+                type: 'PasswordResetRequested',
+                data: {
+                  account_id: account.id,
+                  email: account.email,
+                  nonce: nonce(),
+                  expires: Date.now() + RESET_MS,
+                },
+              },
+            ],
+            result: undefined,
+          }));
+          await hub.consistency.written(ctx, appended!.position);
+        }
+        ctx.status = 202;
+        ctx.body = {
+          status: 'accepted',
+          message: 'If an account has this email, a reset link is on its way.',
+        };
+      },
+    });
+
+    routes.add<{ password: string; token?: string; current_password?: string }>({
+      method: 'post',
+      path: '/auth/password',
+      tag: 'auth',
+      summary: 'Set a new password: with the emailed reset token, or with your token and current password.',
+      description:
+        'A reset token works once and expires after an hour (401 otherwise). Without `token`, send your bearer token and `current_password`.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        required: ['password'],
+        additionalProperties: false,
+        properties: {
+          password: PASSWORD,
+          token: { type: 'string', maxLength: 512 },
+          current_password: { type: 'string', maxLength: 512 },
+        },
+      }),
+      responses: { 200: { description: 'The password is set.' } },
+      handler: async (ctx, { body }) => {
+        const hash = await hashPassword(body.password);
+        let accountId: string;
+        let resetNonce: string | null = null;
+        if (body.token) {
+          const parsed = readEmailedToken(keys.hmacKey, 'reset', body.token);
+          if (!parsed) throw unauthorized('This reset token is not valid.');
+          accountId = parsed.accountId;
+          resetNonce = parsed.nonce;
+        } else {
+          await auth(ctx, async () => {});
+          if (ctx.state.auth!.aud !== HUB_AUDIENCE || ctx.state.auth!.act)
+            throw forbidden('Change your password with your own login token.');
+          const account = await findAccount(ctx.state.auth!.sub);
+          if (!account) throw unauthorized('The account of this token no longer exists.');
+          if (!(await verifyPassword(body.current_password ?? '', account.passwordHash))) {
+            throw new HttpError(401, 'invalid_credentials', 'The current password is wrong.');
+          }
+          accountId = account.id;
+        }
+        const { appended } = await handle(store, accountStream(accountId), accounts, (s) => {
+          if (!s.id) throw unauthorized('This reset token is not valid.');
+          if (resetNonce !== null) {
+            if (s.usedResets.has(resetNonce)) throw unauthorized('This reset token was used already.');
+            const expires = s.resets.get(resetNonce);
+            if (expires === undefined || expires < Date.now())
+              throw unauthorized('This reset token has expired; ask for a new one.');
+          }
+          return {
+            events: [
+              {
+                type: 'PasswordChanged',
+                data: { account_id: s.id, password_hash: hash, reset_nonce: resetNonce },
+              },
+            ],
+            result: undefined,
+          };
+        });
+        await hub.consistency.written(ctx, appended!.position);
+        ctx.body = { status: 'changed', message: 'The password is set.' };
+      },
+    });
+
+    routes.add<undefined, { token: string }>({
+      method: 'get',
+      path: '/auth/reset',
+      tag: 'auth',
+      summary: 'The page of the password reset link: a form that posts to /auth/password.',
+      security: 'none',
+      query: schema({
+        type: 'object',
+        required: ['token'],
+        properties: { token: { type: 'string', maxLength: 512 } },
+      }),
+      responses: { 200: { description: 'An HTML form.' } },
+      handler: (ctx, { query }) => {
+        ctx.type = 'html';
+        ctx.body = `<!doctype html><meta charset="utf-8"><title>Reset your Device Hub password</title>
+<h1>Choose a new password</h1><p><input id="pw" type="password" minlength="8"> <button id="go">Set</button></p><p id="out"></p>
+<script>
+document.getElementById('go').onclick = async () => {
+  const r = await fetch('/auth/password', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: ${JSON.stringify(query.token)}, password: document.getElementById('pw').value }) });
+  document.getElementById('out').textContent = (await r.json()).message;
+};
+</script>`;
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/auth/.well-known/jwks.json',
+      tag: 'auth',
+      summary: 'The public keys that verify Device Hub tokens (for services checking delegated tokens).',
+      security: 'none',
+      responses: {
+        200: {
+          description: 'A JWK set.',
+          schema: { type: 'object', properties: { keys: { type: 'array' } } },
+        },
+      },
+      handler: (ctx) => {
+        ctx.body = { keys: [keys.jwk] };
+      },
+    });
+  };
+}
+
+// ---------------------------------------------------------------- small aggregates of /auth
+
+interface RefreshFamily {
+  accountId: string;
+  actingAs: string | undefined;
+  current: string;
+  expires: number;
+  spent: Set<string>;
+  revoked: boolean;
+}
+export const refreshFamilies = {
+  initial: (): RefreshFamily => ({
+    accountId: '',
+    actingAs: undefined,
+    current: '',
+    expires: 0,
+    spent: new Set(),
+    revoked: false,
+  }),
+  evolve(f: RefreshFamily, e: { type: string; data: unknown }): RefreshFamily {
+    const d = e.data as Record<string, unknown>;
+    switch (e.type) {
+      case 'RefreshTokenIssued':
+        return {
+          ...f,
+          accountId: d.account_id as string,
+          actingAs: (d.acting_as as string | null) ?? undefined,
+          current: d.token_hash as string,
+          expires: d.expires as number,
+        };
+      case 'RefreshTokenRotated':
+        return {
+          ...f,
+          spent: new Set(f.spent).add(f.current),
+          current: d.token_hash as string,
+          expires: d.expires as number,
+        };
+      case 'RefreshFamilyRevoked':
+        return { ...f, revoked: true };
+      default:
+        return f;
+    }
+  },
+};
+
+interface Grant {
+  account_id: string;
+  service: string;
+  scopes: string[];
+  expires: number;
+}
+export const codes = {
+  initial: (): { grant: Grant | undefined; redeemed: boolean } => ({ grant: undefined, redeemed: false }),
+  evolve(c: { grant: Grant | undefined; redeemed: boolean }, e: { type: string; data: unknown }) {
+    if (e.type === 'AccessCodeIssued') return { ...c, grant: e.data as Grant };
+    if (e.type === 'AccessCodeRedeemed') return { ...c, redeemed: true };
+    return c;
+  },
+};
+
+function escapeHtml(s: string): string {
+  return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+export type { Claims };

@@ -1,0 +1,73 @@
+// JWTs: what they claim, how they are signed (jose, ES256) and how scopes are granted.
+import { randomUUID } from 'node:crypto';
+import { SignJWT } from 'jose';
+import type { Keys } from './keys.ts';
+
+export const ISSUER = 'device-hub';
+/** The audience of first-party tokens (login, refresh). Delegated and app tokens name the service or app. */
+export const HUB_AUDIENCE = 'device-hub';
+export const SERVICE_PRN = /^prn:[^:/]*:auth:\/[A-Za-z0-9._-]+$/;
+export const APP_PRN = /^prn:::apps:\/[A-Za-z0-9_-]+$/;
+
+export type AccountType = 'USER' | 'DEVICE' | 'SERVICE';
+
+export interface Claims {
+  iss: string;
+  /** The account the token authenticates (a PRN). */
+  sub: string;
+  aud: string;
+  iat: number;
+  exp: number;
+  jti: string;
+  nick: string;
+  type: AccountType;
+  scopes: string[];
+  /** When the login that started this chain of refreshes happened (bounds GET /auth/login). */
+  orig_iat: number;
+  /** Impersonation: the admin acting as `sub` (RFC 8693 actor claim). */
+  act?: { sub: string; nick: string };
+  /** The service or app holding a delegated token. */
+  azp?: string;
+}
+
+export type ClaimsInput = Omit<Claims, 'iss' | 'iat' | 'exp' | 'jti' | 'orig_iat'> & { orig_iat?: number };
+
+export async function signToken(
+  keys: Keys,
+  input: ClaimsInput,
+  ttlSeconds: number,
+): Promise<{ token: string; claims: Claims }> {
+  const iat = Math.floor(Date.now() / 1000);
+  const claims: Claims = {
+    ...input,
+    iss: ISSUER,
+    iat,
+    exp: iat + ttlSeconds,
+    jti: randomUUID(),
+    orig_iat: input.orig_iat ?? iat,
+  };
+  const token = await new SignJWT({ ...claims })
+    .setProtectedHeader({ alg: 'ES256', kid: keys.kid, typ: 'JWT' })
+    .sign(keys.privateKey);
+  return { token, claims };
+}
+
+/**
+ * Scope names: `*` (everything), `api` and `api.readonly` (every service), and per service
+ * `<service>`, `<service>.readonly`, `<service>.write` (auth, apps, devices, profiles, trails, webhooks).
+ * Reads accept any of them; writes need `*`, `api`, `<service>` or `<service>.write`.
+ */
+export function grants(scopes: string[], service: string, mode: 'read' | 'write'): boolean {
+  const write = ['*', 'api', service, `${service}.write`];
+  if (mode === 'write') return scopes.some((s) => write.includes(s));
+  return scopes.some((s) => write.includes(s) || s === 'api.readonly' || s === `${service}.readonly`);
+}
+
+export const SCOPE_SERVICES = ['auth', 'apps', 'devices', 'profiles', 'trails', 'webhooks'] as const;
+
+/** Parses a requested scope string: `*`, or names separated by spaces or commas. */
+export function parseScopes(raw: string): string[] {
+  return [...new Set(raw.split(/[\s,]+/).filter(Boolean))];
+}
+
+export const SCOPE_NAME = /^(\*|api(\.readonly)?|[a-z][a-z0-9_-]*(\.(readonly|write))?)$/;

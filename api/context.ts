@@ -1,0 +1,52 @@
+// What every service's routes are given: the configuration and the adapters of the process.
+import type { Config } from '../infra/config.ts';
+import type { EventStore } from '../infra/eventstore/port.ts';
+import type { Limiter } from '../infra/limits.ts';
+import type { ReadStore } from '../infra/readstore/port.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import type { CaptchaCheck } from './auth/captcha.ts';
+import type { Keys } from './auth/keys.ts';
+import type { Consistency } from './consistency.ts';
+
+export interface HubContext {
+  config: Config;
+  logger: Logger;
+  store: EventStore;
+  readStore: ReadStore;
+  consistency: Consistency;
+  keys: Keys;
+  limiter: Limiter;
+  captcha: CaptchaCheck;
+  /** Where users reach the API (links in emails, redirect-uri). */
+  publicUrl: () => string;
+}
+
+/** The list envelope of every paginated read: GET /auth/accounts, /apps, /devices, /webhooks/events… */
+export interface Page<T> {
+  items: T[];
+  total: number;
+  limit: number;
+  skip: number;
+}
+
+export const PAGE_QUERY = {
+  limit: {
+    type: 'integer',
+    minimum: 1,
+    maximum: 500,
+    default: 50,
+    description: 'Items per page (default 50, at most 500).',
+  },
+  skip: { type: 'integer', minimum: 0, default: 0, description: 'Items to skip.' },
+} as const;
+
+export const pageSchema = (item: Record<string, unknown>) => ({
+  type: 'object',
+  required: ['items', 'total', 'limit', 'skip'],
+  properties: {
+    items: { type: 'array', items: item },
+    total: { type: 'integer' },
+    limit: { type: 'integer' },
+    skip: { type: 'integer' },
+  },
+});

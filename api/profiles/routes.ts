@@ -1,0 +1,122 @@
+// /profiles/: the caller's profile, kept in the account's own stream.
+import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { type AccountState, accountStream, accounts, profileRecord } from '../auth/accounts.ts';
+import { authenticate, requireScope } from '../auth/middleware.ts';
+import type { HubContext } from '../context.ts';
+import { notFound, unprocessable } from '../errors.ts';
+import { type Routes, schema } from '../routes.ts';
+
+const TEXT = { type: 'string', maxLength: 1024 };
+const PROFILE_TEXT = [
+  'bio',
+  'company',
+  'fullName',
+  'github',
+  'gitlab',
+  'location',
+  'picture',
+  'twitter',
+  'website',
+] as const;
+const OVMODE = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    mode: { type: 'string', maxLength: 64 },
+    root_of_trust: { type: 'string', maxLength: 64 },
+    status: { type: 'string', maxLength: 64 },
+  },
+};
+const PROFILE = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    ...Object.fromEntries(PROFILE_TEXT.map((f) => [f, TEXT])),
+    nick: { type: 'string', description: "Read-only here: must equal the account's nick when sent." },
+    email: { type: 'string', description: "Read-only here: must equal the account's email when sent." },
+    meta: {
+      type: 'object',
+      maxProperties: 100,
+      additionalProperties: { type: 'string', maxLength: 1024 },
+      propertyNames: { maxLength: 128 },
+    },
+    ovmode: OVMODE,
+    'time-created': { type: 'string', description: 'Ignored in requests.' },
+    'time-modified': { type: 'string', description: 'Ignored in requests.' },
+  },
+};
+
+type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'email', string>> & {
+  meta?: Record<string, string>;
+  ovmode?: Record<string, string>;
+};
+
+export function profileRoutes(hub: HubContext) {
+  const { store } = hub;
+  const auth = authenticate(hub.keys);
+
+  async function own(prn: string): Promise<AccountState> {
+    const id = await nameOwner(store, 'prn', prn);
+    const { state } = id ? await load(store, accountStream(id), accounts) : { state: accounts.initial() };
+    if (!state.id) throw notFound('The account of this token no longer exists.');
+    return state;
+  }
+
+  return (routes: Routes) => {
+    routes.add({
+      method: 'get',
+      path: '/profiles/',
+      tag: 'profiles',
+      summary: 'Your profile.',
+      security: 'bearer',
+      scopes: ['profiles.readonly'],
+      middleware: [auth, requireScope('profiles', 'read')],
+      responses: { 200: { description: 'The profile.', schema: PROFILE } },
+      handler: async (ctx) => {
+        ctx.body = profileRecord(await own(ctx.state.auth!.sub));
+      },
+    });
+
+    routes.add<ProfileBody>({
+      method: 'put',
+      path: '/profiles/',
+      tag: 'profiles',
+      summary: 'Replace your profile (fields not sent become empty).',
+      security: 'bearer',
+      scopes: ['profiles', 'profiles.write'],
+      middleware: [auth, requireScope('profiles', 'write')],
+      body: schema(PROFILE),
+      responses: { 200: { description: 'The profile.', schema: PROFILE } },
+      handler: async (ctx, { body }) => {
+        const account = await own(ctx.state.auth!.sub);
+        for (const field of ['nick', 'email'] as const) {
+          if (body[field] !== undefined && body[field]!.toLowerCase() !== account[field].toLowerCase()) {
+            throw unprocessable(`The ${field} cannot change through the profile.`, [
+              { field, problem: 'is read-only' },
+            ]);
+          }
+        }
+        const profile = Object.fromEntries(
+          PROFILE_TEXT.filter((f) => body[f] !== undefined).map((f) => [f, body[f]!]),
+        );
+        const { appended, state } = await handle(store, accountStream(account.id), accounts, (s) => ({
+          events: [
+            {
+              type: 'ProfileUpdated',
+              data: { account_id: s.id, profile, meta: body.meta ?? {}, ovmode: body.ovmode ?? null },
+            },
+          ],
+          result: undefined,
+        }));
+        await hub.consistency.written(ctx, appended!.position);
+        ctx.body = profileRecord({
+          ...state,
+          profile,
+          meta: body.meta ?? {},
+          ovmode: body.ovmode ?? null,
+          modified: Date.now(),
+        });
+      },
+    });
+  };
+}

@@ -1,0 +1,90 @@
+// Sends the emails that account events ask for (verification, password reset). The event store
+// is the outbox: this follows it from a durable checkpoint, so an email is sent at least once
+// for every request stored, also across crashes; requests that expired meanwhile are skipped.
+
+import { emailedToken } from '../api/auth/secrets.ts';
+import type { CheckpointStore } from '../infra/checkpoints.ts';
+import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
+import type { Mail, Mailer } from '../infra/mail.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import { batches } from '../projections/runner.ts';
+
+export interface MailerOptions {
+  store: EventStore;
+  checkpoints: CheckpointStore;
+  mailer: Mailer;
+  hmacKey: Buffer;
+  publicUrl: () => string;
+  logger: Logger;
+}
+
+const NAME = 'mailer';
+
+export function mailFor(event: RecordedEvent, hmacKey: Buffer, publicUrl: string): Mail | undefined {
+  const d = event.data as { account_id: string; email: string; nonce: string; expires: number };
+  if (d.expires !== undefined && d.expires < Date.now()) return undefined;
+  if (event.type === 'VerificationEmailRequested') {
+    const link = `${publicUrl}/auth/verify?token=${emailedToken(hmacKey, 'verify', d.account_id, d.nonce)}`;
+    return {
+      to: d.email,
+      subject: 'Verify your Device Hub account',
+      text: `Welcome to Device Hub.\n\nOpen this link to verify your email address and activate your account:\n\n${link}\n\nThe link works once and expires in 48 hours. If you did not register, ignore this email.\n`,
+    };
+  }
+  if (event.type === 'PasswordResetRequested') {
+    const token = emailedToken(hmacKey, 'reset', d.account_id, d.nonce);
+    return {
+      to: d.email,
+      subject: 'Reset your Device Hub password',
+      text: `Someone asked to reset the password of your Device Hub account.\n\nTo choose a new one, POST it with this token to ${publicUrl}/auth/password:\n\n  {"token": "${token}", "password": "<new password>"}\n\nor open ${publicUrl}/auth/reset?token=${token}\n\nThe token works once and expires in one hour. If it was not you, ignore this email.\n`,
+    };
+  }
+  return undefined;
+}
+
+export class MailProcessor {
+  private readonly o: MailerOptions;
+  private readonly controller = new AbortController();
+  private running: Promise<void> | undefined;
+
+  constructor(options: MailerOptions) {
+    this.o = options;
+  }
+
+  start(): void {
+    this.running ??= this.loop();
+  }
+
+  async stop(): Promise<void> {
+    this.controller.abort();
+    await this.running;
+  }
+
+  private async loop(): Promise<void> {
+    const signal = this.controller.signal;
+    let backoff = 200;
+    while (!signal.aborted) {
+      const subscription = this.o.store.subscribe(await this.o.checkpoints.get(NAME).catch(() => 0));
+      const stop = () => subscription.close();
+      signal.addEventListener('abort', stop, { once: true });
+      try {
+        for await (const batch of batches(subscription, 100)) {
+          for (const event of batch) {
+            const mail = mailFor(event, this.o.hmacKey, this.o.publicUrl());
+            if (mail) await this.o.mailer.send(mail);
+          }
+          await this.o.checkpoints.set(NAME, batch[batch.length - 1]!.position);
+          backoff = 200;
+        }
+      } catch (err) {
+        if (signal.aborted) break;
+        this.o.logger.warn({ err: (err as Error).message }, 'mailer failed; retrying from its checkpoint');
+        await new Promise((r) => setTimeout(r, backoff));
+        backoff = Math.min(backoff * 2, 10_000);
+      } finally {
+        signal.removeEventListener('abort', stop);
+        subscription.close();
+      }
+    }
+  }
+}

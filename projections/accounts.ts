@@ -1,0 +1,40 @@
+// Accounts for the admin listing: one document per account (no password material), newest last.
+import type { Projection } from './runner.ts';
+
+export const accountList: Projection = {
+  name: 'accounts',
+  version: 1,
+  description: 'Every account (prn, type, nick, email, status, times) and an index by creation.',
+  project(e) {
+    const d = e.data as Record<string, unknown>;
+    const key = `account:${d.account_id}`;
+    const modified = new Date(e.created).toISOString();
+    switch (e.type) {
+      case 'AccountRegistered':
+        return [
+          {
+            op: 'set',
+            key,
+            doc: {
+              prn: d.prn,
+              type: d.type,
+              nick: d.nick,
+              email: d.email,
+              status: d.active ? 'active' : 'pending',
+              redirect_uris: d.redirect_uris,
+              'time-created': modified,
+              'time-modified': modified,
+            },
+          },
+          { op: 'zadd', key: 'by-created', member: String(d.account_id), score: e.position },
+        ];
+      case 'AccountVerified':
+        return [{ op: 'patch', key, doc: { status: 'active', 'time-modified': modified } }];
+      case 'PasswordChanged':
+      case 'ProfileUpdated':
+        return [{ op: 'patch', key, doc: { 'time-modified': modified } }];
+      default:
+        return [];
+    }
+  },
+};
