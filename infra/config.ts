@@ -176,7 +176,7 @@ export const knobs = {
     'HUB_ACCESS_CODE_TTL_S',
     '600',
     'Lifetime of an access code (POST /auth/code), seconds.',
-    int(10, 86_400),
+    int(1, 86_400),
   ),
   loginLimitPerMinute: knob(
     'HUB_LOGIN_LIMIT_PER_MINUTE',

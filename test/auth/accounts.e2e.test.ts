@@ -1,0 +1,312 @@
+// /auth over HTTP: registration in two steps, login of every class, admin listing and
+// impersonation, recovery, rate limits; success and refusal paths.
+import assert from 'node:assert/strict';
+import { request } from '../harness.ts';
+import { readMail, signup, startHub, type TestHub, type User } from '../hub.ts';
+
+describe('/auth accounts (e2e)', function () {
+  this.timeout(60_000);
+  let hub: TestHub;
+  let root: User;
+  let alice: User;
+  const bodies: string[] = [];
+  const keep = <T extends { body: unknown }>(r: T): T => {
+    bodies.push(JSON.stringify(r.body));
+    return r;
+  };
+
+  before(async () => {
+    hub = await startHub();
+    root = await signup(hub, 'root');
+    alice = await signup(hub, 'alice');
+  });
+  after(() => hub.stop());
+
+  describe('registration', () => {
+    it('answers a pending account with redirect-uri, and never a password or a hash', async () => {
+      const r = keep(
+        await hub.call('POST', '/auth/accounts', {
+          body: { email: 'Bob@Example.com', nick: 'bob', password: 'correct horse battery' },
+        }),
+      );
+      assert.equal(r.status, 200);
+      assert.equal(r.body.nick, 'bob');
+      assert.equal(r.body.email, 'bob@example.com');
+      assert.equal(r.body.type, 'USER');
+      assert.equal(r.body.status, 'pending');
+      assert.match(r.body.prn, /^prn:::accounts:\/[a-f0-9]{24}$/);
+      assert.match(r.body['redirect-uri'], new RegExp(`^${hub.url}/auth/challenge/`));
+      for (const field of ['password', 'password_bcrypt', 'password_scrypt', 'password_hash'])
+        assert.equal(r.body[field], undefined);
+      assert.doesNotMatch(JSON.stringify(r.body), /scrypt|correct horse/);
+    });
+
+    it('a pending account cannot log in', async () => {
+      const r = await hub.call('POST', '/auth/login', {
+        body: { username: 'bob', password: 'correct horse battery' },
+      });
+      assert.equal(r.status, 403);
+      assert.equal(r.body.error, 'account_pending');
+    });
+
+    it('the challenge page and the emailed link activate the account', async () => {
+      const page = await request(
+        `${hub.url}/auth/challenge/${(await hub.call('POST', '/auth/accounts', { body: { email: 'carol@example.com', nick: 'carol', password: 'carol-password' } })).body['redirect-uri'].split('/challenge/')[1]}`,
+      );
+      assert.equal(page.status, 200);
+      assert.match(page.body, /Welcome, carol/);
+    });
+
+    it('nick and email are unique, case-insensitively (409), and a refused registration keeps nothing', async () => {
+      const nick = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'other@example.com', nick: 'ALICE', password: 'password-1' },
+      });
+      assert.equal(nick.status, 409);
+      assert.match(nick.body.message, /nick is taken/);
+      const email = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'ALICE@example.com', nick: 'alice2', password: 'password-1' },
+      });
+      assert.equal(email.status, 409);
+      assert.match(email.body.message, /email is taken/);
+      // The nick that registration claimed before the email clashed was given back.
+      const retry = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'alice2@example.com', nick: 'alice2', password: 'password-1' },
+      });
+      assert.equal(retry.status, 200);
+    });
+
+    it('refuses bad input with 422 naming the field', async () => {
+      const cases: [unknown, string][] = [
+        [{ email: 'x@example.com', nick: 'xx', password: 'password-1' }, 'nick'],
+        [{ email: 'not-an-email', nick: 'xavier', password: 'password-1' }, 'email'],
+        [{ email: 'x@example.com', nick: 'xavier', password: 'short' }, 'password'],
+        [
+          { email: 'x@example.com', nick: 'xavier', password: 'password-1', password_scrypt: 'abc' },
+          'password_scrypt',
+        ],
+        [{ email: 'x@example.com', nick: 'xavier', password: 'password-1', type: 'DEVICE' }, 'type'],
+        [{ nick: 'xavier', password: 'password-1' }, 'email'],
+      ];
+      for (const [body, field] of cases) {
+        const r = await hub.call('POST', '/auth/accounts', { body });
+        assert.equal(r.status, 422, JSON.stringify(body));
+        assert.equal(r.body.details[0].field, field);
+      }
+    });
+
+    it('only admins register SERVICE accounts', async () => {
+      const anonymous = await hub.call('POST', '/auth/accounts', {
+        body: { email: 's@example.com', nick: 'svc1', password: 'password-1', type: 'SERVICE' },
+      });
+      assert.equal(anonymous.status, 401);
+      const user = await hub.call('POST', '/auth/accounts', {
+        token: alice.token,
+        body: { email: 's@example.com', nick: 'svc1', password: 'password-1', type: 'SERVICE' },
+      });
+      assert.equal(user.status, 403);
+      const admin = await hub.call('POST', '/auth/accounts', {
+        token: root.token,
+        body: { email: 's@example.com', nick: 'svc1', password: 'password-1', type: 'SERVICE' },
+      });
+      assert.equal(admin.status, 200);
+      assert.equal(admin.body.prn, 'prn::auth:/svc1');
+      assert.equal(admin.body.status, 'active');
+    });
+
+    it('an unknown or forged verification link is refused', async () => {
+      assert.equal((await hub.call('GET', '/auth/verify?token=abc.def.ghi')).status, 401);
+      assert.equal((await hub.call('GET', '/auth/challenge/nope.nope')).status, 404);
+    });
+  });
+
+  describe('login', () => {
+    it('logs in by nick or by email, and says who the token is', async () => {
+      const byEmail = keep(
+        await hub.call('POST', '/auth/login', {
+          body: { username: 'alice@example.com', password: alice.password },
+        }),
+      );
+      assert.equal(byEmail.status, 200);
+      assert.equal(byEmail.body.token_type, 'Bearer');
+      assert.equal(byEmail.body.expires_in, 3600);
+      const status = keep(await hub.call('GET', '/auth/auth_status', { token: byEmail.body.token }));
+      assert.equal(status.status, 200);
+      assert.equal(status.body.sub, alice.prn);
+      assert.equal(status.body.prn, alice.prn);
+      assert.equal(status.body.nick, 'alice');
+      assert.equal(status.body.type, 'USER');
+      assert.equal(status.body.aud, 'device-hub');
+      assert.deepEqual(status.body.scopes, ['*']);
+    });
+
+    it('a wrong password and an unknown user get the same 401', async () => {
+      const wrong = await hub.call('POST', '/auth/login', {
+        body: { username: 'alice', password: 'nope-nope' },
+      });
+      const unknown = await hub.call('POST', '/auth/login', {
+        body: { username: 'nobody', password: 'nope-nope' },
+      });
+      assert.equal(wrong.status, 401);
+      assert.equal(unknown.status, 401);
+      assert.equal(wrong.body.message, unknown.body.message);
+      assert.equal(wrong.body.error, 'invalid_credentials');
+    });
+  });
+
+  describe('admin', () => {
+    it('lists every account with ?asadmin=yes, paginated, without password material', async () => {
+      const r = keep(
+        await hub.call('GET', '/auth/accounts?asadmin=yes&limit=2&skip=0', { token: root.token }),
+      );
+      assert.equal(r.status, 200);
+      assert.equal(r.body.limit, 2);
+      assert.equal(r.body.skip, 0);
+      assert.equal(r.body.items.length, 2);
+      assert.ok(r.body.total >= 5);
+      assert.equal(r.body.items[0].nick, 'root');
+      const next = await hub.call('GET', '/auth/accounts?asadmin=yes&limit=2&skip=2', { token: root.token });
+      assert.notEqual(next.body.items[0].nick, r.body.items[0].nick);
+      assert.doesNotMatch(JSON.stringify(r.body), /scrypt|password/);
+    });
+
+    it("refuses the listing to a non-admin (403), and answers one's own account without asadmin", async () => {
+      assert.equal((await hub.call('GET', '/auth/accounts?asadmin=yes', { token: alice.token })).status, 403);
+      const own = await hub.call('GET', '/auth/accounts', { token: alice.token });
+      assert.equal(own.status, 200);
+      assert.deepEqual(
+        own.body.items.map((a: { nick: string }) => a.nick),
+        ['alice'],
+      );
+    });
+
+    it('an admin logs in as another user; the token says who acts for whom', async () => {
+      const r = await hub.call('POST', '/auth/login', {
+        body: { username: 'root==>alice', password: root.password },
+      });
+      assert.equal(r.status, 200);
+      const claims = (await hub.call('GET', '/auth/auth_status', { token: r.body.token })).body;
+      assert.equal(claims.sub, alice.prn);
+      assert.equal(claims.nick, 'alice');
+      assert.deepEqual(claims.act, { sub: root.prn, nick: 'root' });
+      // Acting as alice does not carry root's admin listing.
+      assert.equal(
+        (await hub.call('GET', '/auth/accounts?asadmin=yes', { token: r.body.token })).status,
+        403,
+      );
+    });
+
+    it('a non-admin trying impersonation gets 403; a wrong admin password 401', async () => {
+      const r = await hub.call('POST', '/auth/login', {
+        body: { username: 'alice==>root', password: alice.password },
+      });
+      assert.equal(r.status, 403);
+      assert.match(r.body.message, /Only admins/);
+      assert.equal(
+        (
+          await hub.call('POST', '/auth/login', {
+            body: { username: 'root==>alice', password: alice.password },
+          })
+        ).status,
+        401,
+      );
+    });
+  });
+
+  describe('recovery', () => {
+    it('answers 202 alike for unknown and known emails; the emailed token sets the password once', async () => {
+      const started = Date.now() - 1;
+      const unknown = await hub.call('POST', '/auth/recover', { body: { email: 'nobody@example.com' } });
+      const known = await hub.call('POST', '/auth/recover', { body: { email: 'alice@example.com' } });
+      assert.equal(unknown.status, 202);
+      assert.equal(known.status, 202);
+      assert.deepEqual(unknown.body, known.body);
+      const mail = await readMail(hub, 'alice@example.com', /Reset/, started);
+      const token = /"token": "([^"]+)"/.exec(mail.text)![1]!;
+      const set = await hub.call('POST', '/auth/password', { body: { token, password: 'a-new-password' } });
+      assert.equal(set.status, 200);
+      assert.equal(
+        (await hub.call('POST', '/auth/login', { body: { username: 'alice', password: 'a-new-password' } }))
+          .status,
+        200,
+      );
+      assert.equal(
+        (await hub.call('POST', '/auth/login', { body: { username: 'alice', password: alice.password } }))
+          .status,
+        401,
+      );
+      const again = await hub.call('POST', '/auth/password', {
+        body: { token, password: 'another-password' },
+      });
+      assert.equal(again.status, 401);
+      assert.match(again.body.message, /used already/);
+      const forged = await hub.call('POST', '/auth/password', {
+        body: { token: `${token.slice(0, -2)}xx`, password: 'another-password' },
+      });
+      assert.equal(forged.status, 401);
+      alice.password = 'a-new-password';
+    });
+
+    it('changes the password with the current one and a token', async () => {
+      const wrong = await hub.call('POST', '/auth/password', {
+        token: alice.token,
+        body: { current_password: 'wrong-one', password: 'third-password' },
+      });
+      assert.equal(wrong.status, 401);
+      const ok = await hub.call('POST', '/auth/password', {
+        token: alice.token,
+        body: { current_password: alice.password, password: 'third-password' },
+      });
+      assert.equal(ok.status, 200);
+      alice.password = 'third-password';
+      assert.equal(
+        (await hub.call('POST', '/auth/login', { body: { username: 'alice', password: 'third-password' } }))
+          .status,
+        200,
+      );
+    });
+  });
+
+  it('no response, log line or email carried a password or a hash', () => {
+    const everything = [...bodies, ...hub.logs()].join('\n');
+    for (const secret of [
+      'scrypt$',
+      root.password,
+      'correct horse battery',
+      'third-password',
+      'a-new-password',
+    ]) {
+      assert.ok(!everything.includes(secret), `found ${secret}`);
+    }
+  });
+});
+
+describe('/auth rate limits (e2e)', function () {
+  this.timeout(60_000);
+  it('limits login attempts per account and per address with 429 and Retry-After', async () => {
+    const hub = await startHub({ HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '3', HUB_LOGIN_LIMIT_PER_MINUTE: '6' });
+    try {
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++)
+        statuses.push(
+          (await hub.call('POST', '/auth/login', { body: { username: 'victim', password: `guess-${i}` } }))
+            .status,
+        );
+      assert.deepEqual(statuses, [401, 401, 401, 429]);
+      const limited = await hub.call('POST', '/auth/login', {
+        body: { username: 'victim', password: 'guess' },
+      });
+      assert.equal(limited.body.error, 'rate_limited');
+      assert.ok(Number(limited.headers.get('retry-after')) >= 1);
+      // Other usernames from the same address: allowed until the per-address limit.
+      const others: number[] = [];
+      for (let i = 0; i < 2; i++)
+        others.push(
+          (await hub.call('POST', '/auth/login', { body: { username: `other${i}`, password: 'guess' } }))
+            .status,
+        );
+      assert.deepEqual(others, [401, 429]);
+    } finally {
+      await hub.stop();
+    }
+  });
+});

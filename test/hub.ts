@@ -1,0 +1,124 @@
+// A whole hub for end-to-end tests: a real node (every role, embedded unless told otherwise) on
+// an ephemeral port, with its logs and emails readable, and the account flows users go through.
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { type HubNode, startNode } from '../infra/node.ts';
+import { type JsonResponse, memoryLogger, request, testConfig } from './harness.ts';
+
+export interface TestHub {
+  node: HubNode;
+  url: string;
+  dataDir: string;
+  logs: () => string[];
+  /** JSON request against the hub, with an optional bearer token. */
+  call(
+    method: string,
+    path: string,
+    options?: { token?: string; body?: unknown; headers?: Record<string, string> },
+  ): Promise<JsonResponse>;
+  stop(): Promise<void>;
+}
+
+export async function startHub(env: Record<string, string> = {}): Promise<TestHub> {
+  const config = testConfig({
+    HUB_ADMINS: 'root',
+    HUB_LOGIN_LIMIT_PER_MINUTE: '100000',
+    HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '100000',
+    ...env,
+  });
+  const logs = memoryLogger('debug');
+  const node = await startNode(config, ['api', 'projector'], { logger: logs.logger });
+  return {
+    node,
+    url: node.url,
+    dataDir: config.dataDir,
+    logs: logs.lines,
+    call: (method, path, o = {}) =>
+      request(`${node.url}${path}`, {
+        method,
+        body: o.body,
+        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
+      }),
+    stop: () => node.stop(),
+  };
+}
+
+/** The newest email to `to` whose subject matches, waiting for the mailer (it follows the store). */
+export async function readMail(
+  hub: TestHub,
+  to: string,
+  subject: RegExp,
+  after = 0,
+): Promise<{ subject: string; text: string; sent: number }> {
+  const dir = join(hub.dataDir, 'mail');
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline) {
+    let files: string[] = [];
+    try {
+      files = readdirSync(dir).sort();
+    } catch {}
+    for (const file of files.reverse()) {
+      const sent = Number(file.split('-')[0]);
+      if (sent < after) continue;
+      const mail = JSON.parse(readFileSync(join(dir, file), 'utf8'));
+      const recipients = (mail.to as { address: string }[]).map((a) => a.address);
+      if (recipients.includes(to) && subject.test(mail.subject))
+        return { subject: mail.subject, text: mail.text, sent };
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`no email to ${to} matching ${subject}`);
+}
+
+export interface User {
+  nick: string;
+  email: string;
+  password: string;
+  prn: string;
+  token: string;
+  refresh: string;
+}
+
+/** Registers, passes the challenge, follows the emailed link and logs in: what a new user does. */
+export async function signup(hub: TestHub, nick: string, password = `pw-${nick}-secret`): Promise<User> {
+  const email = `${nick}@example.com`;
+  const registered = await hub.call('POST', '/auth/accounts', { body: { email, nick, password } });
+  assert.equal(registered.status, 200, JSON.stringify(registered.body));
+  const challenge = new URL(registered.body['redirect-uri']).pathname;
+  const started = Date.now() - 1;
+  assert.equal((await hub.call('POST', challenge, { body: {} })).status, 202);
+  const mail = await readMail(hub, email, /Verify/, started);
+  const link = /(http\S+\/auth\/verify\?token=\S+)/.exec(mail.text)![1]!;
+  assert.equal((await request(link)).status, 200);
+  const login = await hub.call('POST', '/auth/login', { body: { username: nick, password } });
+  assert.equal(login.status, 200, JSON.stringify(login.body));
+  return {
+    nick,
+    email,
+    password,
+    prn: registered.body.prn,
+    token: login.body.token,
+    refresh: login.body.refresh_token,
+  };
+}
+
+/** An admin-made SERVICE account, logged in. */
+export async function serviceAccount(hub: TestHub, adminToken: string, nick: string): Promise<User> {
+  const password = `pw-${nick}-secret`;
+  const r = await hub.call('POST', '/auth/accounts', {
+    token: adminToken,
+    body: { email: `${nick}@services.example.com`, nick, password, type: 'SERVICE' },
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const login = await hub.call('POST', '/auth/login', { body: { username: nick, password } });
+  assert.equal(login.status, 200, JSON.stringify(login.body));
+  return {
+    nick,
+    email: `${nick}@services.example.com`,
+    password,
+    prn: r.body.prn,
+    token: login.body.token,
+    refresh: login.body.refresh_token,
+  };
+}
