@@ -1,0 +1,227 @@
+// /apps and /profiles over HTTP: the owner's operations, and everyone else refused.
+import assert from 'node:assert/strict';
+import { signup, startHub, type TestHub, type User } from '../hub.ts';
+
+describe('/apps and /profiles (e2e)', function () {
+  this.timeout(60_000);
+  let hub: TestHub;
+  let alice: User;
+  let mallory: User;
+
+  before(async () => {
+    hub = await startHub();
+    alice = await signup(hub, 'alice');
+    mallory = await signup(hub, 'mallory');
+  });
+  after(() => hub.stop());
+
+  describe('apps', () => {
+    let app: Record<string, unknown>;
+    let secret = '';
+
+    it('registers a confidential app and shows its secret once', async () => {
+      const r = await hub.call('POST', '/apps', {
+        token: alice.token,
+        body: {
+          nick: 'fleet-ui',
+          name: 'Fleet UI',
+          type: 'confidential',
+          logo: 'https://fleet.example/logo.png',
+          redirect_uris: ['https://fleet.example/cb'],
+          scopes: [{ id: 'devices.readonly', description: 'See devices', required: true }],
+          exposed_scopes: [{ id: 'fleet.read', description: 'Read fleets', service: 'fleet' }],
+        },
+      });
+      assert.equal(r.status, 200);
+      app = r.body;
+      secret = r.body.secret;
+      assert.match(secret, /^[\w-]{40,}$/);
+      assert.match(String(app.prn), /^prn:::apps:\/[a-f0-9]{24}$/);
+      assert.equal(app.owner, alice.prn);
+      assert.equal(app['owner-nick'], 'alice');
+      assert.equal(app.exposedScopesLength, 1);
+      assert.deepEqual(app.scopes, [
+        { id: 'devices.readonly', description: 'See devices', required: true, service: '' },
+      ]);
+      const read = await hub.call('GET', `/apps/${app.id}`, { token: alice.token });
+      assert.equal(read.status, 200);
+      assert.equal(read.body.secret, undefined);
+      assert.doesNotMatch(JSON.stringify(read.body), new RegExp(secret));
+    });
+
+    it('reads by id, nick and PRN; lists newest first, paginated', async () => {
+      for (const ref of [app.id, 'fleet-ui', 'FLEET-UI', app.prn]) {
+        const r = await hub.call('GET', `/apps/${encodeURIComponent(String(ref))}`, { token: alice.token });
+        assert.equal(r.status, 200, String(ref));
+        assert.equal(r.body.id, app.id);
+      }
+      await hub.call('POST', '/apps', { token: alice.token, body: { nick: 'second', name: 'Second' } });
+      const list = await hub.call('GET', '/apps?limit=1', { token: alice.token });
+      assert.equal(list.status, 200);
+      assert.equal(list.body.total, 2);
+      assert.equal(list.body.items.length, 1);
+      assert.equal(list.body.items[0].nick, 'second');
+      assert.equal(list.body.items[0].secret, undefined);
+    });
+
+    it('PUT replaces the fields (by nick), keeps the type, refuses a taken nick', async () => {
+      const r = await hub.call('PUT', '/apps/fleet-ui', {
+        token: alice.token,
+        body: { nick: 'fleet-web', name: 'Fleet Web', redirect_uris: ['https://fleet.example/callback'] },
+      });
+      assert.equal(r.status, 200);
+      assert.equal(r.body.nick, 'fleet-web');
+      assert.deepEqual(r.body.scopes, []);
+      assert.equal(r.body.type, 'confidential');
+      assert.equal((await hub.call('GET', '/apps/fleet-ui', { token: alice.token })).status, 404);
+      assert.equal((await hub.call('GET', '/apps/fleet-web', { token: alice.token })).status, 200);
+      const taken = await hub.call('PUT', '/apps/fleet-web', {
+        token: alice.token,
+        body: { nick: 'second', name: 'x' },
+      });
+      assert.equal(taken.status, 409);
+      const type = await hub.call('PUT', '/apps/fleet-web', {
+        token: alice.token,
+        body: { nick: 'fleet-web', name: 'x', type: 'public' },
+      });
+      assert.equal(type.status, 422);
+      const list = await hub.call('GET', '/apps', { token: alice.token });
+      assert.ok(list.body.items.some((a: { nick: string }) => a.nick === 'fleet-web'));
+    });
+
+    it('another account sees, changes and deletes nothing of it (404)', async () => {
+      for (const ref of [app.id, app.prn, 'fleet-web']) {
+        assert.equal(
+          (await hub.call('GET', `/apps/${encodeURIComponent(String(ref))}`, { token: mallory.token }))
+            .status,
+          404,
+        );
+        assert.equal(
+          (
+            await hub.call('PUT', `/apps/${encodeURIComponent(String(ref))}`, {
+              token: mallory.token,
+              body: { nick: 'x-x-x', name: 'x' },
+            })
+          ).status,
+          404,
+        );
+        assert.equal(
+          (await hub.call('DELETE', `/apps/${encodeURIComponent(String(ref))}`, { token: mallory.token }))
+            .status,
+          404,
+        );
+      }
+      assert.equal((await hub.call('GET', '/apps', { token: mallory.token })).body.total, 0);
+      assert.equal((await hub.call('GET', `/apps/${app.id}`)).status, 401);
+    });
+
+    it('refuses invalid apps with 422 naming the field', async () => {
+      const cases: [unknown, string][] = [
+        [{ name: 'x' }, 'nick'],
+        [{ nick: 'ok-nick', name: 'x', scopes: [{ id: 'Bad Scope' }] }, 'scopes.0.id'],
+        [{ nick: 'ok-nick', name: 'x', type: 'secret' }, 'type'],
+        [{ nick: 'ok-nick', name: 'x', secret: 'mine' }, 'secret'],
+      ];
+      for (const [body, field] of cases) {
+        const r = await hub.call('POST', '/apps', { token: alice.token, body });
+        assert.equal(r.status, 422, JSON.stringify(body));
+        assert.equal(r.body.details[0].field, field);
+      }
+    });
+
+    it('DELETE answers the record with deleted-at; then the app is gone and its nick free', async () => {
+      const r = await hub.call('DELETE', '/apps/fleet-web', { token: alice.token });
+      assert.equal(r.status, 200);
+      assert.ok(r.body['deleted-at']);
+      assert.equal((await hub.call('GET', `/apps/${app.id}`, { token: alice.token })).status, 404);
+      assert.equal((await hub.call('GET', '/apps', { token: alice.token })).body.total, 1);
+      assert.equal(
+        (await hub.call('POST', '/apps', { token: alice.token, body: { nick: 'fleet-web', name: 'Again' } }))
+          .status,
+        200,
+      );
+    });
+  });
+
+  describe('profiles', () => {
+    it('GET shows the profile; PUT replaces it', async () => {
+      const empty = await hub.call('GET', '/profiles/', { token: alice.token });
+      assert.equal(empty.status, 200);
+      assert.equal(empty.body.nick, 'alice');
+      const put = await hub.call('PUT', '/profiles/', {
+        token: alice.token,
+        body: {
+          fullName: 'Alice Liddell',
+          company: 'Wonderland',
+          meta: { team: 'a' },
+          ovmode: { mode: 'strict' },
+          nick: 'alice',
+        },
+      });
+      assert.equal(put.status, 200);
+      assert.equal(put.body.fullName, 'Alice Liddell');
+      const read = await hub.call('GET', '/profiles/', { token: alice.token });
+      assert.equal(read.body.company, 'Wonderland');
+      assert.deepEqual(read.body.meta, { team: 'a' });
+      assert.deepEqual(read.body.ovmode, { mode: 'strict' });
+      const replaced = await hub.call('PUT', '/profiles/', { token: alice.token, body: { bio: 'hi' } });
+      assert.equal(replaced.body.company, undefined);
+      assert.equal((await hub.call('GET', '/profiles/', { token: mallory.token })).body.bio, undefined);
+    });
+
+    it('refuses a nick change, unknown fields and non-string meta (422), and no token (401)', async () => {
+      assert.equal(
+        (await hub.call('PUT', '/profiles/', { token: alice.token, body: { nick: 'queen' } })).status,
+        422,
+      );
+      assert.equal(
+        (await hub.call('PUT', '/profiles/', { token: alice.token, body: { age: 7 } })).status,
+        422,
+      );
+      const meta = await hub.call('PUT', '/profiles/', { token: alice.token, body: { meta: { n: 1 } } });
+      assert.equal(meta.status, 422);
+      assert.equal(meta.body.details[0].field, 'meta.n');
+      assert.equal((await hub.call('GET', '/profiles/')).status, 401);
+    });
+  });
+
+  it('/openapi.json documents every /auth, /apps and /profiles operation with its schemas', async () => {
+    const doc = (await hub.call('GET', '/openapi.json')).body;
+    const expected: [string, string][] = [
+      ['/auth/accounts', 'post'],
+      ['/auth/accounts', 'get'],
+      ['/auth/login', 'post'],
+      ['/auth/login', 'get'],
+      ['/auth/auth_status', 'get'],
+      ['/auth/token/refresh', 'post'],
+      ['/auth/code', 'post'],
+      ['/auth/token', 'post'],
+      ['/auth/authorize', 'post'],
+      ['/auth/recover', 'post'],
+      ['/auth/password', 'post'],
+      ['/auth/.well-known/jwks.json', 'get'],
+      ['/apps', 'post'],
+      ['/apps', 'get'],
+      ['/apps/{id}', 'get'],
+      ['/apps/{id}', 'put'],
+      ['/apps/{id}', 'delete'],
+      ['/profiles/', 'get'],
+      ['/profiles/', 'put'],
+    ];
+    for (const [path, method] of expected) {
+      const op = doc.paths[path]?.[method];
+      assert.ok(op, `${method} ${path}`);
+      assert.ok(op.responses['200'] ?? op.responses['202'], `${method} ${path} response`);
+      if (['post', 'put'].includes(method) && path !== '/auth/login' ? method !== 'get' : false) {
+        if (!['/apps/{id}'].includes(path) || method === 'put')
+          assert.ok(op.requestBody || path === '/apps/{id}', `${method} ${path} body`);
+      }
+    }
+    assert.ok(
+      doc.paths['/auth/login'].post.requestBody.content['application/json'].schema.required.includes(
+        'username',
+      ),
+    );
+    assert.deepEqual(doc.paths['/apps'].post.security, [{ bearer: ['apps', 'apps.write'] }]);
+  });
+});

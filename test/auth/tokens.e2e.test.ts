@@ -1,0 +1,310 @@
+// Tokens over HTTP: forged and stale tokens refused, refresh and its rotation, delegation by
+// access codes, implicit authorize for apps, and scopes.
+import assert from 'node:assert/strict';
+import { createHmac, generateKeyPairSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { SignJWT } from 'jose';
+import { fromPem } from '../../api/auth/keys.ts';
+import { serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
+
+const b64 = (o: unknown) => Buffer.from(JSON.stringify(o)).toString('base64url');
+
+describe('/auth tokens (e2e)', function () {
+  this.timeout(60_000);
+  let hub: TestHub;
+  let root: User;
+  let alice: User;
+  let bob: User;
+  let svc: User;
+  let other: User;
+
+  before(async () => {
+    hub = await startHub({ HUB_ACCESS_CODE_TTL_S: '1' });
+    root = await signup(hub, 'root');
+    alice = await signup(hub, 'alice');
+    bob = await signup(hub, 'bob');
+    svc = await serviceAccount(hub, root.token, 'reporting');
+    other = await serviceAccount(hub, root.token, 'billing');
+  });
+  after(() => hub.stop());
+
+  const status = (token: string) => hub.call('GET', '/auth/auth_status', { token });
+  const claimsOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString());
+
+  describe('refused tokens', () => {
+    let keys: Awaited<ReturnType<typeof fromPem>>;
+    before(async () => {
+      keys = await fromPem(readFileSync(join(hub.dataDir, 'keys', 'jwt-es256.pem'), 'utf8'));
+    });
+    const sign = (claims: Record<string, unknown>, key = keys.privateKey) =>
+      new SignJWT(claims).setProtectedHeader({ alg: 'ES256', kid: keys.kid }).sign(key);
+    const base = () => ({ ...claimsOf(alice.token) });
+
+    it('accepts the genuine token', async () => {
+      assert.equal((await status(alice.token)).status, 200);
+    });
+
+    it('refuses no token, and a malformed header', async () => {
+      assert.equal((await hub.call('GET', '/auth/auth_status')).status, 401);
+      const r = await hub.call('GET', '/auth/auth_status', { headers: { authorization: 'Basic abc' } });
+      assert.equal(r.status, 401);
+      assert.equal(r.headers.get('www-authenticate'), 'Bearer');
+    });
+
+    it('refuses an expired token', async () => {
+      const now = Math.floor(Date.now() / 1000);
+      const r = await status(await sign({ ...base(), iat: now - 7200, exp: now - 3600 }));
+      assert.equal(r.status, 401);
+      assert.match(r.body.message, /expired/);
+    });
+
+    it('refuses a tampered payload (signature no longer matches)', async () => {
+      const [h, , s] = alice.token.split('.');
+      const r = await status(`${h}.${b64({ ...base(), sub: root.prn, nick: 'root' })}.${s}`);
+      assert.equal(r.status, 401);
+      assert.match(r.body.message, /signature/);
+    });
+
+    it('refuses alg none', async () => {
+      const r = await status(`${b64({ alg: 'none', typ: 'JWT' })}.${b64(base())}.`);
+      assert.equal(r.status, 401);
+    });
+
+    it('refuses HS256 signed with the public key', async () => {
+      const head = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64(base())}`;
+      const mac = createHmac('sha256', keys.publicPem).update(head).digest('base64url');
+      const r = await status(`${head}.${mac}`);
+      assert.equal(r.status, 401);
+      assert.match(r.body.message, /algorithm/);
+    });
+
+    it('refuses a token signed by another key, for another audience, or from another issuer', async () => {
+      const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
+      assert.equal((await status(await sign(base(), privateKey))).status, 401);
+      const wrongAud = await status(await sign({ ...base(), aud: 'https://elsewhere.example' }));
+      assert.equal(wrongAud.status, 401);
+      assert.match(wrongAud.body.message, /audience/);
+      assert.equal((await status(await sign({ ...base(), iss: 'someone-else' }))).status, 401);
+    });
+  });
+
+  describe('refresh', () => {
+    it('GET /auth/login refreshes a valid token within the refresh window', async () => {
+      const r = await hub.call('GET', '/auth/login', { token: alice.token });
+      assert.equal(r.status, 200);
+      const fresh = claimsOf(r.body.token);
+      assert.equal(fresh.sub, alice.prn);
+      assert.equal(fresh.orig_iat, claimsOf(alice.token).orig_iat);
+      assert.notEqual(fresh.jti, claimsOf(alice.token).jti);
+    });
+
+    it('GET /auth/login refuses once the window of the original login has passed', async () => {
+      const keys = await fromPem(readFileSync(join(hub.dataDir, 'keys', 'jwt-es256.pem'), 'utf8'));
+      const now = Math.floor(Date.now() / 1000);
+      const old = await new SignJWT({
+        ...claimsOf(alice.token),
+        iat: now,
+        exp: now + 600,
+        orig_iat: now - 8 * 86400,
+      })
+        .setProtectedHeader({ alg: 'ES256' })
+        .sign(keys.privateKey);
+      const r = await hub.call('GET', '/auth/login', { token: old });
+      assert.equal(r.status, 401);
+      assert.match(r.body.message, /refresh window/);
+    });
+
+    it('a refresh token rotates on use; presenting a spent one revokes the whole login', async () => {
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: 'bob', password: bob.password },
+      });
+      const first = login.body.refresh_token;
+      const r1 = await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: first } });
+      assert.equal(r1.status, 200);
+      assert.equal(claimsOf(r1.body.token).sub, bob.prn);
+      const second = r1.body.refresh_token;
+      assert.notEqual(second, first);
+      const reused = await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: first } });
+      assert.equal(reused.status, 401);
+      assert.match(reused.body.message, /used before/);
+      const afterRevoke = await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: second } });
+      assert.equal(afterRevoke.status, 401);
+      assert.match(afterRevoke.body.message, /revoked/);
+      assert.equal(
+        (await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: 'nonsense' } })).status,
+        401,
+      );
+    });
+  });
+
+  describe('delegation', () => {
+    it('a user grants a service scopes; the service swaps the code for a delegated token', async () => {
+      const code = await hub.call('POST', '/auth/code', {
+        token: alice.token,
+        body: { service: svc.prn, scopes: 'profiles.readonly devices.readonly' },
+      });
+      assert.equal(code.status, 200);
+      const swapped = await hub.call('POST', '/auth/token', {
+        token: svc.token,
+        body: { 'access-code': code.body.code },
+      });
+      assert.equal(swapped.status, 200);
+      const claims = (await status(swapped.body.token)).body;
+      assert.equal(claims.sub, alice.prn);
+      assert.equal(claims.nick, 'alice');
+      assert.equal(claims.aud, svc.prn);
+      assert.deepEqual(claims.scopes, ['profiles.readonly', 'devices.readonly']);
+      assert.ok(claims.exp - claims.iat >= 365 * 86400 - 10, 'long-lived');
+      // Granted scopes work, others are refused naming the scope.
+      assert.equal((await hub.call('GET', '/profiles/', { token: swapped.body.token })).status, 200);
+      const put = await hub.call('PUT', '/profiles/', { token: swapped.body.token, body: { bio: 'x' } });
+      assert.equal(put.status, 403);
+      assert.match(put.body.message, /profiles\.write/);
+      // A delegated token cannot grant codes onwards.
+      assert.equal(
+        (
+          await hub.call('POST', '/auth/code', {
+            token: swapped.body.token,
+            body: { service: svc.prn, scopes: '*' },
+          })
+        ).status,
+        403,
+      );
+    });
+
+    it('a reused code is 401, a code for another service 403, a user cannot swap codes', async () => {
+      const code = (
+        await hub.call('POST', '/auth/code', { token: alice.token, body: { service: svc.prn, scopes: '*' } })
+      ).body.code;
+      assert.equal(
+        (await hub.call('POST', '/auth/token', { token: other.token, body: { 'access-code': code } })).status,
+        403,
+      );
+      assert.equal(
+        (await hub.call('POST', '/auth/token', { token: bob.token, body: { 'access-code': code } })).status,
+        403,
+      );
+      assert.equal(
+        (await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code } })).status,
+        200,
+      );
+      const reused = await hub.call('POST', '/auth/token', {
+        token: svc.token,
+        body: { 'access-code': code },
+      });
+      assert.equal(reused.status, 401);
+      assert.match(reused.body.message, /used already/);
+      assert.equal(
+        (await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': 'made-up' } }))
+          .status,
+        401,
+      );
+    });
+
+    it('an expired code is 401', async () => {
+      const code = (
+        await hub.call('POST', '/auth/code', { token: alice.token, body: { service: svc.prn, scopes: '*' } })
+      ).body.code;
+      await new Promise((r) => setTimeout(r, 1100));
+      const r = await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code } });
+      assert.equal(r.status, 401);
+      assert.match(r.body.message, /expired/);
+    });
+
+    it('codes name a registered service and real scopes', async () => {
+      const bad = await hub.call('POST', '/auth/code', {
+        token: alice.token,
+        body: { service: 'prn::auth:/nobody', scopes: '*' },
+      });
+      assert.equal(bad.status, 422);
+      const scope = await hub.call('POST', '/auth/code', {
+        token: alice.token,
+        body: { service: svc.prn, scopes: 'BAD SCOPE!' },
+      });
+      assert.equal(scope.status, 422);
+      const notService = await hub.call('POST', '/auth/code', {
+        token: alice.token,
+        body: { service: 'not a prn', scopes: '*' },
+      });
+      assert.equal(notService.status, 422);
+    });
+  });
+
+  describe('implicit authorize', () => {
+    let app: { id: string; prn: string; nick: string };
+    before(async () => {
+      const r = await hub.call('POST', '/apps', {
+        token: bob.token,
+        body: {
+          nick: 'dashboard',
+          name: 'Dashboard',
+          redirect_uris: ['https://dash.example/cb'],
+          scopes: [{ id: 'profiles.readonly', description: 'Read your profile' }],
+        },
+      });
+      assert.equal(r.status, 200);
+      app = r.body;
+    });
+
+    it('issues an hour-long token for the app when the redirect URI matches exactly', async () => {
+      const r = await hub.call('POST', '/auth/authorize', {
+        token: alice.token,
+        body: { client_id: app.prn, redirect_uri: 'https://dash.example/cb', state: 'xyz' },
+      });
+      assert.equal(r.status, 200);
+      assert.equal(r.body.expires_in, 3600);
+      assert.match(
+        r.body.redirect_to,
+        /^https:\/\/dash\.example\/cb#access_token=.+&token_type=Bearer&expires_in=3600&state=xyz$/,
+      );
+      const claims = (await status(r.body.token)).body;
+      assert.equal(claims.sub, alice.prn);
+      assert.equal(claims.aud, app.prn);
+      assert.deepEqual(claims.scopes, ['profiles.readonly']);
+      assert.equal(claims.exp - claims.iat, 3600);
+      assert.equal((await hub.call('GET', '/profiles/', { token: r.body.token })).status, 200);
+      assert.equal((await hub.call('GET', '/apps', { token: r.body.token })).status, 403);
+    });
+
+    it('refuses a redirect URI that is not registered exactly, an unknown app and undeclared scopes', async () => {
+      const wrong = await hub.call('POST', '/auth/authorize', {
+        token: alice.token,
+        body: { client_id: app.id, redirect_uri: 'https://dash.example/cb/' },
+      });
+      assert.equal(wrong.status, 422);
+      assert.equal(wrong.body.details[0].field, 'redirect_uri');
+      assert.equal(
+        (
+          await hub.call('POST', '/auth/authorize', {
+            token: alice.token,
+            body: { client_id: 'nope', redirect_uri: 'https://dash.example/cb' },
+          })
+        ).status,
+        422,
+      );
+      const scope = await hub.call('POST', '/auth/authorize', {
+        token: alice.token,
+        body: { client_id: app.id, redirect_uri: 'https://dash.example/cb', scope: 'webhooks' },
+      });
+      assert.equal(scope.status, 422);
+      assert.equal(
+        (
+          await hub.call('POST', '/auth/authorize', {
+            body: { client_id: app.id, redirect_uri: 'https://dash.example/cb' },
+          })
+        ).status,
+        401,
+      );
+    });
+  });
+
+  it('publishes the verification key as a JWK set', async () => {
+    const r = await hub.call('GET', '/auth/.well-known/jwks.json');
+    assert.equal(r.status, 200);
+    assert.equal(r.body.keys[0].kty, 'EC');
+    assert.equal(r.body.keys[0].crv, 'P-256');
+    assert.equal(r.body.keys[0].alg, 'ES256');
+    assert.equal(r.body.keys[0].d, undefined, 'no private part');
+  });
+});
