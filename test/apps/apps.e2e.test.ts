@@ -208,14 +208,26 @@ describe('/apps and /profiles (e2e)', function () {
       ['/profiles/', 'get'],
       ['/profiles/', 'put'],
     ];
+    const withBody = new Set([
+      'post /auth/accounts',
+      'post /auth/login',
+      'post /auth/token/refresh',
+      'post /auth/code',
+      'post /auth/token',
+      'post /auth/authorize',
+      'post /auth/recover',
+      'post /auth/password',
+      'post /apps',
+      'put /apps/{id}',
+      'put /profiles/',
+    ]);
     for (const [path, method] of expected) {
       const op = doc.paths[path]?.[method];
       assert.ok(op, `${method} ${path}`);
       assert.ok(op.responses['200'] ?? op.responses['202'], `${method} ${path} response`);
-      if (['post', 'put'].includes(method) && path !== '/auth/login' ? method !== 'get' : false) {
-        if (!['/apps/{id}'].includes(path) || method === 'put')
-          assert.ok(op.requestBody || path === '/apps/{id}', `${method} ${path} body`);
-      }
+      assert.ok(op.responses.default, `${method} ${path} error response`);
+      if (withBody.has(`${method} ${path}`))
+        assert.ok(op.requestBody?.content['application/json'].schema.type, `${method} ${path} body`);
     }
     assert.ok(
       doc.paths['/auth/login'].post.requestBody.content['application/json'].schema.required.includes(
