@@ -7,6 +7,7 @@ import type { Logger } from '../infra/telemetry.ts';
 import type { CaptchaCheck } from './auth/captcha.ts';
 import type { Keys } from './auth/keys.ts';
 import type { Consistency } from './consistency.ts';
+import type { DeviceCa } from './devices/ca.ts';
 
 export interface HubContext {
   config: Config;
@@ -17,6 +18,7 @@ export interface HubContext {
   keys: Keys;
   limiter: Limiter;
   captcha: CaptchaCheck;
+  deviceCa: DeviceCa;
   /** Where users reach the API (links in emails, redirect-uri). */
   publicUrl: () => string;
 }

@@ -207,6 +207,37 @@ export const knobs = {
     },
   ),
   mailFrom: knob('HUB_MAIL_FROM', 'Device Hub <no-reply@localhost>', 'Sender of the emails.', text),
+  saAdminSecret: knob(
+    'HUB_SA_ADMIN_SECRET',
+    '',
+    'Password of the operator account `saadmin` for /callbacks (HTTP Basic). Empty: /callbacks refuses everyone.',
+    text,
+  ),
+  deviceCaCert: knob(
+    'HUB_DEVICE_CA_CERT',
+    '',
+    'PEM certificate of the CA that signs device certificates. Empty: generated on first start.',
+    text,
+  ),
+  deviceCaKey: knob('HUB_DEVICE_CA_KEY', '', 'PEM (PKCS#8) private key of that CA.', text),
+  metaMaxKeys: knob(
+    'HUB_META_MAX_KEYS',
+    '200',
+    'Most keys in a device-meta or user-meta map (413 above).',
+    int(1, 100_000),
+  ),
+  metaMaxKeyLength: knob(
+    'HUB_META_MAX_KEY_LENGTH',
+    '128',
+    'Longest metadata key, in characters (422 above).',
+    int(1, 4096),
+  ),
+  metaMaxValueLength: knob(
+    'HUB_META_MAX_VALUE_LENGTH',
+    '4096',
+    'Longest metadata value, in characters (422 above).',
+    int(1, 1_048_576),
+  ),
   bodyLimitBytes: knob(
     'HUB_BODY_LIMIT_BYTES',
     '1048576',

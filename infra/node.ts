@@ -10,6 +10,7 @@ import { appRoutes } from '../api/apps/routes.ts';
 import { captchaCheck } from '../api/auth/captcha.ts';
 import { loadKeys } from '../api/auth/keys.ts';
 import { authRoutes } from '../api/auth/routes.ts';
+import { callbackRoutes } from '../api/callbacks/routes.ts';
 import {
   type Consistency,
   consistency,
@@ -18,8 +19,12 @@ import {
   RedisLastWrites,
 } from '../api/consistency.ts';
 import type { HubContext } from '../api/context.ts';
+import { loadDeviceCa } from '../api/devices/ca.ts';
+import { deviceRoutes } from '../api/devices/routes.ts';
+import { trailRoutes } from '../api/devices/trails.ts';
 import { profileRoutes } from '../api/profiles/routes.ts';
-import { MailProcessor } from '../processors/mailer.ts';
+import { mailProcessor } from '../processors/mailer.ts';
+import { publicityProcessor } from '../processors/publicity.ts';
 import { projections } from '../projections/index.ts';
 import { ProjectionMetrics, ProjectionRunner } from '../projections/runner.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
@@ -154,9 +159,10 @@ export async function startNode(
   const publicUrl = () => config.publicUrl || url || `http://${config.host}:${config.port}`;
 
   if (runProjector) {
-    // The mailer follows the event store (the outbox) wherever the projector runs.
+    // Side-effect followers of the event store run wherever the projector runs: the mailer (the
+    // store is its outbox) and the publicity carrier.
     const mail = createMailer(config.mailTransport, config.mailFrom, join(config.dataDir, 'mail'), logger);
-    const mailer = new MailProcessor({
+    const mailer = mailProcessor({
       store,
       checkpoints: stores.checkpoints,
       mailer: mail,
@@ -164,9 +170,12 @@ export async function startNode(
       publicUrl,
       logger,
     });
+    // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
+    const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger });
     mailer.start();
+    publicity.start();
     closers.push(async () => {
-      await mailer.stop();
+      await Promise.all([mailer.stop(), publicity.stop()]);
       mail.close();
     });
   }
@@ -181,6 +190,12 @@ export async function startNode(
       keys,
       limiter: stores.limiter,
       captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
+      deviceCa: await loadDeviceCa({
+        certPem: config.deviceCaCert,
+        keyPem: config.deviceCaKey,
+        dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
+        redis: stores.redis,
+      }),
       publicUrl,
     };
     const { app } = createApp({
@@ -188,7 +203,14 @@ export async function startNode(
       logger,
       metrics,
       readiness,
-      mount: [authRoutes(hub), appRoutes(hub), profileRoutes(hub)],
+      mount: [
+        authRoutes(hub),
+        appRoutes(hub),
+        profileRoutes(hub),
+        deviceRoutes(hub),
+        trailRoutes(hub),
+        callbackRoutes(hub),
+      ],
     });
     const server: Server = createServer(app.callback());
     server.keepAliveTimeout = 65_000;

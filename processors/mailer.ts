@@ -7,7 +7,7 @@ import type { CheckpointStore } from '../infra/checkpoints.ts';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
 import type { Mail, Mailer } from '../infra/mail.ts';
 import type { Logger } from '../infra/telemetry.ts';
-import { batches } from '../projections/runner.ts';
+import { EventFollower } from './follower.ts';
 
 export interface MailerOptions {
   store: EventStore;
@@ -17,8 +17,6 @@ export interface MailerOptions {
   publicUrl: () => string;
   logger: Logger;
 }
-
-const NAME = 'mailer';
 
 export function mailFor(event: RecordedEvent, hmacKey: Buffer, publicUrl: string): Mail | undefined {
   const d = event.data as { account_id: string; email: string; nonce: string; expires: number };
@@ -42,49 +40,18 @@ export function mailFor(event: RecordedEvent, hmacKey: Buffer, publicUrl: string
   return undefined;
 }
 
-export class MailProcessor {
-  private readonly o: MailerOptions;
-  private readonly controller = new AbortController();
-  private running: Promise<void> | undefined;
-
-  constructor(options: MailerOptions) {
-    this.o = options;
-  }
-
-  start(): void {
-    this.running ??= this.loop();
-  }
-
-  async stop(): Promise<void> {
-    this.controller.abort();
-    await this.running;
-  }
-
-  private async loop(): Promise<void> {
-    const signal = this.controller.signal;
-    let backoff = 200;
-    while (!signal.aborted) {
-      const subscription = this.o.store.subscribe(await this.o.checkpoints.get(NAME).catch(() => 0));
-      const stop = () => subscription.close();
-      signal.addEventListener('abort', stop, { once: true });
-      try {
-        for await (const batch of batches(subscription, 100)) {
-          for (const event of batch) {
-            const mail = mailFor(event, this.o.hmacKey, this.o.publicUrl());
-            if (mail) await this.o.mailer.send(mail);
-          }
-          await this.o.checkpoints.set(NAME, batch[batch.length - 1]!.position);
-          backoff = 200;
-        }
-      } catch (err) {
-        if (signal.aborted) break;
-        this.o.logger.warn({ err: (err as Error).message }, 'mailer failed; retrying from its checkpoint');
-        await new Promise((r) => setTimeout(r, backoff));
-        backoff = Math.min(backoff * 2, 10_000);
-      } finally {
-        signal.removeEventListener('abort', stop);
-        subscription.close();
+/** The mailer: an event follower that sends the emails events ask for. */
+export function mailProcessor(o: MailerOptions): EventFollower {
+  return new EventFollower({
+    name: 'mailer',
+    store: o.store,
+    checkpoints: o.checkpoints,
+    logger: o.logger,
+    handle: async (batch) => {
+      for (const event of batch) {
+        const mail = mailFor(event, o.hmacKey, o.publicUrl());
+        if (mail) await o.mailer.send(mail);
       }
-    }
-  }
+    },
+  });
 }

@@ -1,10 +1,11 @@
 // Every projection the projector runs. A new read model is added here.
 import { accountList } from './accounts.ts';
 import { appList } from './apps.ts';
+import { deviceList } from './devices.ts';
 import type { Projection } from './runner.ts';
 import { streamCatalog } from './streams.ts';
 
-export const projections: Projection[] = [streamCatalog, accountList, appList];
+export const projections: Projection[] = [streamCatalog, accountList, appList, deviceList];
 
 export function projectionNamed(name: string): Projection | undefined {
   return projections.find((p) => p.name === name);

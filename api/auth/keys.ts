@@ -17,6 +17,8 @@ export interface Keys {
   kid: string;
   /** For HMACs of emailed tokens. */
   hmacKey: Buffer;
+  /** AES-256-GCM key that seals device secrets in events. */
+  sealKey: Buffer;
 }
 
 async function generatePem(): Promise<string> {
@@ -32,7 +34,8 @@ export async function fromPem(pem: string): Promise<Keys> {
   const kid = createHash('sha256').update(publicPem).digest('base64url').slice(0, 16);
   const der = privateKey.export({ type: 'pkcs8', format: 'der' });
   const hmacKey = Buffer.from(hkdfSync('sha256', der, 'device-hub', 'emailed-token-hmac', 32));
-  return { privateKey, publicPem, jwk: { ...jwk, kid, alg: 'ES256', use: 'sig' }, kid, hmacKey };
+  const sealKey = Buffer.from(hkdfSync('sha256', der, 'device-hub', 'device-secret-seal', 32));
+  return { privateKey, publicPem, jwk: { ...jwk, kid, alg: 'ES256', use: 'sig' }, kid, hmacKey, sealKey };
 }
 
 export async function loadKeys(

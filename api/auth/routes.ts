@@ -39,8 +39,10 @@ import {
   hashPassword,
   nonce,
   readEmailedToken,
+  sameSecret,
   secretToken,
   sha256,
+  unseal,
   verifyPassword,
 } from './secrets.ts';
 import { type Claims, HUB_AUDIENCE, parseScopes, SCOPE_NAME, SERVICE_PRN, signToken } from './tokens.ts';

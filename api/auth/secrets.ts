@@ -1,7 +1,15 @@
 // Password hashing (scrypt) and the tokens we email (verification, password reset): an HMAC of
 // the account, a nonce recorded in the account's events and the purpose, so only the server can
 // make one and the event store never holds a usable link.
-import { createHash, createHmac, randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
+import {
+  createCipheriv,
+  createDecipheriv,
+  createHash,
+  createHmac,
+  randomBytes,
+  scrypt,
+  timingSafeEqual,
+} from 'node:crypto';
 
 const N = 16384;
 const R = 8;
@@ -58,4 +66,25 @@ export function readEmailedToken(
   return given.length === expected.length && timingSafeEqual(given, expected)
     ? { accountId, nonce: n }
     : undefined;
+}
+
+/** Seals a secret the server must show again later (device secrets): AES-256-GCM, iv.tag.data. */
+export function seal(key: Buffer, secret: string): string {
+  const iv = randomBytes(12);
+  const cipher = createCipheriv('aes-256-gcm', key, iv);
+  const data = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
+  return `${iv.toString('base64url')}.${cipher.getAuthTag().toString('base64url')}.${data.toString('base64url')}`;
+}
+
+export function unseal(key: Buffer, sealed: string): string {
+  const [iv, tag, data] = sealed.split('.');
+  const decipher = createDecipheriv('aes-256-gcm', key, Buffer.from(iv!, 'base64url'));
+  decipher.setAuthTag(Buffer.from(tag!, 'base64url'));
+  return Buffer.concat([decipher.update(Buffer.from(data!, 'base64url')), decipher.final()]).toString('utf8');
+}
+
+export function sameSecret(a: string, b: string): boolean {
+  const x = createHash('sha256').update(a).digest();
+  const y = createHash('sha256').update(b).digest();
+  return timingSafeEqual(x, y);
 }

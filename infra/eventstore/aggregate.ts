@@ -20,10 +20,37 @@ export interface Loaded<S> {
   revision: number;
 }
 
-export async function load<S>(store: EventStore, stream: string, evolver: Evolver<S>): Promise<Loaded<S>> {
-  let state = evolver.initial();
-  let revision = -1;
-  for (let page = await store.readStream(stream, 0, 1000); page.length > 0; ) {
+/**
+ * Recently loaded states by stream, bounded. Only an optimisation: a load still reads the
+ * stream's tail after the cached revision, so a state is never stale, also when another process
+ * appended meanwhile. Streams with many events (a device's metadata) then cost one short read.
+ */
+export class StateCache<S> {
+  private readonly entries = new Map<string, Loaded<S>>();
+  private readonly max: number;
+  constructor(max = 50_000) {
+    this.max = max;
+  }
+  get(stream: string): Loaded<S> | undefined {
+    return this.entries.get(stream);
+  }
+  set(stream: string, loaded: Loaded<S>): void {
+    this.entries.delete(stream);
+    this.entries.set(stream, loaded);
+    if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value as string);
+  }
+}
+
+export async function load<S>(
+  store: EventStore,
+  stream: string,
+  evolver: Evolver<S>,
+  cache?: StateCache<S>,
+): Promise<Loaded<S>> {
+  const cached = cache?.get(stream);
+  let state = cached?.state ?? evolver.initial();
+  let revision = cached?.revision ?? -1;
+  for (let page = await store.readStream(stream, revision + 1, 1000); page.length > 0; ) {
     for (const e of page) {
       state = evolver.evolve(state, e);
       revision = e.revision;
@@ -31,6 +58,7 @@ export async function load<S>(store: EventStore, stream: string, evolver: Evolve
     if (page.length < 1000) break;
     page = await store.readStream(stream, revision + 1, 1000);
   }
+  if (cache && revision >= 0 && revision !== cached?.revision) cache.set(stream, { state, revision });
   return { state, revision };
 }
 
@@ -50,9 +78,10 @@ export async function handle<S, T>(
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => Decided<T> | Promise<Decided<T>>,
   attempts = 5,
+  cache?: StateCache<S>,
 ): Promise<{ result: T; appended: AppendResult | undefined; state: S }> {
   for (let attempt = 1; ; attempt++) {
-    const { state, revision } = await load(store, stream, evolver);
+    const { state, revision } = await load(store, stream, evolver, cache);
     const { events, result } = await decide(state, revision);
     if (events.length === 0) return { result, appended: undefined, state };
     try {

@@ -1,0 +1,190 @@
+// /callbacks: change notifications for operators and the internal pipeline, with HTTP Basic
+// `saadmin` and HUB_SA_ADMIN_SECRET (an empty secret refuses everyone). A notification older than
+// the entity's last change (`timemodified`) is ignored: 409 stale_notification.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { Middleware } from 'koa';
+import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import type { HubContext } from '../context.ts';
+import {
+  DEVICE_PRN,
+  deviceStream,
+  devices,
+  stepBookkeeping,
+  trailStream,
+  trails,
+} from '../devices/devices.ts';
+import { carryPublicity } from '../devices/publicity.ts';
+import { HttpError, notFound, unprocessable } from '../errors.ts';
+import { type Routes, schema } from '../routes.ts';
+
+const RFC3339 = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$/i;
+
+/** RFC 3339 with up to nanoseconds, as nanoseconds since the epoch; a space stands for an unencoded `+`. */
+export function parseTimeModified(raw: string): bigint | undefined {
+  const m = RFC3339.exec(raw.replace(' ', '+'));
+  if (!m) return undefined;
+  const ms = Date.parse(`${m[1]}${m[3]!.toUpperCase()}`);
+  if (Number.isNaN(ms)) return undefined;
+  return BigInt(ms) * 1_000_000n + BigInt((m[2] ?? '').padEnd(9, '0'));
+}
+
+const sha = (s: string) => createHash('sha256').update(s).digest();
+
+function operator(secret: string): Middleware {
+  return async (ctx, next) => {
+    const refuse = () =>
+      new HttpError(401, 'unauthorized', 'Operator credentials required (HTTP Basic, user saadmin).', {
+        headers: { 'WWW-Authenticate': 'Basic realm="callbacks"' },
+      });
+    const m = /^Basic\s+(\S+)$/i.exec(ctx.get('Authorization'));
+    if (!m || !secret) throw refuse();
+    const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
+    const colon = decoded.indexOf(':');
+    const user = decoded.slice(0, colon);
+    const password = decoded.slice(colon + 1);
+    if (colon < 0 || user !== 'saadmin' || !timingSafeEqual(sha(password), sha(secret))) throw refuse();
+    await next();
+  };
+}
+
+const QUERY = schema<{ timemodified?: string }>({
+  type: 'object',
+  properties: {
+    timemodified: {
+      type: 'string',
+      description: 'RFC 3339 with nanoseconds, URL-encoded (Z for UTC, %2B for +).',
+    },
+  },
+});
+
+export function callbackRoutes(hub: HubContext) {
+  const { store } = hub;
+  const basic = operator(hub.config.saAdminSecret);
+
+  function stale(raw: string | undefined, modifiedMs: number): void {
+    if (raw === undefined) return;
+    const at = parseTimeModified(raw);
+    if (at === undefined)
+      throw unprocessable('timemodified is not an RFC 3339 timestamp.', [
+        { field: 'timemodified', problem: 'is not RFC 3339' },
+      ]);
+    if (BigInt(modifiedMs) * 1_000_000n > at) {
+      throw new HttpError(
+        409,
+        'stale_notification',
+        `Ignored: the entity changed at ${new Date(modifiedMs).toISOString()}, after this notification.`,
+      );
+    }
+  }
+
+  /** A device by id, PRN, or nick when that nick names one device only. */
+  async function deviceId(ref: string): Promise<string> {
+    const id = DEVICE_PRN.exec(ref)?.[1] ?? ref;
+    if (/^[a-f0-9]{24}$/.test(id)) return id;
+    const rs = hub.readStore;
+    const g = await rs.activeGeneration('devices');
+    const ids = await rs.range('devices', g, `by-nick:${ref.toLowerCase()}`);
+    if (ids.length > 1)
+      throw new HttpError(409, 'ambiguous', `Several devices have the nick ${ref}; use the device id.`);
+    if (ids.length === 0) throw notFound('No such device.');
+    return ids[0]!;
+  }
+
+  return (routes: Routes) => {
+    routes.add<undefined, { timemodified?: string }>({
+      method: 'put',
+      path: '/callbacks/devices/{id}',
+      tag: 'callbacks',
+      summary: 'A device changed: mark its steps public or non-public to match it, and count them.',
+      security: 'basic',
+      middleware: [basic],
+      query: QUERY,
+      responses: {
+        200: {
+          description: 'What was marked.',
+          schema: {
+            type: 'object',
+            required: ['device_id', 'steps_marked_as_public', 'steps_marked_as_non_public'],
+            properties: {
+              device_id: { type: 'string' },
+              steps_marked_as_public: { type: 'integer' },
+              steps_marked_as_non_public: { type: 'integer' },
+            },
+          },
+        },
+      },
+      handler: async (ctx, { query }) => {
+        const id = await deviceId(ctx.params.id!);
+        const { state: device } = await load(store, deviceStream(id), devices);
+        if (!device.id) throw notFound('No such device.');
+        stale(query.timemodified, device.modified);
+        const carried = await carryPublicity(store, id);
+        if (carried.position) await hub.consistency.written(ctx, carried.position);
+        ctx.body = {
+          device_id: id,
+          steps_marked_as_public: carried.markedPublic,
+          steps_marked_as_non_public: carried.markedNonPublic,
+        };
+      },
+    });
+
+    routes.add<undefined, { timemodified?: string }>({
+      method: 'put',
+      path: '/callbacks/steps/{id}',
+      tag: 'callbacks',
+      summary:
+        'A step changed: bring its public and garbage flags in line with its device, and answer its bookkeeping record.',
+      security: 'basic',
+      middleware: [basic],
+      query: QUERY,
+      responses: {
+        200: {
+          description: "The step's bookkeeping record.",
+          schema: {
+            type: 'object',
+            properties: {
+              id: { type: 'string' },
+              owner: { type: 'string' },
+              device: { type: 'string' },
+              objects: {
+                type: 'array',
+                items: { type: 'string' },
+                description: 'sha256 of every object the step references.',
+              },
+              public: { type: 'boolean' },
+              garbage: { type: 'boolean' },
+            },
+          },
+        },
+      },
+      handler: async (ctx, { query }) => {
+        const m = /^([a-f0-9]{24})-(\d+)$/.exec(ctx.params.id!);
+        if (!m) throw notFound('No such step.');
+        const [, id, revText] = m;
+        const rev = Number(revText);
+        const { state: device } = await load(store, deviceStream(id!), devices);
+        const { state: trail } = await load(store, trailStream(id!), trails);
+        const step = trail.steps.get(rev);
+        if (!device.id || !step) throw notFound('No such step.');
+        stale(query.timemodified, step.modified);
+        const { appended, state } = await handle(store, trailStream(id!), trails, (t) => {
+          const s = t.steps.get(rev)!;
+          return s.public === device.public && s.garbage === device.garbage
+            ? { events: [], result: undefined }
+            : {
+                events: [
+                  {
+                    type: 'StepPublicitySet',
+                    data: { device_id: id, rev, public: device.public, garbage: device.garbage },
+                  },
+                ],
+                result: undefined,
+              };
+        });
+        if (appended) await hub.consistency.written(ctx, appended.position);
+        const latest = appended ? (await load(store, trailStream(id!), trails)).state : state;
+        ctx.body = stepBookkeeping(device, latest.steps.get(rev)!);
+      },
+    });
+  };
+}

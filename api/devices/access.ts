@@ -1,0 +1,47 @@
+// Who may see or touch a device: shared by /devices, /trails and their tests of tenancy.
+import type { Context } from 'koa';
+import { load, nameOwner, StateCache } from '../../infra/eventstore/aggregate.ts';
+import type { EventStore } from '../../infra/eventstore/port.ts';
+import type { Claims } from '../auth/tokens.ts';
+import { forbidden, notFound } from '../errors.ts';
+import { DEVICE_PRN, type DeviceState, deviceStream, devices, type Viewer } from './devices.ts';
+
+export interface DeviceAccess {
+  cache: StateCache<DeviceState>;
+  /** The device a reference (id, PRN or the caller's nick for it) names, and how the caller sees it. 404 for anyone else's. */
+  resolve(ctx: Context, ref: string): Promise<{ device: DeviceState; viewer: Viewer }>;
+}
+
+export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess {
+  const cache = new StateCache<DeviceState>();
+  const isAdmin = (claims: Claims) =>
+    !claims.act && admins.some((a) => a.toLowerCase() === claims.nick.toLowerCase());
+  return {
+    cache,
+    async resolve(ctx, ref) {
+      const claims = ctx.state.auth!;
+      let id = DEVICE_PRN.exec(ref)?.[1] ?? (/^[a-f0-9]{24}$/.test(ref) ? ref : '');
+      if (!id && claims.type === 'USER') {
+        const ownerId = await nameOwner(store, 'prn', claims.sub);
+        if (ownerId) id = (await nameOwner(store, `devnick-${ownerId}`, ref.toLowerCase())) ?? '';
+      }
+      const { state } = id
+        ? await load(store, deviceStream(id), devices, cache)
+        : { state: devices.initial() };
+      if (!state.id) throw notFound('No such device.');
+      if (claims.type === 'DEVICE' && claims.sub === state.prn) return { device: state, viewer: 'device' };
+      if (claims.type === 'USER' && state.ownerPrn && claims.sub === state.ownerPrn)
+        return { device: state, viewer: 'owner' };
+      if (claims.type === 'USER' && isAdmin(claims)) return { device: state, viewer: 'admin' };
+      if (state.public && !state.garbage) return { device: state, viewer: 'public' };
+      throw notFound('No such device.');
+    },
+  };
+}
+
+/** Mutations are the owner's: the device itself gets 403, anyone else 404 (they must not learn it exists). */
+export function ownerOnly(viewer: Viewer): void {
+  if (viewer === 'owner') return;
+  if (viewer === 'device') throw forbidden('Only the owner may do this.');
+  throw notFound('No such device.');
+}

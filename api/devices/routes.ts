@@ -1,0 +1,547 @@
+// /devices: devices of their owners, the devices themselves, and their two metadata maps.
+// device-meta is the highest-volume write of the system: its path loads the device from a cached
+// state plus the stream's tail, appends nothing when nothing changed, and answers one record.
+import { randomBytes } from 'node:crypto';
+import type { Context } from 'koa';
+import {
+  claimName,
+  handle,
+  load,
+  NameTakenError,
+  nameOwner,
+  releaseName,
+  StateCache,
+} from '../../infra/eventstore/aggregate.ts';
+import { accountStream, accounts } from '../auth/accounts.ts';
+import { authenticate, requireScope } from '../auth/middleware.ts';
+import { seal, secretToken, unseal } from '../auth/secrets.ts';
+import type { HubContext } from '../context.ts';
+import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { conflict, forbidden, HttpError, notFound, unprocessable } from '../errors.ts';
+import { type Routes, schema } from '../routes.ts';
+import { deviceAccess, ownerOnly } from './access.ts';
+import { CsrError } from './ca.ts';
+import {
+  DEVICE_PRN,
+  type DeviceState,
+  devicePrn,
+  deviceRecord,
+  deviceStream,
+  devices,
+  type Meta,
+  metaPatch,
+  metaReplace,
+  type Viewer,
+} from './devices.ts';
+
+const DEVICE_RECORD = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    prn: { type: 'string' },
+    nick: { type: 'string' },
+    owner: { type: 'string' },
+    'owner-nick': { type: 'string' },
+    public: { type: 'boolean' },
+    garbage: { type: 'boolean' },
+    mark_public_processed: { type: 'boolean' },
+    ownership_unverified: {
+      type: 'boolean',
+      description: 'True while the device has no owner (registered itself, not claimed yet).',
+    },
+    'user-meta': { type: 'object', additionalProperties: { type: 'string' } },
+    'device-meta': { type: 'object', additionalProperties: { type: 'string' } },
+    secret: { type: 'string', description: 'Only to the owner and the device itself.' },
+    challenge: { type: 'string', description: 'Only while unowned, to the device itself.' },
+    certificate: {
+      type: 'string',
+      description: 'POST /devices/register only: the issued certificate (PEM).',
+    },
+    'time-created': { type: 'string' },
+    'time-modified': { type: 'string' },
+  },
+};
+const NICK = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' };
+const ADJECTIVES = [
+  'amber',
+  'brave',
+  'calm',
+  'eager',
+  'fuzzy',
+  'gentle',
+  'happy',
+  'jolly',
+  'lucky',
+  'mighty',
+  'noble',
+  'quiet',
+  'rapid',
+  'silent',
+  'swift',
+  'witty',
+];
+const NOUNS = [
+  'badger',
+  'crane',
+  'falcon',
+  'gecko',
+  'heron',
+  'ibis',
+  'lynx',
+  'marten',
+  'otter',
+  'panda',
+  'quokka',
+  'raven',
+  'tapir',
+  'walrus',
+  'yak',
+  'zebra',
+];
+const pick = (list: string[]) => list[randomBytes(1)[0]! % list.length]!;
+
+export function deviceRoutes(hub: HubContext) {
+  const { store, config } = hub;
+  const auth = authenticate(hub.keys);
+  const access = deviceAccess(store, config.admins);
+  const { cache, resolve } = access;
+  const secretOf = (d: DeviceState) => () => unseal(hub.keys.sealKey, d.secretSealed);
+
+  const metaMap = (nullable: boolean) => ({
+    type: 'object',
+    propertyNames: { maxLength: config.metaMaxKeyLength, minLength: 1 },
+    additionalProperties: nullable
+      ? { anyOf: [{ type: 'string', maxLength: config.metaMaxValueLength }, { type: 'null' }] }
+      : { type: 'string', maxLength: config.metaMaxValueLength },
+  });
+  const checkSize = (meta: Meta) => {
+    if (Object.keys(meta).length > config.metaMaxKeys) {
+      throw new HttpError(413, 'payload_too_large', `Metadata may hold at most ${config.metaMaxKeys} keys.`);
+    }
+  };
+
+  async function ownerAccount(prn: string) {
+    const id = await nameOwner(store, 'prn', prn);
+    const { state } = id ? await load(store, accountStream(id), accounts) : { state: accounts.initial() };
+    if (!state.id || state.type !== 'USER') throw forbidden('Only user accounts own devices.');
+    return state;
+  }
+
+  /** A free nick among the owner's devices: the one asked for (409 when taken) or a generated one. */
+  async function takeNick(ownerId: string, deviceId: string, asked?: string): Promise<string> {
+    if (asked) {
+      try {
+        await claimName(store, `devnick-${ownerId}`, asked.toLowerCase(), deviceId);
+        return asked;
+      } catch (err) {
+        if (err instanceof NameTakenError) throw conflict('You have a device with this nick already.');
+        throw err;
+      }
+    }
+    for (let i = 0; ; i++) {
+      const nick = `${pick(ADJECTIVES)}_${pick(NOUNS)}${i > 2 ? `_${randomBytes(2).toString('hex')}` : ''}`;
+      try {
+        await claimName(store, `devnick-${ownerId}`, nick, deviceId);
+        return nick;
+      } catch (err) {
+        if (!(err instanceof NameTakenError)) throw err;
+      }
+    }
+  }
+
+  async function update(
+    ctx: Context,
+    id: string,
+    decide: (d: DeviceState) => { type: string; data: unknown }[],
+  ) {
+    const { appended, state } = await handle(
+      store,
+      deviceStream(id),
+      devices,
+      (d) => ({ events: decide(d), result: undefined }),
+      5,
+      cache,
+    );
+    if (appended) await hub.consistency.written(ctx, appended.position);
+    return appended ? (await load(store, deviceStream(id), devices, cache)).state : state;
+  }
+
+  return (routes: Routes) => {
+    routes.add<{ nick?: string; secret?: string; 'user-meta'?: Meta; 'device-meta'?: Meta }>({
+      method: 'post',
+      path: '/devices',
+      tag: 'devices',
+      summary:
+        'Create a device: owned by the caller, or, without a token, an unowned device registering itself.',
+      description:
+        'With a user token the device belongs to the caller. Without a token, a device registers itself: it is unowned (`ownership_unverified`), and its owner claims it with the `challenge` it answers (POST /devices/{id}/claim). Either way the answer carries the device PRN and its `secret`, the password of POST /auth/login.',
+      security: 'none',
+      body: schema({
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          nick: { ...NICK, description: "Unique among the owner's devices; generated when absent." },
+          secret: { type: 'string', minLength: 16, maxLength: 256, description: 'Generated when absent.' },
+          'user-meta': metaMap(false),
+          'device-meta': metaMap(false),
+        },
+      }),
+      responses: { 200: { description: 'The device, with its secret.', schema: DEVICE_RECORD } },
+      handler: async (ctx, { body }) => {
+        let owner: Awaited<ReturnType<typeof ownerAccount>> | undefined;
+        if (ctx.get('Authorization')) {
+          await auth(ctx, async () => {});
+          await requireScope('devices', 'write')(ctx, async () => {});
+          owner = await ownerAccount(ctx.state.auth!.sub);
+        } else {
+          await hub.limiter
+            .hit(`device-register:${ctx.ip}`, config.loginLimitPerMinute, 60_000)
+            .then((wait) => {
+              if (wait > 0)
+                throw new HttpError(429, 'rate_limited', `Too many requests; retry after ${wait} s.`, {
+                  headers: { 'Retry-After': String(wait) },
+                });
+            });
+        }
+        checkSize(body['user-meta'] ?? {});
+        checkSize(body['device-meta'] ?? {});
+        const id = randomBytes(12).toString('hex');
+        const nick = owner
+          ? await takeNick(owner.id, id, body.nick)
+          : (body.nick ?? `${pick(ADJECTIVES)}_${pick(NOUNS)}`);
+        const secret = body.secret ?? secretToken();
+        await claimName(store, 'prn', devicePrn(id), id);
+        const device = await update(ctx, id, () => [
+          {
+            type: 'DeviceCreated',
+            data: {
+              device_id: id,
+              prn: devicePrn(id),
+              owner_id: owner?.id ?? '',
+              owner_prn: owner?.prn ?? '',
+              owner_nick: owner?.nick ?? '',
+              nick,
+              secret_sealed: seal(hub.keys.sealKey, secret),
+              challenge: owner ? '' : secretToken(12),
+              user_meta: body['user-meta'] ?? {},
+              device_meta: body['device-meta'] ?? {},
+              certificate: null,
+            },
+          },
+        ]);
+        ctx.body = deviceRecord(device, owner ? 'owner' : 'device', () => secret);
+      },
+    });
+
+    routes.add<{ csr: string; 'device-name'?: string; name?: string }>({
+      method: 'post',
+      path: '/devices/register',
+      tag: 'devices',
+      summary:
+        "Register a device from its IDevID certificate signing request; the hub's device CA issues its certificate.",
+      description:
+        '`csr` is a PKCS#10 request (PEM); its signature must verify (422 naming the problem otherwise). `device-name` becomes the device nick, `name` the user-meta `name`. The answer is the Device record plus `certificate`.',
+      security: 'bearer',
+      scopes: ['devices', 'devices.write'],
+      middleware: [auth, requireScope('devices', 'write')],
+      body: schema({
+        type: 'object',
+        required: ['csr'],
+        additionalProperties: false,
+        properties: {
+          csr: { type: 'string', minLength: 1, maxLength: 65_536 },
+          'device-name': NICK,
+          name: { type: 'string', maxLength: 256 },
+        },
+      }),
+      responses: {
+        200: { description: 'The device, with its secret and certificate.', schema: DEVICE_RECORD },
+      },
+      handler: async (ctx, { body }) => {
+        const owner = await ownerAccount(ctx.state.auth!.sub);
+        const id = randomBytes(12).toString('hex');
+        let issued: { certificate: string };
+        try {
+          issued = await hub.deviceCa.issue(body.csr, id);
+        } catch (err) {
+          if (err instanceof CsrError)
+            throw unprocessable(`Invalid CSR: ${err.message}.`, [{ field: 'csr', problem: err.message }]);
+          throw err;
+        }
+        const nick = await takeNick(owner.id, id, body['device-name']);
+        const secret = secretToken();
+        await claimName(store, 'prn', devicePrn(id), id);
+        const device = await update(ctx, id, () => [
+          {
+            type: 'DeviceCreated',
+            data: {
+              device_id: id,
+              prn: devicePrn(id),
+              owner_id: owner.id,
+              owner_prn: owner.prn,
+              owner_nick: owner.nick,
+              nick,
+              secret_sealed: seal(hub.keys.sealKey, secret),
+              challenge: '',
+              user_meta: body.name ? { name: body.name } : {},
+              device_meta: {},
+              certificate: issued.certificate,
+            },
+          },
+        ]);
+        ctx.body = { ...deviceRecord(device, 'owner', () => secret), certificate: issued.certificate };
+      },
+    });
+
+    routes.add<undefined, { limit: number; skip: number }>({
+      method: 'get',
+      path: '/devices',
+      tag: 'devices',
+      summary: 'Your devices, newest first (garbage ones left out).',
+      security: 'bearer',
+      scopes: ['devices.readonly'],
+      middleware: [auth, requireScope('devices', 'read')],
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      responses: {
+        200: { description: 'A page of devices (no secrets).', schema: pageSchema(DEVICE_RECORD) },
+      },
+      handler: async (ctx, { query }) => {
+        await hub.consistency.readable(ctx, ['devices']);
+        const rs = hub.readStore;
+        const g = await rs.activeGeneration('devices');
+        const key = `devices-of:${ctx.state.auth!.sub}`;
+        const ids = await rs.range('devices', g, key, {
+          reverse: true,
+          offset: query.skip,
+          limit: query.limit,
+        });
+        const items = await Promise.all(
+          ids.map(async (id) => ({
+            ...(await rs.get('devices', g, `device:${id}`)),
+            'user-meta': (await rs.get('devices', g, `user-meta:${id}`)) ?? {},
+            'device-meta': (await rs.get('devices', g, `device-meta:${id}`)) ?? {},
+          })),
+        );
+        ctx.body = { items, total: await rs.count('devices', g, key), limit: query.limit, skip: query.skip };
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/devices/{id}',
+      tag: 'devices',
+      summary: 'A device by id, PRN or nick: yours, yourself (a device), or a public one.',
+      security: 'bearer',
+      scopes: ['devices.readonly'],
+      middleware: [auth, requireScope('devices', 'read')],
+      responses: {
+        200: { description: 'The device; the secret only for its owner and itself.', schema: DEVICE_RECORD },
+      },
+      handler: async (ctx) => {
+        const { device, viewer } = await resolve(ctx, ctx.params.id!);
+        ctx.body = deviceRecord(device, viewer, secretOf(device));
+      },
+    });
+
+    routes.add<{ nick: string }>({
+      method: 'patch',
+      path: '/devices/{id}',
+      tag: 'devices',
+      summary: 'Rename a device (owner).',
+      security: 'bearer',
+      scopes: ['devices', 'devices.write'],
+      middleware: [auth, requireScope('devices', 'write')],
+      body: schema({
+        type: 'object',
+        required: ['nick'],
+        additionalProperties: false,
+        properties: { nick: NICK },
+      }),
+      responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
+      handler: async (ctx, { body }) => {
+        const { device, viewer } = await resolve(ctx, ctx.params.id!);
+        ownerOnly(viewer);
+        if (body.nick.toLowerCase() !== device.nick.toLowerCase())
+          await takeNick(device.ownerId, device.id, body.nick);
+        const updated = await update(ctx, device.id, (d) =>
+          d.nick === body.nick
+            ? []
+            : [
+                {
+                  type: 'DeviceRenamed',
+                  data: { device_id: d.id, owner_prn: d.ownerPrn, nick: body.nick, previous_nick: d.nick },
+                },
+              ],
+        );
+        if (body.nick.toLowerCase() !== device.nick.toLowerCase())
+          await releaseName(store, `devnick-${device.ownerId}`, device.nick.toLowerCase(), device.id);
+        ctx.body = deviceRecord(updated, viewer, secretOf(updated));
+      },
+    });
+
+    for (const [method, value] of [
+      ['put', true],
+      ['delete', false],
+    ] as const) {
+      routes.add({
+        method,
+        path: '/devices/{id}/public',
+        tag: 'devices',
+        summary: value
+          ? 'Make a device (and its steps) public (owner).'
+          : 'Make a device (and its steps) private (owner).',
+        security: 'bearer',
+        scopes: ['devices', 'devices.write'],
+        middleware: [auth, requireScope('devices', 'write')],
+        responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
+        handler: async (ctx) => {
+          const { device, viewer } = await resolve(ctx, ctx.params.id!);
+          ownerOnly(viewer);
+          const updated = await update(ctx, device.id, (d) =>
+            d.public === value
+              ? []
+              : [
+                  {
+                    type: 'DevicePublicSet',
+                    data: { device_id: d.id, owner_prn: d.ownerPrn, public: value },
+                  },
+                ],
+          );
+          ctx.body = deviceRecord(updated, viewer, secretOf(updated));
+        },
+      });
+    }
+
+    routes.add({
+      method: 'delete',
+      path: '/devices/{id}',
+      tag: 'devices',
+      summary: 'Delete a device (owner): it is marked garbage, leaves your list and can no longer log in.',
+      security: 'bearer',
+      scopes: ['devices', 'devices.write'],
+      middleware: [auth, requireScope('devices', 'write')],
+      responses: { 200: { description: 'The device, garbage.', schema: DEVICE_RECORD } },
+      handler: async (ctx) => {
+        const { device, viewer } = await resolve(ctx, ctx.params.id!);
+        ownerOnly(viewer);
+        const updated = await update(ctx, device.id, (d) =>
+          d.garbage
+            ? []
+            : [{ type: 'DeviceMarkedGarbage', data: { device_id: d.id, owner_prn: d.ownerPrn } }],
+        );
+        ctx.body = deviceRecord(updated, viewer);
+      },
+    });
+
+    routes.add<{ challenge: string; nick?: string }>({
+      method: 'post',
+      path: '/devices/{id}/claim',
+      tag: 'devices',
+      summary: 'Claim an unowned device with the challenge it registered with.',
+      security: 'bearer',
+      scopes: ['devices', 'devices.write'],
+      middleware: [auth, requireScope('devices', 'write')],
+      body: schema({
+        type: 'object',
+        required: ['challenge'],
+        additionalProperties: false,
+        properties: { challenge: { type: 'string', maxLength: 256 }, nick: NICK },
+      }),
+      responses: { 200: { description: 'The device, now yours.', schema: DEVICE_RECORD } },
+      handler: async (ctx, { body }) => {
+        const owner = await ownerAccount(ctx.state.auth!.sub);
+        const id = DEVICE_PRN.exec(ctx.params.id!)?.[1] ?? ctx.params.id!;
+        const { state } = /^[a-f0-9]{24}$/.test(id)
+          ? await load(store, deviceStream(id), devices, cache)
+          : { state: devices.initial() };
+        if (!state.id || state.garbage || state.ownerId || state.challenge !== body.challenge) {
+          // One answer for every failure, so that challenges cannot be probed device by device.
+          throw notFound('No unowned device with this id and challenge.');
+        }
+        const nick = await takeNick(owner.id, id, body.nick ?? state.nick);
+        const updated = await update(ctx, id, (d) => {
+          if (d.ownerId) throw conflict('The device was claimed meanwhile.');
+          return [
+            {
+              type: 'DeviceClaimed',
+              data: {
+                device_id: d.id,
+                owner_id: owner.id,
+                owner_prn: owner.prn,
+                owner_nick: owner.nick,
+                nick,
+              },
+            },
+          ];
+        });
+        ctx.body = deviceRecord(updated, 'owner', secretOf(updated));
+      },
+    });
+
+    routes.add<Record<string, string | null>>({
+      method: 'patch',
+      path: '/devices/{id}/device-meta',
+      tag: 'devices',
+      summary: 'Report device metadata (the device itself): merges the map; a null value removes a key.',
+      description:
+        "Only the device's own token. Keys and values are strings (limits: HUB_META_MAX_KEY_LENGTH and HUB_META_MAX_VALUE_LENGTH, 422; HUB_META_MAX_KEYS keys in the merged map, 413). A patch that changes nothing appends nothing. Answers the Device record.",
+      security: 'bearer',
+      scopes: ['devices', 'devices.write'],
+      middleware: [auth, requireScope('devices', 'write')],
+      body: schema(metaMap(true)),
+      responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
+      handler: async (ctx, { body }) => {
+        const claims = ctx.state.auth!;
+        if (claims.type !== 'DEVICE') throw forbidden('Only the device itself reports device-meta.');
+        const { device, viewer } = await resolve(ctx, ctx.params.id!);
+        if (viewer !== 'device') throw forbidden('A device reports only its own metadata.');
+        if (device.garbage) throw notFound('No such device.');
+        const updated = await update(ctx, device.id, (d) => {
+          const { changed, removed } = metaPatch(d.deviceMeta, body);
+          if (Object.keys(changed).length === 0 && removed.length === 0) return [];
+          const merged = { ...d.deviceMeta, ...changed };
+          for (const k of removed) delete merged[k];
+          checkSize(merged);
+          return [
+            { type: 'DeviceMetaUpdated', data: { device_id: d.id, owner_prn: d.ownerPrn, changed, removed } },
+          ];
+        });
+        ctx.body = deviceRecord(updated, 'device', secretOf(updated));
+      },
+    });
+
+    routes.add<Meta>({
+      method: 'put',
+      path: '/devices/{id}/user-meta',
+      tag: 'devices',
+      summary: 'Replace the user metadata of your device (owner): tags, labels.',
+      security: 'bearer',
+      scopes: ['devices', 'devices.write'],
+      middleware: [auth, requireScope('devices', 'write')],
+      body: schema(metaMap(false)),
+      responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
+      handler: async (ctx, { body }) => {
+        const { device, viewer } = await resolve(ctx, ctx.params.id!);
+        ownerOnly(viewer);
+        checkSize(body);
+        const updated = await update(ctx, device.id, (d) => {
+          const { changedKeys, removedKeys } = metaReplace(d.userMeta, body);
+          if (changedKeys.length === 0 && removedKeys.length === 0) return [];
+          return [
+            {
+              type: 'UserMetaReplaced',
+              data: {
+                device_id: d.id,
+                owner_prn: d.ownerPrn,
+                meta: body,
+                changed_keys: changedKeys,
+                removed_keys: removedKeys,
+              },
+            },
+          ];
+        });
+        ctx.body = deviceRecord(updated, viewer, secretOf(updated));
+      },
+    });
+  };
+}

@@ -1,0 +1,209 @@
+// /trails/{device}/steps: a device's trail of steps (revisions), pushed by its owner or the device,
+// with progress that the device reports.
+import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import { authenticate, requireScope } from '../auth/middleware.ts';
+import type { HubContext } from '../context.ts';
+import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { conflict, forbidden, notFound } from '../errors.ts';
+import { type Routes, schema } from '../routes.ts';
+import { deviceAccess } from './access.ts';
+import {
+  referencedObjects,
+  STEP_STATUSES,
+  type StepStatus,
+  stepRecord,
+  trailStream,
+  trails,
+} from './devices.ts';
+
+const STEP = {
+  type: 'object',
+  properties: {
+    id: { type: 'string', description: '<device id>-<rev>' },
+    device: { type: 'string' },
+    owner: { type: 'string' },
+    rev: { type: 'integer' },
+    state: { type: 'object' },
+    'commit-msg': { type: 'string' },
+    objects: {
+      type: 'array',
+      items: { type: 'string' },
+      description: 'sha256 of every object the state references.',
+    },
+    progress: {
+      type: 'object',
+      properties: {
+        progress: { type: 'integer' },
+        status: { enum: [...STEP_STATUSES] },
+        'status-msg': { type: 'string' },
+      },
+    },
+    public: { type: 'boolean' },
+    garbage: { type: 'boolean' },
+    'time-created': { type: 'string' },
+    'time-modified': { type: 'string' },
+  },
+};
+
+export function trailRoutes(hub: HubContext) {
+  const { store } = hub;
+  const auth = authenticate(hub.keys);
+  const access = deviceAccess(store, hub.config.admins);
+
+  return (routes: Routes) => {
+    routes.add<{ rev?: number; state: Record<string, unknown>; 'commit-msg'?: string }>({
+      method: 'post',
+      path: '/trails/{device}/steps',
+      tag: 'trails',
+      summary: "Push a new step (revision) to a device's trail (the owner or the device).",
+      description:
+        "`rev` defaults to the next one and must be it (409 otherwise). `objects` lists every sha256 (64 hex digits) found among the state's string values.",
+      security: 'bearer',
+      scopes: ['trails', 'trails.write'],
+      middleware: [auth, requireScope('trails', 'write')],
+      body: schema({
+        type: 'object',
+        required: ['state'],
+        additionalProperties: false,
+        properties: {
+          rev: { type: 'integer', minimum: 0 },
+          state: { type: 'object' },
+          'commit-msg': { type: 'string', maxLength: 4096 },
+        },
+      }),
+      responses: { 200: { description: 'The step.', schema: STEP } },
+      handler: async (ctx, { body }) => {
+        const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
+        if (viewer !== 'owner' && viewer !== 'device')
+          throw viewer === 'admin'
+            ? forbidden('Only the owner or the device pushes steps.')
+            : notFound('No such device.');
+        if (device.garbage) throw notFound('No such device.');
+        const { appended, result: rev } = await handle(store, trailStream(device.id), trails, (t) => {
+          const rev = body.rev ?? t.lastRev + 1;
+          if (rev !== t.lastRev + 1) throw conflict(`The next step of this trail is rev ${t.lastRev + 1}.`);
+          return {
+            events: [
+              {
+                type: 'StepPushed',
+                data: {
+                  device_id: device.id,
+                  owner_prn: device.ownerPrn,
+                  rev,
+                  state: JSON.stringify(body.state),
+                  commit_msg: body['commit-msg'] ?? '',
+                  objects: referencedObjects(body.state),
+                  public: device.public,
+                },
+              },
+            ],
+            result: rev,
+          };
+        });
+        await hub.consistency.written(ctx, appended!.position);
+        const { state } = await load(store, trailStream(device.id), trails);
+        ctx.body = stepRecord(device, state.steps.get(rev)!);
+      },
+    });
+
+    routes.add<undefined, { limit: number; skip: number }>({
+      method: 'get',
+      path: '/trails/{device}/steps',
+      tag: 'trails',
+      summary: "The steps of a device's trail, by rev.",
+      security: 'bearer',
+      scopes: ['trails.readonly'],
+      middleware: [auth, requireScope('trails', 'read')],
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      responses: { 200: { description: 'A page of steps.', schema: pageSchema(STEP) } },
+      handler: async (ctx, { query }) => {
+        const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
+        const { state } = await load(store, trailStream(device.id), trails);
+        const steps = [...state.steps.values()]
+          .filter((s) => viewer !== 'public' || s.public)
+          .sort((a, b) => a.rev - b.rev);
+        ctx.body = {
+          items: steps.slice(query.skip, query.skip + query.limit).map((s) => stepRecord(device, s)),
+          total: steps.length,
+          limit: query.limit,
+          skip: query.skip,
+        };
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/trails/{device}/steps/{rev}',
+      tag: 'trails',
+      summary: 'One step.',
+      security: 'bearer',
+      scopes: ['trails.readonly'],
+      middleware: [auth, requireScope('trails', 'read')],
+      responses: { 200: { description: 'The step.', schema: STEP } },
+      handler: async (ctx) => {
+        const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
+        const { state } = await load(store, trailStream(device.id), trails);
+        const step = state.steps.get(Number(ctx.params.rev));
+        if (!step || (viewer === 'public' && !step.public)) throw notFound('No such step.');
+        ctx.body = stepRecord(device, step);
+      },
+    });
+
+    routes.add<{ progress: number; status: StepStatus; 'status-msg'?: string }>({
+      method: 'put',
+      path: '/trails/{device}/steps/{rev}/progress',
+      tag: 'trails',
+      summary: 'The device reports progress on a step: progress (0–100), status and a message.',
+      security: 'bearer',
+      scopes: ['trails', 'trails.write'],
+      middleware: [auth, requireScope('trails', 'write')],
+      body: schema({
+        type: 'object',
+        required: ['progress', 'status'],
+        additionalProperties: false,
+        properties: {
+          progress: { type: 'integer', minimum: 0, maximum: 100 },
+          status: { enum: [...STEP_STATUSES] },
+          'status-msg': { type: 'string', maxLength: 4096 },
+        },
+      }),
+      responses: { 200: { description: 'The step.', schema: STEP } },
+      handler: async (ctx, { body }) => {
+        const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
+        if (viewer !== 'device')
+          throw viewer === 'public'
+            ? notFound('No such device.')
+            : forbidden('Only the device itself reports progress.');
+        const rev = Number(ctx.params.rev);
+        const { appended } = await handle(store, trailStream(device.id), trails, (t) => {
+          const step = t.steps.get(rev);
+          if (!step) throw notFound('No such step.');
+          const msg = body['status-msg'] ?? '';
+          if (step.progress === body.progress && step.status === body.status && step.statusMsg === msg)
+            return { events: [], result: undefined };
+          return {
+            events: [
+              {
+                type: 'StepProgressReported',
+                data: {
+                  device_id: device.id,
+                  owner_prn: device.ownerPrn,
+                  rev,
+                  progress: body.progress,
+                  status: body.status,
+                  status_msg: msg,
+                  prev_progress: step.progress,
+                  prev_status: step.status,
+                },
+              },
+            ],
+            result: undefined,
+          };
+        });
+        if (appended) await hub.consistency.written(ctx, appended.position);
+        const { state } = await load(store, trailStream(device.id), trails);
+        ctx.body = stepRecord(device, state.steps.get(rev)!);
+      },
+    });
+  };
+}

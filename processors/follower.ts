@@ -1,0 +1,74 @@
+// Follows the event store from a durable checkpoint and hands each batch to a handler with side
+// effects (send an email, carry a flag): at least once, in order, resuming after crashes. A
+// failing batch is retried from the checkpoint with backoff.
+import type { CheckpointStore } from '../infra/checkpoints.ts';
+import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import { batches } from '../projections/runner.ts';
+
+export interface FollowerOptions {
+  name: string;
+  store: EventStore;
+  checkpoints: CheckpointStore;
+  logger: Logger;
+  handle: (batch: RecordedEvent[]) => Promise<void>;
+}
+
+export class EventFollower {
+  private readonly o: FollowerOptions;
+  private readonly controller = new AbortController();
+  private running: Promise<void> | undefined;
+
+  constructor(options: FollowerOptions) {
+    this.o = options;
+  }
+
+  start(): void {
+    this.running ??= this.loop();
+  }
+
+  async stop(): Promise<void> {
+    this.controller.abort();
+    await this.running;
+  }
+
+  private async loop(): Promise<void> {
+    const signal = this.controller.signal;
+    let backoff = 200;
+    while (!signal.aborted) {
+      let from = 0;
+      try {
+        from = await this.o.checkpoints.get(this.o.name);
+      } catch (err) {
+        this.o.logger.warn(
+          { follower: this.o.name, err: (err as Error).message },
+          'checkpoint unreadable; retrying',
+        );
+        await new Promise((r) => setTimeout(r, backoff));
+        continue;
+      }
+      if (signal.aborted) break;
+      const subscription = this.o.store.subscribe(from);
+      const stop = () => subscription.close();
+      signal.addEventListener('abort', stop, { once: true });
+      try {
+        for await (const batch of batches(subscription, 100)) {
+          await this.o.handle(batch);
+          await this.o.checkpoints.set(this.o.name, batch[batch.length - 1]!.position);
+          backoff = 200;
+        }
+      } catch (err) {
+        if (signal.aborted) break;
+        this.o.logger.warn(
+          { follower: this.o.name, err: (err as Error).message },
+          'follower failed; retrying from its checkpoint',
+        );
+        await new Promise((r) => setTimeout(r, backoff));
+        backoff = Math.min(backoff * 2, 10_000);
+      } finally {
+        signal.removeEventListener('abort', stop);
+        subscription.close();
+      }
+    }
+  }
+}

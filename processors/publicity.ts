@@ -1,0 +1,26 @@
+// The pipeline half of the device callback: whenever a device's public flag or garbage mark
+// changes, its steps follow (the same code the operator callback runs on demand).
+import { carryPublicity } from '../api/devices/publicity.ts';
+import type { CheckpointStore } from '../infra/checkpoints.ts';
+import type { EventStore } from '../infra/eventstore/port.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import { EventFollower } from './follower.ts';
+
+export function publicityProcessor(o: {
+  store: EventStore;
+  checkpoints: CheckpointStore;
+  logger: Logger;
+}): EventFollower {
+  return new EventFollower({
+    name: 'publicity',
+    ...o,
+    handle: async (batch) => {
+      const changed = new Set(
+        batch
+          .filter((e) => e.type === 'DevicePublicSet' || e.type === 'DeviceMarkedGarbage')
+          .map((e) => (e.data as { device_id: string }).device_id),
+      );
+      for (const id of changed) await carryPublicity(o.store, id);
+    },
+  });
+}

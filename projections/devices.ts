@@ -1,0 +1,99 @@
+// Devices for listing and lookups: the record (never the secret or challenge), the two metadata
+// maps as documents of their own (so a metadata event writes only its keys), each owner's device
+// index and an index by nick (for the operator callbacks).
+import type { Write } from '../infra/readstore/port.ts';
+import type { Projection } from './runner.ts';
+
+export const deviceList: Projection = {
+  name: 'devices',
+  version: 1,
+  description: "Device records, their metadata maps, owners' indexes and an index by nick.",
+  project(e) {
+    const d = e.data as Record<string, unknown>;
+    const id = d.device_id as string;
+    if (!id || (!e.type.startsWith('Device') && e.type !== 'UserMetaReplaced')) return [];
+    const key = `device:${id}`;
+    const modified = { 'time-modified': new Date(e.created).toISOString() };
+    const nickIndex = (nick: string) => `by-nick:${nick.toLowerCase()}`;
+    switch (e.type) {
+      case 'DeviceCreated': {
+        const writes: Write[] = [
+          {
+            op: 'set',
+            key,
+            doc: {
+              id,
+              prn: d.prn,
+              nick: d.nick,
+              owner: d.owner_prn,
+              'owner-nick': d.owner_nick,
+              public: false,
+              garbage: false,
+              mark_public_processed: true,
+              ownership_unverified: d.owner_id === '',
+              'time-created': modified['time-modified'],
+              ...modified,
+            },
+          },
+          { op: 'set', key: `user-meta:${id}`, doc: d.user_meta as Record<string, string> },
+          { op: 'set', key: `device-meta:${id}`, doc: d.device_meta as Record<string, string> },
+          { op: 'zadd', key: nickIndex(d.nick as string), member: id, score: e.position },
+        ];
+        if (d.owner_prn)
+          writes.push({ op: 'zadd', key: `devices-of:${d.owner_prn}`, member: id, score: e.position });
+        return writes;
+      }
+      case 'DeviceClaimed':
+        return [
+          {
+            op: 'patch',
+            key,
+            doc: {
+              owner: d.owner_prn,
+              'owner-nick': d.owner_nick,
+              nick: d.nick,
+              ownership_unverified: false,
+              ...modified,
+            },
+          },
+          { op: 'zadd', key: `devices-of:${d.owner_prn}`, member: id, score: e.position },
+          { op: 'zrem', key: nickIndex(d.previous_nick as string), member: id },
+          { op: 'zadd', key: nickIndex(d.nick as string), member: id, score: e.position },
+        ];
+      case 'DeviceRenamed':
+        return [
+          { op: 'patch', key, doc: { nick: d.nick, ...modified } },
+          { op: 'zrem', key: nickIndex(d.previous_nick as string), member: id },
+          { op: 'zadd', key: nickIndex(d.nick as string), member: id, score: e.position },
+        ];
+      case 'DevicePublicSet':
+        return [{ op: 'patch', key, doc: { public: d.public, mark_public_processed: false, ...modified } }];
+      case 'DevicePublicProcessed':
+        return [{ op: 'patch', key, doc: { mark_public_processed: true, ...modified } }];
+      case 'DeviceMarkedGarbage':
+        return [
+          { op: 'patch', key, doc: { garbage: true, ...modified } },
+          { op: 'zrem', key: `devices-of:${d.owner_prn}`, member: id },
+        ];
+      case 'DeviceMetaUpdated':
+        return [
+          {
+            op: 'patch',
+            key: `device-meta:${id}`,
+            doc: {
+              ...(d.changed as object),
+              ...Object.fromEntries((d.removed as string[]).map((k) => [k, null])),
+            },
+          },
+          { op: 'patch', key, doc: modified },
+        ];
+      case 'UserMetaReplaced':
+        return [
+          { op: 'set', key: `user-meta:${id}`, doc: d.meta as Record<string, string> },
+          { op: 'patch', key, doc: modified },
+        ];
+      default:
+        return [];
+    }
+  },
+};
