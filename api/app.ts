@@ -26,7 +26,8 @@ export interface AppDeps {
 export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
   const { config, logger, metrics } = deps;
   const app = new Koa({ proxy: false });
-  app.silent = true; // errors are rendered and logged by requestContext
+  app.silent = true; // errors are rendered and logged by requestContext…
+  app.on('error', (err) => logger.error({ err }, 'response failed')); // …except those Koa meets while responding
   const routes = new Routes(config.bodyLimitBytes);
 
   routes.add({
@@ -55,7 +56,9 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
             await withTimeout(check(), 2000);
             return { name, problem: '' };
           } catch (err) {
-            return { name, problem: (err as Error).message || 'no answer' };
+            // The detail (addresses, ports) goes to the log, not to an unauthenticated caller.
+            logger.warn({ dependency: name, err: (err as Error).message }, 'readiness check failed');
+            return { name, problem: 'does not answer' };
           }
         }),
       );

@@ -61,6 +61,8 @@ const CODE_BY_STATUS: Record<number, string> = {
   503: 'unavailable',
 };
 
+const SAFE_HEADERS = new Set(['allow', 'retry-after', 'www-authenticate']);
+
 export interface ErrorBody {
   error: string;
   message: string;

@@ -2,6 +2,7 @@
 // validated against exactly the schemas the document publishes.
 import Router, { type RouterMiddleware } from '@koa/router';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
 import type { Context } from 'koa';
 import { type ErrorDetail, unprocessable } from './errors.ts';
 import { readJsonBody } from './http.ts';
@@ -63,6 +64,8 @@ export class Routes {
 
   constructor(bodyLimitBytes: number) {
     this.bodyLimit = bodyLimitBytes;
+    // `format` keywords (uri, email, date-time) are checked, not just documented.
+    for (const ajv of [this.ajv, this.queryAjv]) (addFormats as unknown as (a: Ajv2020) => void)(ajv);
   }
 
   add<B = undefined, Q = Record<string, string>>(spec: RouteSpec<B, Q>): void {

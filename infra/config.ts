@@ -287,6 +287,19 @@ export type Config = { [K in keyof Knobs]: ReturnType<Knobs[K]['parse']> } & {
   eventStoreKind: EventStoreKind;
 };
 
+const SECRET_KNOBS = new Set([
+  'HUB_JWT_PRIVATE_KEY',
+  'HUB_SA_ADMIN_SECRET',
+  'HUB_CAPTCHA_SECRET',
+  'HUB_DEVICE_CA_KEY',
+]);
+
+/** A value as an error may show it: secrets hidden, passwords in URLs masked. */
+function shown(env: string, raw: string): string {
+  if (SECRET_KNOBS.has(env)) return '(hidden)';
+  return JSON.stringify(raw.replace(/\/\/([^:/@]*):[^@/]*@/, '//$1:***@'));
+}
+
 /** Reads the configuration from an environment (process.env by default). Throws ConfigError. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const out: Record<string, unknown> = {};
@@ -295,7 +308,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     try {
       out[key] = k.parse(raw);
     } catch (err) {
-      throw new ConfigError(k.env, `${(err as Error).message} (got ${JSON.stringify(raw)})`);
+      throw new ConfigError(k.env, `${(err as Error).message} (got ${shown(k.env, raw)})`);
     }
   }
   const config = out as Config;

@@ -12,7 +12,7 @@ const SECRET_FIELDS = [
   'secret',
   'token',
   'access-code',
-  'code',
+  'refresh_token',
   'csr',
   'authorization',
   'cookie',

@@ -115,6 +115,7 @@ export class SchemaRegistry {
     }
     let first: { path: string; expected: string } | undefined;
     const ok = type.isValid(value, {
+      noUndeclaredFields: true,
       errorHook: (path: string[], _v: unknown, t: avro.Type) => {
         first ??= { path: path.join('.'), expected: t.typeName };
       },

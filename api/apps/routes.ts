@@ -41,7 +41,11 @@ const APP_FIELDS = {
   },
   name: { type: 'string', minLength: 1, maxLength: 256 },
   logo: { type: 'string', maxLength: 4096 },
-  redirect_uris: { type: 'array', maxItems: 20, items: { type: 'string', format: 'uri', maxLength: 2048 } },
+  redirect_uris: {
+    type: 'array',
+    maxItems: 20,
+    items: { type: 'string', format: 'uri', pattern: '^https?://', maxLength: 2048 },
+  },
   scopes: { type: 'array', maxItems: 100, items: SCOPE },
   exposed_scopes: { type: 'array', maxItems: 100, items: SCOPE },
   type: {

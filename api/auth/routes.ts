@@ -179,7 +179,7 @@ export function authRoutes(hub: HubContext) {
           redirect_uris: {
             type: 'array',
             maxItems: 20,
-            items: { type: 'string', format: 'uri', maxLength: 2048 },
+            items: { type: 'string', format: 'uri', pattern: '^https?://', maxLength: 2048 },
           },
         },
       }),

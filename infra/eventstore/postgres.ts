@@ -81,6 +81,16 @@ export class PostgresEventStore implements EventStore {
     this.ready.catch(() => {});
   }
 
+  /** Migrations done; a failed attempt (the database was down at start) is tried again. */
+  private async whenReady(): Promise<void> {
+    try {
+      await this.ready;
+    } catch {
+      this.ready = this.migrate();
+      await this.ready;
+    }
+  }
+
   private async migrate(): Promise<void> {
     const client = await this.pool.connect();
     try {
@@ -98,15 +108,30 @@ export class PostgresEventStore implements EventStore {
         await client.query('INSERT INTO hub_migrations (version) VALUES ($1)', [v + 1]);
         await client.query('COMMIT');
       }
-    } finally {
-      await client.query('SELECT pg_advisory_unlock($1)', [APPEND_LOCK + 1]).catch(() => {});
+      await client.query('SELECT pg_advisory_unlock($1)', [APPEND_LOCK + 1]);
       client.release();
+    } catch (err) {
+      // Discard the connection: it may hold the session lock or an aborted transaction.
+      client.release(err as Error);
+      throw err;
     }
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
+    if (this.closed) return Promise.reject(new Error('the event store is closed'));
+    let serialised: NewEvent[];
+    try {
+      // Serialised here, so that one caller's unserialisable data fails that caller only.
+      serialised = events.map((e) => ({
+        ...e,
+        data: JSON.stringify(e.data ?? null),
+        metadata: { json: JSON.stringify(e.metadata ?? {}) },
+      }));
+    } catch (err) {
+      return Promise.reject(err);
+    }
     return new Promise((resolve, reject) => {
-      this.queue.push({ stream, events, expected, resolve, reject });
+      this.queue.push({ stream, events: serialised, expected, resolve, reject });
       if (!this.flushing) {
         this.flushing = true;
         void this.flush();
@@ -116,7 +141,7 @@ export class PostgresEventStore implements EventStore {
 
   private async flush(): Promise<void> {
     try {
-      await this.ready;
+      await this.whenReady();
       while (this.queue.length > 0) {
         const batch = this.queue.splice(0, this.maxBatch);
         try {
@@ -140,7 +165,8 @@ export class PostgresEventStore implements EventStore {
     const client = await this.pool.connect();
     let plans: ReturnType<typeof planBatch>;
     try {
-      await client.query('BEGIN');
+      // READ COMMITTED whatever the server's default: max(position) must be read after the lock.
+      await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
       await client.query('SELECT pg_advisory_xact_lock($1)', [APPEND_LOCK]);
       const ids = batch.flatMap((w) => w.events.map((e) => e.id));
       const streams = [...new Set(batch.map((w) => w.stream))];
@@ -180,8 +206,8 @@ export class PostgresEventStore implements EventStore {
           cols[2].push(plan.firstRevision + j);
           cols[3].push(e.id);
           cols[4].push(e.type);
-          cols[5].push(JSON.stringify(e.data ?? null));
-          cols[6].push(JSON.stringify(e.metadata ?? {}));
+          cols[5].push(e.data as string);
+          cols[6].push((e.metadata as { json: string }).json);
         });
       });
       if (cols[0].length > 0) {
@@ -207,7 +233,7 @@ export class PostgresEventStore implements EventStore {
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
-    await this.ready;
+    await this.whenReady();
     const { rows } = await this.pool.query(
       `SELECT ${COLUMNS} FROM hub_events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
       [stream, fromRevision, max],
@@ -216,7 +242,7 @@ export class PostgresEventStore implements EventStore {
   }
 
   async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
-    await this.ready;
+    await this.whenReady();
     const { rows } = await this.pool.query(
       `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
       [after, max],
@@ -248,7 +274,12 @@ export class PostgresEventStore implements EventStore {
       for (const wake of this.wakers) wake();
     });
     client.on('error', () => {
+      // Subscribers poll meanwhile; listen again shortly (e.g. after a database restart).
       this.listener = undefined;
+      void client.end().catch(() => {});
+      setTimeout(() => {
+        if (this.wakers.size > 0) void this.listen();
+      }, 1000).unref();
     });
     try {
       await client.connect();
@@ -260,7 +291,7 @@ export class PostgresEventStore implements EventStore {
   }
 
   async head(): Promise<number> {
-    await this.ready;
+    await this.whenReady();
     const { rows } = await this.pool.query<{ p: number }>(
       'SELECT coalesce(max(position), 0)::bigint AS p FROM hub_events',
     );

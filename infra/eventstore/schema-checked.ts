@@ -62,7 +62,8 @@ export class SchemaCheckedStore implements EventStore {
   private current(e: RecordedEvent): RecordedEvent {
     const version = e.metadata[SCHEMA_VERSION];
     if (typeof version !== 'number' || !this.registry.has(e.type)) return e;
-    if (version === this.registry.currentVersion(e.type)) return e;
+    // A newer version than this process knows (a rolling deploy) is read as it is.
+    if (version >= this.registry.currentVersion(e.type)) return e;
     return { ...e, data: this.registry.upcast(e.type, version, e.data) };
   }
 }

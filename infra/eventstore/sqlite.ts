@@ -98,8 +98,20 @@ export class SqliteEventStore implements EventStore {
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
+    if (!this.db.isOpen) return Promise.reject(new Error('the event store is closed'));
+    let serialised: NewEvent[];
+    try {
+      // Serialised here, so that one caller's unserialisable data fails that caller only.
+      serialised = events.map((e) => ({
+        ...e,
+        data: JSON.stringify(e.data ?? null),
+        metadata: { json: JSON.stringify(e.metadata ?? {}) },
+      }));
+    } catch (err) {
+      return Promise.reject(err);
+    }
     return new Promise((resolve, reject) => {
-      this.queue.push({ stream, events, expected, resolve, reject });
+      this.queue.push({ stream, events: serialised, expected, resolve, reject });
       if (!this.flushing) {
         this.flushing = true;
         setImmediate(() => this.flush());
@@ -119,6 +131,15 @@ export class SqliteEventStore implements EventStore {
   }
 
   private commit(batch: Waiting[]): void {
+    try {
+      this.commitOrThrow(batch);
+    } catch (err) {
+      // Whatever failed (a lookup, the commit, a rollback), every caller of the batch hears of it.
+      for (const w of batch) w.reject(err as Error);
+    }
+  }
+
+  private commitOrThrow(batch: Waiting[]): void {
     const stored = new Map<string, StoredId>();
     for (const w of batch) {
       for (const e of w.events) {
@@ -147,8 +168,8 @@ export class SqliteEventStore implements EventStore {
             plan.firstRevision + j,
             e.id,
             e.type,
-            JSON.stringify(e.data ?? null),
-            JSON.stringify(e.metadata ?? {}),
+            e.data as string,
+            (e.metadata as { json: string }).json,
             now,
           );
           wrote = true;
@@ -157,8 +178,7 @@ export class SqliteEventStore implements EventStore {
       this.db.exec('COMMIT');
     } catch (err) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      for (const w of batch) w.reject(err as Error);
-      return;
+      throw err;
     }
     batch.forEach((w, i) => {
       const plan = plans[i]!;

@@ -121,6 +121,7 @@ describe('/apps and /profiles (e2e)', function () {
         [{ nick: 'ok-nick', name: 'x', scopes: [{ id: 'Bad Scope' }] }, 'scopes.0.id'],
         [{ nick: 'ok-nick', name: 'x', type: 'secret' }, 'type'],
         [{ nick: 'ok-nick', name: 'x', secret: 'mine' }, 'secret'],
+        [{ nick: 'ok-nick', name: 'x', redirect_uris: ['javascript:alert(1)'] }, 'redirect_uris.0'],
       ];
       for (const [body, field] of cases) {
         const r = await hub.call('POST', '/apps', { token: alice.token, body });

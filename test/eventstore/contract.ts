@@ -275,6 +275,31 @@ export function eventStoreContract(name: string, makeHarness: () => Promise<Stor
       });
     });
 
+    describe('failures', () => {
+      it('one append that cannot be stored fails alone; its neighbours in the batch are stored', async () => {
+        const s = stream();
+        const results = await Promise.allSettled([
+          store.append(s, [ev('Tested', { n: 1 })]),
+          store.append(s, [ev('Tested', { n: 10n })]),
+          store.append(s, [ev('Tested', { n: 3 })]),
+        ]);
+        assert.deepEqual(
+          results.map((r) => r.status),
+          ['fulfilled', 'rejected', 'fulfilled'],
+        );
+        assert.deepEqual(
+          (await store.readStream(s)).map((e) => (e.data as { n: number }).n),
+          [1, 3],
+        );
+      });
+
+      it('an append after close is refused, not lost in silence', async () => {
+        await store.close();
+        await assert.rejects(store.append(stream(), [ev()]));
+        store = await harness.open();
+      });
+    });
+
     describe('payloads', () => {
       it('round-trips a 1 MiB payload and unicode text exactly', async () => {
         const s = stream();

@@ -36,6 +36,17 @@ describe('configuration (unit)', () => {
     }
   });
 
+  it('never repeats a secret or a URL password in its error', () => {
+    assert.throws(
+      () => loadConfig({ HUB_POSTGRES_URL: 'mysql://hub:s3cret@db:5432/hub' }),
+      (err: Error) => err.message.includes('hub:***@db') && !err.message.includes('s3cret'),
+    );
+    assert.throws(
+      () => loadConfig({ HUB_MAIL_TRANSPORT: 'ftp://u:p4ss@h' }),
+      (err: Error) => !err.message.includes('p4ss'),
+    );
+  });
+
   it('esdb needs its URL', () => {
     assert.throws(() => loadConfig({ HUB_EVENT_STORE: 'esdb' }), /HUB_ESDB_URL/);
   });

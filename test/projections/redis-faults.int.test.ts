@@ -65,6 +65,25 @@ describe('Redis read store under faults (int)', function () {
     }
   });
 
+  it('a PostgreSQL store opened while the database is down works once it is up', async () => {
+    const schema = `test_${randomBytes(6).toString('hex')}`;
+    execFileSync('bash', [LOCAL, 'down', 'postgres'], { stdio: 'ignore' });
+    const store = new PostgresEventStore({ url: postgresUrl, schema });
+    try {
+      await assert.rejects(store.append('s', [{ id: randomUUID(), type: 'Tested', data: {} }]));
+      execFileSync('bash', [LOCAL, 'up', 'postgres'], { stdio: 'ignore' });
+      const r = await store.append('s', [{ id: randomUUID(), type: 'Tested', data: {} }]);
+      assert.equal(r.nextRevision, 0);
+    } finally {
+      execFileSync('bash', [LOCAL, 'up', 'postgres'], { stdio: 'ignore' });
+      await store.close();
+      const client = new pg.Client({ connectionString: postgresUrl });
+      await client.connect();
+      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await client.end();
+    }
+  });
+
   it('a runner survives Redis and then PostgreSQL restarting, and catches up with what was appended meanwhile', async () => {
     const schema = `test_${randomBytes(6).toString('hex')}`;
     const store = new PostgresEventStore({ url: postgresUrl, schema });

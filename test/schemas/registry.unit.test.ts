@@ -28,6 +28,12 @@ describe('schema registry (unit)', () => {
     check({ device_id: 'd1', meta: { temp: 21 } }, 'meta.temp');
     check({ device_id: 'd1', meta: {}, colour: 'red' }, 'colour');
     check({ meta: {} }, 'device_id');
+    const apps = SchemaRegistry.load();
+    assert.throws(
+      () => apps.validate('AppUpdated', { app_id: 'a', fields: { nick: 'n', name: 'n', surprise: 1 } }),
+      (err: unknown) => err instanceof SchemaError,
+      'an undeclared field inside a nested record is refused too',
+    );
     registry.validate('DeviceMetaReported', { device_id: 'd1', meta: { temp: '21' } });
   });
 
