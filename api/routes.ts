@@ -59,7 +59,12 @@ export class Routes {
   readonly router = new Router();
   private readonly paths: Record<string, Record<string, unknown>> = {};
   private readonly ajv = new Ajv2020({ allErrors: true, strict: false });
-  private readonly queryAjv = new Ajv2020({ allErrors: true, strict: false, coerceTypes: true });
+  private readonly queryAjv = new Ajv2020({
+    allErrors: true,
+    strict: false,
+    coerceTypes: true,
+    useDefaults: true,
+  });
   private readonly bodyLimit: number;
 
   constructor(bodyLimitBytes: number) {

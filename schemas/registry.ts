@@ -125,6 +125,11 @@ export class SchemaRegistry {
     throw new SchemaError(name, first?.path ?? '', `must be of type ${first?.expected ?? 'record'}`);
   }
 
+  /** The value as the current schema has it: missing fields with defaults filled in. */
+  normalize(name: string, value: unknown): unknown {
+    return this.type(name).clone(value);
+  }
+
   encode(name: string, value: unknown): Buffer {
     return this.type(name).toBuffer(value);
   }

@@ -15,6 +15,7 @@ import {
 import { appStream, apps } from '../apps/apps.ts';
 import type { HubContext, Page } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { DEVICE_PRN, deviceStream, devices } from '../devices/devices.ts';
 import {
   conflict,
   forbidden,
@@ -149,6 +150,33 @@ export function authRoutes(hub: HubContext) {
       refresh_token: `${family}.${secret}`,
       prn: subject.prn,
       nick: subject.nick,
+    };
+  }
+
+  /** A device logs in with its PRN and secret; its token acts on the device itself only. */
+  async function deviceSession(prn: string, secret: string) {
+    const id = DEVICE_PRN.exec(prn)![1]!;
+    const { state: device } = await load(store, deviceStream(id), devices);
+    const ok =
+      device.id !== '' && !device.garbage && sameSecret(secret, unseal(keys.sealKey, device.secretSealed));
+    if (!ok) throw new HttpError(401, 'invalid_credentials', 'Wrong username or password.');
+    const { token } = await signToken(
+      keys,
+      {
+        sub: device.prn,
+        aud: HUB_AUDIENCE,
+        nick: device.nick,
+        type: 'DEVICE',
+        scopes: ['devices', 'trails'],
+      },
+      config.accessTokenTtl,
+    );
+    return {
+      token,
+      token_type: 'Bearer',
+      expires_in: config.accessTokenTtl,
+      prn: device.prn,
+      nick: device.nick,
     };
   }
 
@@ -411,6 +439,10 @@ document.getElementById('send').onclick = async () => {
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
         await limit(`login-account:${lower(body.username)}`, config.loginAccountLimitPerMinute);
+        if (DEVICE_PRN.test(body.username)) {
+          ctx.body = await deviceSession(body.username, body.password);
+          return;
+        }
         const [actorName, targetName] = body.username.includes('==>')
           ? body.username.split('==>', 2)
           : [body.username, undefined];

@@ -470,6 +470,7 @@ export function deviceRoutes(hub: HubContext) {
                 owner_prn: owner.prn,
                 owner_nick: owner.nick,
                 nick,
+                previous_nick: d.nick,
               },
             },
           ];

@@ -28,7 +28,13 @@ export class SchemaCheckedStore implements EventStore {
     const stamped = events.map((e) => {
       if (!this.registry.has(e.type)) throw new SchemaError(e.type, 'type', 'is not a known event type');
       this.registry.validate(e.type, e.data);
-      return { ...e, metadata: { ...e.metadata, [SCHEMA_VERSION]: this.registry.currentVersion(e.type) } };
+      // Stored complete: readers never meet a field missing because it had a default.
+      const data = this.registry.normalize(e.type, e.data);
+      return {
+        ...e,
+        data,
+        metadata: { ...e.metadata, [SCHEMA_VERSION]: this.registry.currentVersion(e.type) },
+      };
     });
     return this.inner.append(stream, stamped, expected);
   }

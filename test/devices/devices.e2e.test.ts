@@ -1,0 +1,556 @@
+// /devices, /trails and /callbacks over HTTP, as the owner, the device, another user and an
+// admin; with missing and wrong credentials, unknown devices, oversized metadata, bad CSRs and
+// stale notifications. Nothing of one account reaches another, and secrets reach only the owner
+// and the device itself.
+import 'reflect-metadata';
+import assert from 'node:assert/strict';
+import { randomUUID, webcrypto } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import * as x509 from '@peculiar/x509';
+import { signup, startHub, type TestHub, type User } from '../hub.ts';
+
+x509.cryptoProvider.set(webcrypto as never);
+const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+const SHA_A = 'a'.repeat(64);
+const SHA_B = 'b'.repeat(63) + 'c';
+
+async function csr(cn: string): Promise<string> {
+  const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const req = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: `CN=${cn}`,
+    keys: keys as never,
+    signingAlgorithm: ALG,
+  });
+  return req.toString('pem');
+}
+
+interface Device {
+  id: string;
+  prn: string;
+  nick: string;
+  secret: string;
+  token: string;
+}
+
+describe('/devices, /trails and /callbacks (e2e)', function () {
+  this.timeout(90_000);
+  let hub: TestHub;
+  let root: User;
+  let alice: User;
+  let mallory: User;
+  let dev: Device;
+  let other: Device;
+  /** Everything answered to someone who is not alice or her device. */
+  const foreign: string[] = [];
+  const asMallory = async (method: string, path: string, body?: unknown) => {
+    const r = await hub.call(method, path, { token: mallory.token, body });
+    foreign.push(JSON.stringify(r.body));
+    return r;
+  };
+  const basic = (password: string) => ({
+    authorization: `Basic ${Buffer.from(`saadmin:${password}`).toString('base64')}`,
+  });
+
+  async function createDevice(owner: User, body: Record<string, unknown> = {}): Promise<Device> {
+    const r = await hub.call('POST', '/devices', { token: owner.token, body });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    const login = await hub.call('POST', '/auth/login', {
+      body: { username: r.body.prn, password: r.body.secret },
+    });
+    assert.equal(login.status, 200);
+    return {
+      id: r.body.id,
+      prn: r.body.prn,
+      nick: r.body.nick,
+      secret: r.body.secret,
+      token: login.body.token,
+    };
+  }
+
+  before(async () => {
+    hub = await startHub({
+      HUB_SA_ADMIN_SECRET: 'sa-secret',
+      HUB_META_MAX_KEYS: '20',
+      HUB_META_MAX_VALUE_LENGTH: '64',
+    });
+    root = await signup(hub, 'root');
+    alice = await signup(hub, 'alice');
+    mallory = await signup(hub, 'mallory');
+    dev = await createDevice(alice, { 'user-meta': { site: 'lab' } });
+    other = await createDevice(mallory);
+  });
+  after(() => hub.stop());
+
+  describe('devices', () => {
+    it('creates an owned device with a generated nick and a secret; the device logs in with PRN and secret', async () => {
+      assert.match(dev.prn, /^prn:::devices:\/[a-f0-9]{24}$/);
+      assert.match(dev.nick, /^[a-z]+_[a-z]+/);
+      const claims = (await hub.call('GET', '/auth/auth_status', { token: dev.token })).body;
+      assert.equal(claims.type, 'DEVICE');
+      assert.equal(claims.sub, dev.prn);
+      const wrong = await hub.call('POST', '/auth/login', {
+        body: { username: dev.prn, password: 'not-the-secret' },
+      });
+      assert.equal(wrong.status, 401);
+      assert.equal(wrong.body.error, 'invalid_credentials');
+    });
+
+    it('an unowned device registers itself; its owner claims it with the challenge, nobody else can', async () => {
+      const self = await hub.call('POST', '/devices', { body: { nick: 'bootstrapped' } });
+      assert.equal(self.status, 200);
+      assert.equal(self.body.ownership_unverified, true);
+      assert.equal(self.body.owner, '');
+      assert.ok(self.body.challenge);
+      const wrong = await hub.call('POST', `/devices/${self.body.id}/claim`, {
+        token: alice.token,
+        body: { challenge: 'guess' },
+      });
+      assert.equal(wrong.status, 404);
+      const claimed = await hub.call('POST', `/devices/${self.body.id}/claim`, {
+        token: alice.token,
+        body: { challenge: self.body.challenge },
+      });
+      assert.equal(claimed.status, 200);
+      assert.equal(claimed.body.owner, alice.prn);
+      assert.equal(claimed.body.ownership_unverified, false);
+      assert.equal(claimed.body.challenge, undefined);
+      const again = await asMallory('POST', `/devices/${self.body.id}/claim`, {
+        challenge: self.body.challenge,
+      });
+      assert.equal(again.status, 404);
+    });
+
+    it('registers a device from a CSR and issues a certificate signed by the device CA', async () => {
+      const r = await hub.call('POST', '/devices/register', {
+        token: alice.token,
+        body: { csr: await csr('sensor-7'), 'device-name': 'sensor-7', name: 'Sensor 7' },
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.nick, 'sensor-7');
+      assert.deepEqual(r.body['user-meta'], { name: 'Sensor 7' });
+      const cert = new x509.X509Certificate(r.body.certificate);
+      const ca = new x509.X509Certificate(readFileSync(join(hub.dataDir, 'keys', 'device-ca.pem'), 'utf8'));
+      assert.equal(cert.subject, 'CN=sensor-7');
+      assert.equal(cert.issuer, ca.subject);
+      assert.ok(await cert.verify({ publicKey: await ca.publicKey.export() }));
+      assert.equal(
+        (await hub.call('POST', '/auth/login', { body: { username: r.body.prn, password: r.body.secret } }))
+          .status,
+        200,
+      );
+    });
+
+    it('refuses a malformed CSR and a CSR whose signature does not verify (422 naming the problem)', async () => {
+      const junk = await hub.call('POST', '/devices/register', {
+        token: alice.token,
+        body: { csr: 'not a csr' },
+      });
+      assert.equal(junk.status, 422);
+      assert.equal(junk.body.details[0].field, 'csr');
+      assert.match(junk.body.message, /not a PEM or DER certificate signing request/);
+      const good = await csr('tampered');
+      const der = Buffer.from(good.replace(/-----[^-]+-----|\s/g, ''), 'base64');
+      der[der.length - 5]! ^= 0xff; // inside the signature
+      const bad = `-----BEGIN CERTIFICATE REQUEST-----\n${der.toString('base64')}\n-----END CERTIFICATE REQUEST-----`;
+      const r = await hub.call('POST', '/devices/register', { token: alice.token, body: { csr: bad } });
+      assert.equal(r.status, 422);
+      assert.match(r.body.message, /signature does not verify|not a PEM/);
+      assert.equal((await hub.call('POST', '/devices/register', { body: { csr: good } })).status, 401);
+    });
+
+    it('reads: the owner and the device see the secret; an admin sees the device without it; others get 404', async () => {
+      const owner = await hub.call('GET', `/devices/${dev.id}`, { token: alice.token });
+      assert.equal(owner.status, 200);
+      assert.equal(owner.body.secret, dev.secret);
+      assert.deepEqual(owner.body['user-meta'], { site: 'lab' });
+      const self = await hub.call('GET', `/devices/${encodeURIComponent(dev.prn)}`, { token: dev.token });
+      assert.equal(self.body.secret, dev.secret);
+      const admin = await hub.call('GET', `/devices/${dev.id}`, { token: root.token });
+      assert.equal(admin.status, 200);
+      assert.equal(admin.body.secret, undefined);
+      for (const ref of [dev.id, encodeURIComponent(dev.prn), dev.nick])
+        assert.equal((await asMallory('GET', `/devices/${ref}`)).status, 404);
+      assert.equal(
+        (await hub.call('GET', `/devices/${other.id}`, { token: dev.token })).status,
+        404,
+        'a device sees no other device',
+      );
+      assert.equal((await hub.call('GET', `/devices/${'0'.repeat(24)}`, { token: alice.token })).status, 404);
+      assert.equal((await hub.call('GET', `/devices/${dev.id}`)).status, 401);
+      assert.equal((await hub.call('GET', `/devices/${dev.id}`, { token: 'not.a.token' })).status, 401);
+    });
+
+    it("lists only one's own devices, without secrets", async () => {
+      const mine = await hub.call('GET', '/devices', { token: alice.token });
+      assert.equal(mine.status, 200);
+      assert.ok(mine.body.total >= 3);
+      assert.ok(mine.body.items.every((d: { owner: string }) => d.owner === alice.prn));
+      assert.doesNotMatch(JSON.stringify(mine.body), new RegExp(dev.secret));
+      const theirs = await asMallory('GET', '/devices');
+      assert.deepEqual(
+        theirs.body.items.map((d: { id: string }) => d.id),
+        [other.id],
+      );
+    });
+
+    it('renames (owner only), also reachable by the new nick', async () => {
+      const r = await hub.call('PATCH', `/devices/${dev.id}`, {
+        token: alice.token,
+        body: { nick: 'gateway-1' },
+      });
+      assert.equal(r.status, 200);
+      assert.equal(r.body.nick, 'gateway-1');
+      assert.equal((await hub.call('GET', '/devices/gateway-1', { token: alice.token })).body.id, dev.id);
+      assert.equal(
+        (await hub.call('PATCH', `/devices/${dev.id}`, { token: dev.token, body: { nick: 'mine-now' } }))
+          .status,
+        403,
+      );
+      assert.equal((await asMallory('PATCH', `/devices/${dev.id}`, { nick: 'mine-now' })).status, 404);
+      const taken = await hub.call('POST', '/devices', { token: alice.token, body: { nick: 'GATEWAY-1' } });
+      assert.equal(taken.status, 409);
+    });
+
+    it('device-meta: only the device reports it; merges, null removes, an unchanged patch appends nothing', async () => {
+      const r = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { fw: '1.0', temp: '21' },
+      });
+      assert.equal(r.status, 200);
+      assert.deepEqual(r.body['device-meta'], { fw: '1.0', temp: '21' });
+      const merged = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { temp: '22', fw: null },
+      });
+      assert.deepEqual(merged.body['device-meta'], { temp: '22' });
+      const head = await hub.node.store.head();
+      const same = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { temp: '22', gone: null },
+      });
+      assert.equal(same.status, 200);
+      assert.equal(await hub.node.store.head(), head, 'nothing appended');
+      assert.equal(same.headers.get('x-hub-position'), null);
+      assert.equal(
+        (await hub.call('PATCH', `/devices/${dev.id}/device-meta`, { token: alice.token, body: { x: '1' } }))
+          .status,
+        403,
+      );
+      assert.equal(
+        (await hub.call('PATCH', `/devices/${dev.id}/device-meta`, { token: other.token, body: { x: '1' } }))
+          .status,
+        404,
+      );
+      assert.equal((await asMallory('PATCH', `/devices/${dev.id}/device-meta`, { x: '1' })).status, 403);
+    });
+
+    it('device-meta limits: 413 above the key count, 422 for long or non-string values', async () => {
+      const many = Object.fromEntries(Array.from({ length: 25 }, (_, i) => [`k${i}`, 'v']));
+      const big = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, { token: dev.token, body: many });
+      assert.equal(big.status, 413);
+      assert.equal(big.body.error, 'payload_too_large');
+      const long = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { k: 'x'.repeat(65) },
+      });
+      assert.equal(long.status, 422);
+      const typed = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { k: 7 },
+      });
+      assert.equal(typed.status, 422);
+      assert.equal(typed.body.details[0].field, 'k');
+      const after = await hub.call('GET', `/devices/${dev.id}`, { token: alice.token });
+      assert.deepEqual(after.body['device-meta'], { temp: '22' }, 'refused patches changed nothing');
+    });
+
+    it('user-meta: the owner replaces it; the device and others cannot', async () => {
+      const r = await hub.call('PUT', `/devices/${dev.id}/user-meta`, {
+        token: alice.token,
+        body: { site: 'plant', rack: '4' },
+      });
+      assert.equal(r.status, 200);
+      assert.deepEqual(r.body['user-meta'], { site: 'plant', rack: '4' });
+      assert.equal(
+        (await hub.call('PUT', `/devices/${dev.id}/user-meta`, { token: dev.token, body: { a: 'b' } }))
+          .status,
+        403,
+      );
+      assert.equal((await asMallory('PUT', `/devices/${dev.id}/user-meta`, { a: 'b' })).status, 404);
+      const many = Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`k${i}`, 'v']));
+      assert.equal(
+        (await hub.call('PUT', `/devices/${dev.id}/user-meta`, { token: alice.token, body: many })).status,
+        413,
+      );
+    });
+
+    it('public devices are readable by others, without secret; private again, they are 404', async () => {
+      assert.equal(
+        (await hub.call('PUT', `/devices/${dev.id}/public`, { token: alice.token })).body.public,
+        true,
+      );
+      const seen = await asMallory('GET', `/devices/${dev.id}`);
+      assert.equal(seen.status, 200);
+      assert.equal(seen.body.secret, undefined);
+      assert.equal((await asMallory('PUT', `/devices/${dev.id}/public`)).status, 404);
+      assert.equal(
+        (await hub.call('DELETE', `/devices/${dev.id}/public`, { token: alice.token })).body.public,
+        false,
+      );
+      assert.equal((await asMallory('GET', `/devices/${dev.id}`)).status, 404);
+    });
+  });
+
+  describe('trails and steps', () => {
+    it('the owner and the device push steps in rev order; objects are the sha256 the state references', async () => {
+      const first = await hub.call('POST', `/trails/${dev.id}/steps`, {
+        token: alice.token,
+        body: {
+          state: { 'bsp/kernel.img': SHA_A, apps: [{ rootfs: SHA_B }], note: 'not-a-sha' },
+          'commit-msg': 'initial',
+        },
+      });
+      assert.equal(first.status, 200, JSON.stringify(first.body));
+      assert.equal(first.body.rev, 0);
+      assert.deepEqual(first.body.objects, [SHA_A, SHA_B]);
+      assert.equal(first.body.progress.status, 'NEW');
+      const second = await hub.call('POST', `/trails/${dev.id}/steps`, {
+        token: dev.token,
+        body: { rev: 1, state: { 'bsp/kernel.img': SHA_B } },
+      });
+      assert.equal(second.status, 200);
+      const skipped = await hub.call('POST', `/trails/${dev.id}/steps`, {
+        token: alice.token,
+        body: { rev: 5, state: {} },
+      });
+      assert.equal(skipped.status, 409);
+      assert.equal((await asMallory('POST', `/trails/${dev.id}/steps`, { state: {} })).status, 404);
+      assert.equal(
+        (await hub.call('POST', `/trails/${dev.id}/steps`, { token: root.token, body: { state: {} } }))
+          .status,
+        403,
+      );
+    });
+
+    it('reads steps (owner, device); others get 404', async () => {
+      const list = await hub.call('GET', `/trails/${dev.id}/steps`, { token: alice.token });
+      assert.equal(list.status, 200);
+      assert.deepEqual(
+        list.body.items.map((s: { rev: number }) => s.rev),
+        [0, 1],
+      );
+      assert.equal((await hub.call('GET', `/trails/${dev.id}/steps/1`, { token: dev.token })).body.rev, 1);
+      assert.equal((await hub.call('GET', `/trails/${dev.id}/steps/9`, { token: alice.token })).status, 404);
+      assert.equal((await asMallory('GET', `/trails/${dev.id}/steps`)).status, 404);
+      assert.equal((await asMallory('GET', `/trails/${dev.id}/steps/0`)).status, 404);
+    });
+
+    it('only the device reports progress, with a known status', async () => {
+      const r = await hub.call('PUT', `/trails/${dev.id}/steps/1/progress`, {
+        token: dev.token,
+        body: { progress: 40, status: 'STARTED', 'status-msg': 'downloading' },
+      });
+      assert.equal(r.status, 200);
+      assert.deepEqual(r.body.progress, { progress: 40, status: 'STARTED', 'status-msg': 'downloading' });
+      assert.equal(
+        (
+          await hub.call('PUT', `/trails/${dev.id}/steps/1/progress`, {
+            token: alice.token,
+            body: { progress: 50, status: 'DONE' },
+          })
+        ).status,
+        403,
+      );
+      assert.equal(
+        (
+          await hub.call('PUT', `/trails/${dev.id}/steps/1/progress`, {
+            token: dev.token,
+            body: { progress: 50, status: 'FINISHED' },
+          })
+        ).status,
+        422,
+      );
+      assert.equal(
+        (
+          await hub.call('PUT', `/trails/${dev.id}/steps/1/progress`, {
+            token: dev.token,
+            body: { progress: 101, status: 'DONE' },
+          })
+        ).status,
+        422,
+      );
+      assert.equal(
+        (
+          await hub.call('PUT', `/trails/${dev.id}/steps/7/progress`, {
+            token: dev.token,
+            body: { progress: 1, status: 'DONE' },
+          })
+        ).status,
+        404,
+      );
+    });
+
+    it("the pipeline carries the device's public flag to its steps by itself", async () => {
+      await hub.call('PUT', `/devices/${dev.id}/public`, { token: alice.token });
+      const deadline = Date.now() + 10_000;
+      let steps: { public: boolean }[] = [];
+      while (Date.now() < deadline) {
+        steps = (await hub.call('GET', `/trails/${dev.id}/steps`, { token: alice.token })).body.items;
+        if (steps.every((s) => s.public)) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.ok(steps.length === 2 && steps.every((s) => s.public));
+      const publicSteps = await asMallory('GET', `/trails/${dev.id}/steps`);
+      assert.equal(publicSteps.status, 200, 'public steps of a public device are readable');
+      await hub.call('DELETE', `/devices/${dev.id}/public`, { token: alice.token });
+    });
+  });
+
+  describe('callbacks', () => {
+    const stepId = () => `${dev.id}-0`;
+
+    it('refuses missing, wrong and non-saadmin credentials (401)', async () => {
+      assert.equal((await hub.call('PUT', `/callbacks/devices/${dev.id}`)).status, 401);
+      const wrong = await hub.call('PUT', `/callbacks/devices/${dev.id}`, { headers: basic('nope') });
+      assert.equal(wrong.status, 401);
+      assert.match(wrong.headers.get('www-authenticate') ?? '', /Basic/);
+      const user = await hub.call('PUT', `/callbacks/devices/${dev.id}`, {
+        headers: { authorization: `Basic ${Buffer.from('alice:sa-secret').toString('base64')}` },
+      });
+      assert.equal(user.status, 401);
+      assert.equal(
+        (await hub.call('PUT', `/callbacks/devices/${dev.id}`, { token: root.token })).status,
+        401,
+      );
+    });
+
+    it("marks the device's steps to match it and counts them", async () => {
+      // A step left behind (as when a push raced the flag): private while its device is public.
+      await hub.call('PUT', `/devices/${dev.id}/public`, { token: alice.token });
+      await new Promise((r) => setTimeout(r, 300));
+      await hub.node.store.append(`trail-${dev.id}`, [
+        {
+          id: randomUUID(),
+          type: 'StepPublicitySet',
+          data: { device_id: dev.id, rev: 0, public: false, garbage: false },
+        },
+      ]);
+      const r = await hub.call('PUT', `/callbacks/devices/${dev.id}`, { headers: basic('sa-secret') });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.deepEqual(r.body, {
+        device_id: dev.id,
+        steps_marked_as_public: 1,
+        steps_marked_as_non_public: 0,
+      });
+      const again = await hub.call('PUT', `/callbacks/devices/gateway-1`, { headers: basic('sa-secret') });
+      assert.deepEqual(again.body, {
+        device_id: dev.id,
+        steps_marked_as_public: 0,
+        steps_marked_as_non_public: 0,
+      });
+      assert.equal(
+        (await hub.call('PUT', `/callbacks/devices/${'f'.repeat(24)}`, { headers: basic('sa-secret') }))
+          .status,
+        404,
+      );
+    });
+
+    it('ignores a stale notification (409) and accepts a fresh one, with nanoseconds and zone offsets', async () => {
+      const stale = await hub.call(
+        'PUT',
+        `/callbacks/devices/${dev.id}?timemodified=2020-01-01T00:00:00.123456789Z`,
+        { headers: basic('sa-secret') },
+      );
+      assert.equal(stale.status, 409);
+      assert.equal(stale.body.error, 'stale_notification');
+      const future = new Date(Date.now() + 3600_000).toISOString().replace('Z', '123456Z');
+      assert.equal(
+        (
+          await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=${future}`, {
+            headers: basic('sa-secret'),
+          })
+        ).status,
+        200,
+      );
+      const offset = `${new Date(Date.now() + 7200_000 + 3600_000).toISOString().slice(0, 19)}.000000001%2B02:00`;
+      assert.equal(
+        (
+          await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=${offset}`, {
+            headers: basic('sa-secret'),
+          })
+        ).status,
+        200,
+      );
+      const bad = await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=yesterday`, {
+        headers: basic('sa-secret'),
+      });
+      assert.equal(bad.status, 422);
+    });
+
+    it("answers the step's bookkeeping record; stale and unknown steps refused", async () => {
+      const r = await hub.call('PUT', `/callbacks/steps/${stepId()}`, { headers: basic('sa-secret') });
+      assert.equal(r.status, 200);
+      assert.deepEqual(r.body, {
+        id: stepId(),
+        owner: alice.prn,
+        device: dev.prn,
+        objects: [SHA_A, SHA_B],
+        public: true,
+        garbage: false,
+      });
+      assert.equal(
+        (
+          await hub.call('PUT', `/callbacks/steps/${stepId()}?timemodified=2001-01-01T00:00:00Z`, {
+            headers: basic('sa-secret'),
+          })
+        ).status,
+        409,
+      );
+      assert.equal(
+        (await hub.call('PUT', `/callbacks/steps/${dev.id}-42`, { headers: basic('sa-secret') })).status,
+        404,
+      );
+      assert.equal(
+        (await hub.call('PUT', `/callbacks/steps/${stepId()}`, { headers: basic('wrong') })).status,
+        401,
+      );
+    });
+
+    it('with an empty HUB_SA_ADMIN_SECRET, nobody gets in', async () => {
+      const closed = await startHub({ HUB_SA_ADMIN_SECRET: '' });
+      try {
+        assert.equal(
+          (await closed.call('PUT', `/callbacks/devices/${dev.id}`, { headers: basic('') })).status,
+          401,
+        );
+      } finally {
+        await closed.stop();
+      }
+    });
+  });
+
+  it('DELETE marks the device garbage: it leaves the list and can no longer log in', async () => {
+    const gone = await createDevice(alice);
+    assert.equal((await asMallory('DELETE', `/devices/${gone.id}`)).status, 404);
+    assert.equal((await hub.call('DELETE', `/devices/${gone.id}`, { token: gone.token })).status, 403);
+    const r = await hub.call('DELETE', `/devices/${gone.id}`, { token: alice.token });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.garbage, true);
+    assert.equal(r.body.secret, undefined);
+    assert.equal(
+      (await hub.call('POST', '/auth/login', { body: { username: gone.prn, password: gone.secret } })).status,
+      401,
+    );
+    const list = await hub.call('GET', '/devices', { token: alice.token });
+    assert.ok(!list.body.items.some((d: { id: string }) => d.id === gone.id));
+  });
+
+  describe("leaks (last: mocha runs a suite's own tests before its nested suites)", () => {
+    it("nothing answered to another account carried alice's device secret", () => {
+      const seen = foreign.join('\n');
+      assert.ok(!seen.includes(dev.secret), 'a secret leaked');
+      assert.ok(foreign.length >= 10, `the check saw ${foreign.length} answers`);
+    });
+  });
+});
