@@ -11,6 +11,8 @@ export interface TestHub {
   url: string;
   dataDir: string;
   logs: () => string[];
+  /** Every answer body this hub gave through call(), as JSON: for leak checks. */
+  answers: string[];
   /** JSON request against the hub, with an optional bearer token. */
   call(
     method: string,
@@ -29,17 +31,22 @@ export async function startHub(env: Record<string, string> = {}): Promise<TestHu
   });
   const logs = memoryLogger('debug');
   const node = await startNode(config, ['api', 'projector'], { logger: logs.logger });
+  const answers: string[] = [];
   return {
     node,
     url: node.url,
     dataDir: config.dataDir,
     logs: logs.lines,
-    call: (method, path, o = {}) =>
-      request(`${node.url}${path}`, {
+    answers,
+    call: async (method, path, o = {}) => {
+      const r = await request(`${node.url}${path}`, {
         method,
         body: o.body,
         headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
-      }),
+      });
+      answers.push(JSON.stringify(r.body));
+      return r;
+    },
     stop: () => node.stop(),
   };
 }
