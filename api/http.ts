@@ -15,13 +15,16 @@ declare module 'koa' {
 }
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
+/** Request ids: a random prefix per process and a counter, unique without entropy per request. */
+const ID_PREFIX = `req_${randomBytes(6).toString('base64url')}`;
+let requestCount = 0;
 
 /** Request id, error rendering, one access-log line and the duration histogram. */
 export function requestContext(logger: Logger, metrics: Metrics): Middleware {
   return async (ctx: Context, next: Next) => {
     const started = process.hrtime.bigint();
     const incoming = ctx.get('X-Request-Id');
-    const requestId = REQUEST_ID.test(incoming) ? incoming : `req_${randomBytes(9).toString('base64url')}`;
+    const requestId = REQUEST_ID.test(incoming) ? incoming : `${ID_PREFIX}${(++requestCount).toString(36)}`;
     ctx.state.requestId = requestId;
     ctx.set('X-Request-Id', requestId);
     try {

@@ -87,6 +87,8 @@ async function main(argv: string[]): Promise<number> {
 
 async function runRoles(config: Config, roles: Role[]): Promise<number> {
   const node = await startNode(config, roles);
+  // Printed whatever the log level: scripts and people look for this line.
+  if (node.url) process.stdout.write(`Device Hub (${config.profile}) listening on ${node.url}\n`);
   const stop = async (signal: string) => {
     node.logger.info({ signal }, 'shutting down');
     await node.stop();

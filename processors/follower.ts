@@ -35,10 +35,21 @@ export class EventFollower {
   private async loop(): Promise<void> {
     const signal = this.controller.signal;
     let backoff = 200;
+    // Checkpoints are saved at most once a second (and at stop): after a crash at most a second
+    // of events is handled again, which at-least-once handlers accept.
+    let handled = 0;
+    let saved = 0;
+    let savedAt = 0;
+    const save = async () => {
+      if (handled <= saved) return;
+      await this.o.checkpoints.set(this.o.name, handled);
+      saved = handled;
+      savedAt = Date.now();
+    };
     while (!signal.aborted) {
       let from = 0;
       try {
-        from = await this.o.checkpoints.get(this.o.name);
+        from = Math.max(await this.o.checkpoints.get(this.o.name), handled);
       } catch (err) {
         this.o.logger.warn(
           { follower: this.o.name, err: (err as Error).message },
@@ -54,7 +65,8 @@ export class EventFollower {
       try {
         for await (const batch of batches(subscription, 100)) {
           await this.o.handle(batch);
-          await this.o.checkpoints.set(this.o.name, batch[batch.length - 1]!.position);
+          handled = batch[batch.length - 1]!.position;
+          if (Date.now() - savedAt >= 1000) await save();
           backoff = 200;
         }
       } catch (err) {
@@ -70,5 +82,6 @@ export class EventFollower {
         subscription.close();
       }
     }
+    await save().catch(() => {});
   }
 }

@@ -13,6 +13,14 @@ declare module 'koa' {
   }
 }
 
+/**
+ * Tokens already verified, until they expire: verification costs a signature check, and devices
+ * present the same token for an hour of requests. A token is an immutable signed value, so a cached
+ * verdict stays true until `exp`. Bounded; shared by every route of the process.
+ */
+const verified = new Map<string, Claims>();
+const MAX_VERIFIED = 100_000;
+
 /** Verifies the bearer token; 401 (in the error shape, with WWW-Authenticate) when it does not hold. */
 export function authenticate(keys: Keys): Middleware {
   const verify = koaJwt({
@@ -28,6 +36,13 @@ export function authenticate(keys: Keys): Middleware {
     const header = ctx.get('Authorization');
     if (!/^Bearer\s+\S+$/i.test(header))
       throw unauthorized('Send a bearer token: Authorization: Bearer <token>.');
+    const token = header.slice(7).trim();
+    const known = verified.get(token);
+    if (known && known.exp * 1000 > Date.now()) {
+      ctx.state.auth = known;
+      ctx.state.caller = known.sub;
+      return next();
+    }
     try {
       await verify(ctx, async () => {});
     } catch (err) {
@@ -38,6 +53,8 @@ export function authenticate(keys: Keys): Middleware {
     const claims = ctx.state.auth as Claims;
     if (typeof claims?.sub !== 'string' || !Array.isArray(claims.scopes))
       throw unauthorized('Invalid token: claims missing.');
+    if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value as string);
+    verified.set(token, claims);
     ctx.state.caller = claims.sub;
     await next();
   };

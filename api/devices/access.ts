@@ -1,6 +1,6 @@
 // Who may see or touch a device: shared by /devices, /trails and their tests of tenancy.
 import type { Context } from 'koa';
-import { load, nameOwner, StateCache } from '../../infra/eventstore/aggregate.ts';
+import { cacheOf, load, nameOwner, type StateCache } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import type { Claims } from '../auth/tokens.ts';
 import { forbidden, notFound } from '../errors.ts';
@@ -13,7 +13,7 @@ export interface DeviceAccess {
 }
 
 export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess {
-  const cache = new StateCache<DeviceState>();
+  const cache = cacheOf(store, devices);
   const isAdmin = (claims: Claims) =>
     !claims.act && admins.some((a) => a.toLowerCase() === claims.nick.toLowerCase());
   return {

@@ -105,7 +105,17 @@ export function deviceRoutes(hub: HubContext) {
   const auth = authenticate(hub.keys);
   const access = deviceAccess(store, config.admins);
   const { cache, resolve } = access;
-  const secretOf = (d: DeviceState) => () => unseal(hub.keys.sealKey, d.secretSealed);
+  // Unsealing is AES work on the hot path (device-meta answers carry the secret): memoised, bounded.
+  const unsealed = new Map<string, string>();
+  const secretOf = (d: DeviceState) => () => {
+    let secret = unsealed.get(d.secretSealed);
+    if (secret === undefined) {
+      secret = unseal(hub.keys.sealKey, d.secretSealed);
+      if (unsealed.size >= 50_000) unsealed.delete(unsealed.keys().next().value as string);
+      unsealed.set(d.secretSealed, secret);
+    }
+    return secret;
+  };
 
   const metaMap = (nullable: boolean) => ({
     type: 'object',
@@ -153,17 +163,19 @@ export function deviceRoutes(hub: HubContext) {
     ctx: Context,
     id: string,
     decide: (d: DeviceState) => { type: string; data: unknown }[],
+    loaded?: DeviceState,
   ) {
-    const { appended, state } = await handle(
+    const { appended, after } = await handle(
       store,
       deviceStream(id),
       devices,
       (d) => ({ events: decide(d), result: undefined }),
       5,
       cache,
+      loaded ? cache.get(deviceStream(id)) : undefined,
     );
     if (appended) await hub.consistency.written(ctx, appended.position);
-    return appended ? (await load(store, deviceStream(id), devices, cache)).state : state;
+    return after;
   }
 
   return (routes: Routes) => {
@@ -497,16 +509,24 @@ export function deviceRoutes(hub: HubContext) {
         const { device, viewer } = await resolve(ctx, ctx.params.id!);
         if (viewer !== 'device') throw forbidden('A device reports only its own metadata.');
         if (device.garbage) throw notFound('No such device.');
-        const updated = await update(ctx, device.id, (d) => {
-          const { changed, removed } = metaPatch(d.deviceMeta, body);
-          if (Object.keys(changed).length === 0 && removed.length === 0) return [];
-          const merged = { ...d.deviceMeta, ...changed };
-          for (const k of removed) delete merged[k];
-          checkSize(merged);
-          return [
-            { type: 'DeviceMetaUpdated', data: { device_id: d.id, owner_prn: d.ownerPrn, changed, removed } },
-          ];
-        });
+        const updated = await update(
+          ctx,
+          device.id,
+          (d) => {
+            const { changed, removed } = metaPatch(d.deviceMeta, body);
+            if (Object.keys(changed).length === 0 && removed.length === 0) return [];
+            const merged = { ...d.deviceMeta, ...changed };
+            for (const k of removed) delete merged[k];
+            checkSize(merged);
+            return [
+              {
+                type: 'DeviceMetaUpdated',
+                data: { device_id: d.id, owner_prn: d.ownerPrn, changed, removed },
+              },
+            ];
+          },
+          device,
+        );
         ctx.body = deviceRecord(updated, 'device', secretOf(updated));
       },
     });

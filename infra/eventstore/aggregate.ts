@@ -23,7 +23,9 @@ export interface Loaded<S> {
 /**
  * Recently loaded states by stream, bounded. Only an optimisation: a load still reads the
  * stream's tail after the cached revision, so a state is never stale, also when another process
- * appended meanwhile. Streams with many events (a device's metadata) then cost one short read.
+ * appended meanwhile. Streams with many events (a device's metadata) then cost one short read,
+ * and none at all on a store this process alone writes to (it caches the state after its own
+ * appends).
  */
 export class StateCache<S> {
   private readonly entries = new Map<string, Loaded<S>>();
@@ -34,6 +36,9 @@ export class StateCache<S> {
   get(stream: string): Loaded<S> | undefined {
     return this.entries.get(stream);
   }
+  delete(stream: string): void {
+    this.entries.delete(stream);
+  }
   set(stream: string, loaded: Loaded<S>): void {
     this.entries.delete(stream);
     this.entries.set(stream, loaded);
@@ -41,13 +46,33 @@ export class StateCache<S> {
   }
 }
 
+/**
+ * The process's cache for one store and one kind of aggregate: every load and command on that
+ * kind shares it, so that on a store this process alone writes (SQLite) it is authoritative.
+ */
+const caches = new WeakMap<EventStore, WeakMap<object, StateCache<unknown>>>();
+export function cacheOf<S>(store: EventStore, evolver: Evolver<S>): StateCache<S> {
+  let byKind = caches.get(store);
+  if (!byKind) {
+    byKind = new WeakMap();
+    caches.set(store, byKind);
+  }
+  let cache = byKind.get(evolver);
+  if (!cache) {
+    cache = new StateCache();
+    byKind.set(evolver, cache);
+  }
+  return cache as StateCache<S>;
+}
+
 export async function load<S>(
   store: EventStore,
   stream: string,
   evolver: Evolver<S>,
-  cache?: StateCache<S>,
+  cache: StateCache<S> = cacheOf(store, evolver),
 ): Promise<Loaded<S>> {
-  const cached = cache?.get(stream);
+  const cached = cache.get(stream);
+  if (cached && store.exclusiveWriter) return cached;
   let state = cached?.state ?? evolver.initial();
   let revision = cached?.revision ?? -1;
   for (let page = await store.readStream(stream, revision + 1, 1000); page.length > 0; ) {
@@ -58,7 +83,7 @@ export async function load<S>(
     if (page.length < 1000) break;
     page = await store.readStream(stream, revision + 1, 1000);
   }
-  if (cache && revision >= 0 && revision !== cached?.revision) cache.set(stream, { state, revision });
+  if (revision >= 0 && revision !== cached?.revision) cache.set(stream, { state, revision });
   return { state, revision };
 }
 
@@ -78,21 +103,43 @@ export async function handle<S, T>(
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => Decided<T> | Promise<Decided<T>>,
   attempts = 5,
-  cache?: StateCache<S>,
-): Promise<{ result: T; appended: AppendResult | undefined; state: S }> {
+  cache: StateCache<S> = cacheOf(store, evolver),
+  /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
+  loaded?: Loaded<S>,
+): Promise<{ result: T; appended: AppendResult | undefined; state: S; after: S }> {
   for (let attempt = 1; ; attempt++) {
-    const { state, revision } = await load(store, stream, evolver, cache);
+    const { state, revision } = attempt === 1 && loaded ? loaded : await load(store, stream, evolver, cache);
     const { events, result } = await decide(state, revision);
-    if (events.length === 0) return { result, appended: undefined, state };
+    if (events.length === 0) return { result, appended: undefined, state, after: state };
     try {
       const appended = await store.append(
         stream,
         events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data })),
         revision < 0 ? 'no_stream' : revision,
       );
-      return { result, appended, state };
+      // The state after the append, without reading it back (the store stamped `created` within
+      // this millisecond or so; the next load reads the stored events).
+      const now = appended.created ?? Date.now();
+      let after = state;
+      events.forEach((e, i) => {
+        after = evolver.evolve(after, {
+          id: '',
+          type: e.type,
+          data: e.data,
+          stream,
+          revision: revision + 1 + i,
+          position: appended.position - events.length + 1 + i,
+          created: now,
+          metadata: {},
+        });
+      });
+      if (cache && store.exclusiveWriter)
+        cache.set(stream, { state: after, revision: appended.nextRevision });
+      return { result, appended, state, after };
     } catch (err) {
+      cache.delete(stream); // someone else wrote: read it all again
       if (!(err instanceof WrongExpectedRevisionError) || attempt >= attempts) throw err;
+      loaded = undefined;
     }
   }
 }

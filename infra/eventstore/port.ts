@@ -31,6 +31,8 @@ export interface AppendResult {
   nextRevision: number;
   /** Global position of the last event appended. */
   position: number;
+  /** When the store stamped the events (ms since the epoch), when it knows. */
+  created?: number;
 }
 
 export interface Subscription extends AsyncIterable<RecordedEvent> {
@@ -39,6 +41,9 @@ export interface Subscription extends AsyncIterable<RecordedEvent> {
 
 export interface EventStore {
   readonly kind: string;
+  /** True when this process is the only one that appends (the embedded SQLite file): states it
+   * cached after its own appends are then current without reading the stream's tail. */
+  readonly exclusiveWriter?: boolean;
   append(stream: string, events: NewEvent[], expected?: ExpectedRevision): Promise<AppendResult>;
   /** Events of one stream from a revision on; a missing stream reads as empty. */
   readStream(stream: string, fromRevision?: number, max?: number): Promise<RecordedEvent[]>;
@@ -96,6 +101,7 @@ export interface StoredId {
   stream: string;
   revision: number;
   position: number;
+  created: number;
 }
 
 export type Planned =
@@ -113,6 +119,7 @@ export function planBatch(
   revisionOf: (stream: string) => number,
   storedIds: Map<string, StoredId>,
   lastPosition: number,
+  now: number,
 ): Planned[] {
   const revisions = new Map<string, number>();
   const ids = new Map(storedIds);
@@ -122,7 +129,10 @@ export function planBatch(
     const known = events.map((e) => ids.get(e.id));
     if (known.length > 0 && known.every((k) => k?.stream === stream)) {
       const last = known[known.length - 1]!;
-      return { kind: 'done', result: { nextRevision: last.revision, position: last.position } };
+      return {
+        kind: 'done',
+        result: { nextRevision: last.revision, position: last.position, created: last.created },
+      };
     }
     const clash = events.find(
       (e, i) => known[i] !== undefined || events.findIndex((o) => o.id === e.id) !== i,
@@ -141,9 +151,9 @@ export function planBatch(
     const nextRevision = current + events.length;
     revisions.set(stream, nextRevision);
     events.forEach((e, i) => {
-      ids.set(e.id, { stream, revision: firstRevision + i, position: firstPosition + i });
+      ids.set(e.id, { stream, revision: firstRevision + i, position: firstPosition + i, created: now });
     });
-    return { kind: 'write', firstRevision, firstPosition, result: { nextRevision, position } };
+    return { kind: 'write', firstRevision, firstPosition, result: { nextRevision, position, created: now } };
   });
 }
 

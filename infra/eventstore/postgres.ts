@@ -164,6 +164,7 @@ export class PostgresEventStore implements EventStore {
   private async commit(batch: Waiting[]): Promise<void> {
     const client = await this.pool.connect();
     let plans: ReturnType<typeof planBatch>;
+    const now = Date.now(); // stamped here, so an append can answer when its events were stored
     try {
       // READ COMMITTED whatever the server's default: max(position) must be read after the lock.
       await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
@@ -171,7 +172,8 @@ export class PostgresEventStore implements EventStore {
       const ids = batch.flatMap((w) => w.events.map((e) => e.id));
       const streams = [...new Set(batch.map((w) => w.stream))];
       const stored = await client.query<StoredId & { id: string }>(
-        'SELECT id, stream, revision, position FROM hub_events WHERE id = ANY($1::text[])',
+        `SELECT id, stream, revision, position, (extract(epoch FROM created) * 1000)::bigint AS created
+         FROM hub_events WHERE id = ANY($1::text[])`,
         [ids],
       );
       const revisions = await client.query<{ stream: string; revision: number }>(
@@ -187,6 +189,7 @@ export class PostgresEventStore implements EventStore {
         (s) => revisionByStream.get(s) ?? -1,
         new Map(stored.rows.map((r) => [r.id, r])),
         head.rows[0]!.p,
+        now,
       );
       const cols: [number[], string[], number[], string[], string[], string[], string[]] = [
         [],
@@ -212,9 +215,10 @@ export class PostgresEventStore implements EventStore {
       });
       if (cols[0].length > 0) {
         await client.query(
-          `INSERT INTO hub_events (position, stream, revision, id, type, data, metadata)
-           SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::json[], $7::json[])`,
-          cols,
+          `INSERT INTO hub_events (position, stream, revision, id, type, data, metadata, created)
+           SELECT *, to_timestamp($8::float8 / 1000)
+           FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::json[], $7::json[])`,
+          [...cols, now],
         );
         await client.query('SELECT pg_notify($1, $2)', [CHANNEL, String(cols[0][cols[0].length - 1])]);
       }

@@ -15,6 +15,7 @@ export const SCHEMA_VERSION = 'schema_version';
 
 export class SchemaCheckedStore implements EventStore {
   readonly kind: string;
+  readonly exclusiveWriter: boolean;
   private readonly inner: EventStore;
   private readonly registry: SchemaRegistry;
 
@@ -22,6 +23,7 @@ export class SchemaCheckedStore implements EventStore {
     this.inner = inner;
     this.registry = registry;
     this.kind = inner.kind;
+    this.exclusiveWriter = inner.exclusiveWriter === true;
   }
 
   async append(stream: string, events: NewEvent[], expected?: ExpectedRevision): Promise<AppendResult> {

@@ -57,6 +57,7 @@ export interface SqliteOptions {
 
 export class SqliteEventStore implements EventStore {
   readonly kind = 'sqlite';
+  readonly exclusiveWriter = true;
   private readonly db: DatabaseSync;
   private readonly queue: Waiting[] = [];
   private flushing = false;
@@ -87,7 +88,7 @@ export class SqliteEventStore implements EventStore {
         'INSERT INTO events (position, stream, revision, id, type, data, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
       ),
       revision: this.db.prepare('SELECT max(revision) AS r FROM events WHERE stream = ?'),
-      byId: this.db.prepare('SELECT stream, revision, position FROM events WHERE id = ?'),
+      byId: this.db.prepare('SELECT stream, revision, position, created FROM events WHERE id = ?'),
       readStream: this.db.prepare(
         'SELECT * FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?',
       ),
@@ -153,8 +154,8 @@ export class SqliteEventStore implements EventStore {
       const row = this.sql.revision.get(stream) as { r: number | null };
       return row.r ?? -1;
     };
-    const plans = planBatch(batch, revisionOf, stored, this.lastPosition);
     const now = Date.now();
+    const plans = planBatch(batch, revisionOf, stored, this.lastPosition, now);
     let wrote = false;
     try {
       this.db.exec('BEGIN IMMEDIATE');

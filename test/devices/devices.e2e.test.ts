@@ -8,6 +8,8 @@ import { randomUUID, webcrypto } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
+import { trails } from '../../api/devices/devices.ts';
+import { handle } from '../../infra/eventstore/aggregate.ts';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
 
 x509.cryptoProvider.set(webcrypto as never);
@@ -429,13 +431,13 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       // A step left behind (as when a push raced the flag): private while its device is public.
       await hub.call('PUT', `/devices/${dev.id}/public`, { token: alice.token });
       await new Promise((r) => setTimeout(r, 300));
-      await hub.node.store.append(`trail-${dev.id}`, [
-        {
-          id: randomUUID(),
-          type: 'StepPublicitySet',
-          data: { device_id: dev.id, rev: 0, public: false, garbage: false },
-        },
-      ]);
+      // Written the way the hub's own code writes, through the aggregate layer.
+      await handle(hub.node.store, `trail-${dev.id}`, trails, () => ({
+        events: [
+          { type: 'StepPublicitySet', data: { device_id: dev.id, rev: 0, public: false, garbage: false } },
+        ],
+        result: undefined,
+      }));
       const r = await hub.call('PUT', `/callbacks/devices/${dev.id}`, { headers: basic('sa-secret') });
       assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.deepEqual(r.body, {

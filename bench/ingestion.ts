@@ -1,0 +1,225 @@
+// Device metadata ingestion: PATCH /devices/{id}/device-meta from this process (autocannon) to a
+// hub running in its own process, 1,000 devices, 128 connections, maps alternating between changed
+// and unchanged; on the embedded and the distributed profile, beside a bare node:http server
+// answering 200 to the same load, measured in the same run as the ceiling of the machine.
+//
+//   node bench/ingestion.ts [seconds]     (the distributed run needs `npm run infra:up`)
+//   HUB_BENCH_EMBEDDED_ONLY=1             bare and embedded only, printed, docs untouched
+//   HUB_BENCH_NODE_ARGS="--cpu-prof"      extra node flags for the hub process (profiling)
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import autocannon from 'autocannon';
+import { fmt, machine, writeSection } from './report.ts';
+
+const SECONDS = Number(process.argv[2] ?? 10);
+const DEVICES = 1000;
+const CONNECTIONS = 128;
+const ROOT = new URL('..', import.meta.url).pathname;
+
+const BARE = `
+  const http = require('node:http');
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"ok":true}'); });
+  });
+  server.listen(0, '127.0.0.1', () => console.log('listening on http://127.0.0.1:' + server.address().port));
+`;
+
+async function startProcess(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`exited with ${code}`)));
+  });
+  return { child, url };
+}
+
+async function json(url: string, method: string, body?: unknown, token?: string) {
+  const res = await fetch(url, {
+    method,
+    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  // biome-ignore lint/suspicious/noExplicitAny: bench reads arbitrary JSON
+  const data: any = await res.json();
+  if (!res.ok) throw new Error(`${method} ${url}: ${res.status} ${JSON.stringify(data)}`);
+  return data;
+}
+
+/** A user, verified through the emailed link, and 1,000 logged-in devices. */
+async function fleet(url: string, dataDir: string): Promise<{ id: string; token: string }[]> {
+  const nick = `bench${Date.now()}`;
+  const account = await json(`${url}/auth/accounts`, 'POST', {
+    email: `${nick}@example.com`,
+    nick,
+    password: 'bench-password',
+  });
+  await json(new URL(account['redirect-uri']).href, 'POST', {});
+  let link = '';
+  for (let i = 0; i < 200 && !link; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    try {
+      for (const f of readdirSync(join(dataDir, 'mail'))) {
+        const m = /(http\S+\/auth\/verify\?token=\S+)/.exec(
+          JSON.parse(readFileSync(join(dataDir, 'mail', f), 'utf8')).text,
+        );
+        if (m) link = m[1]!;
+      }
+    } catch {}
+  }
+  await json(link, 'GET');
+  const { token } = await json(`${url}/auth/login`, 'POST', { username: nick, password: 'bench-password' });
+  const devices: { id: string; token: string }[] = [];
+  for (let i = 0; i < DEVICES; i += 50) {
+    devices.push(
+      ...(await Promise.all(
+        Array.from({ length: Math.min(50, DEVICES - i) }, async () => {
+          const d = await json(`${url}/devices`, 'POST', {}, token);
+          const login = await json(`${url}/auth/login`, 'POST', { username: d.prn, password: d.secret });
+          return { id: d.id as string, token: login.token as string };
+        }),
+      )),
+    );
+  }
+  return devices;
+}
+
+interface Result {
+  target: string;
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+  total: number;
+}
+
+async function load(
+  target: string,
+  url: string,
+  devices: { id: string; token: string }[] | undefined,
+): Promise<Result> {
+  let n = 0;
+  const instance = autocannon({
+    url,
+    connections: CONNECTIONS,
+    duration: SECONDS,
+    requests: [
+      {
+        method: 'PATCH',
+        setupRequest: (req) => {
+          const i = n++;
+          const device = devices ? devices[i % DEVICES]! : { id: 'bare', token: 'bare' };
+          // Round r of a device sends temp = floor(r / 2): every other request changes nothing.
+          const temp = String(Math.floor(Math.floor(i / DEVICES) / 2));
+          return {
+            ...req,
+            path: `/devices/${device.id}/device-meta`,
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${device.token}` },
+            body: JSON.stringify({ temp, fw: '4.2.1' }),
+          };
+        },
+      },
+    ],
+  });
+  const r = await instance;
+  return {
+    target,
+    rps: r.requests.average,
+    p50: r.latency.p50,
+    p99: r.latency.p99,
+    errors: r.non2xx + r.errors + r.timeouts,
+    total: r.requests.total,
+  };
+}
+
+async function hubRun(target: string, env: Record<string, string>): Promise<Result> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
+  const { child, url } = await startProcess(
+    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), 'bin/hub.ts', 'start'],
+    {
+      HUB_PORT: '0',
+      HUB_LOG_LEVEL: 'warn',
+      HUB_DATA_DIR: dataDir,
+      // All load comes from one address: the per-address limits would measure themselves.
+      HUB_RATE_LIMIT_PER_SECOND: '0',
+      HUB_LOGIN_LIMIT_PER_MINUTE: '1000000',
+      ...env,
+    },
+  );
+  try {
+    const devices = await fleet(url, dataDir);
+    process.stderr.write(`${target}: ${devices.length} devices ready, loading for ${SECONDS} s\n`);
+    return await load(target, url, devices);
+  } finally {
+    child.kill('SIGTERM');
+    await new Promise((r) => child.once('exit', r));
+  }
+}
+
+async function main() {
+  const results: Result[] = [];
+  const bare = await startProcess(['-e', BARE], {});
+  try {
+    process.stderr.write(`bare node:http: loading for ${SECONDS} s\n`);
+    results.push(await load('bare node:http server (ceiling)', bare.url, undefined));
+  } finally {
+    bare.child.kill();
+  }
+  results.push(await hubRun('embedded (SQLite, in-process read models)', {}));
+  if (process.env.HUB_BENCH_EMBEDDED_ONLY) {
+    // A quick look while tuning: printed only; full runs write the table.
+    for (const r of results)
+      console.log(`${r.target}: ${fmt(r.rps)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms, ${r.errors} errors`);
+    return;
+  }
+  try {
+    results.push(
+      await hubRun('distributed (PostgreSQL, Redis), all roles in one process', {
+        HUB_PROFILE: 'distributed',
+      }),
+    );
+  } catch (err) {
+    process.stderr.write(`distributed run skipped: ${(err as Error).message} (npm run infra:up)\n`);
+  }
+  const ceiling = results[0]!.rps;
+  const table = [
+    '| Target | Requests/s | p50 ms | p99 ms | Non-2xx or errors | Share of the bare server |',
+    '|---|---:|---:|---:|---:|---:|',
+    ...results.map(
+      (r) =>
+        `| ${r.target} | ${fmt(r.rps)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${fmt(r.errors)} of ${fmt(r.total)} | ${fmt((100 * r.rps) / ceiling)} % |`,
+    ),
+  ];
+  const body = `## Device metadata ingestion
+
+\`node bench/ingestion.ts ${SECONDS}\` on ${machine()}. autocannon in the bench process sends
+\`PATCH /devices/{id}/device-meta\` over ${CONNECTIONS} connections for ${SECONDS} s, round-robin over
+${fmt(DEVICES)} devices, each with its own device token; every other request for a device changes its
+map, the others change nothing (and append nothing). The hub runs \`hub start\` in its own process
+(the per-address rate limit off: all load comes from one address). The ceiling is a bare
+\`node:http\` server answering 200 to the same requests, in the same run. The load generator shares
+the machine's two cores with the server.
+
+Targets: embedded ≥ 5,000 requests/s with p99 ≤ 50 ms, and at least 30 % of the bare server's rate.
+
+${table.join('\n')}
+`;
+  writeSection('ingestion', body);
+  console.log(body);
+}
+
+await main();

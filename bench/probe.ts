@@ -1,0 +1,15 @@
+import { signup, startHub } from '../test/hub.ts';
+const hub = await startHub({ HUB_RATE_LIMIT_PER_SECOND: '0' });
+const alice = await signup(hub, 'alice');
+const d = (await hub.call('POST', '/devices', { token: alice.token, body: {} })).body;
+const tok = (await hub.call('POST', '/auth/login', { body: { username: d.prn, password: d.secret } })).body.token;
+const store = hub.node.store as any;
+const inner = store.inner;
+let reads = 0; const streams = new Map<string, number>();
+const orig = inner.readStream.bind(inner);
+inner.readStream = (s: string, ...a: any[]) => { reads++; streams.set(s.split('-')[0]!, (streams.get(s.split('-')[0]!) ?? 0) + 1); return orig(s, ...a); };
+let all = 0; const origAll = inner.readAll.bind(inner); inner.readAll = (...a: any[]) => { all++; return origAll(...a); };
+const t = performance.now();
+for (let i = 0; i < 1000; i++) await hub.call('PATCH', `/devices/${d.id}/device-meta`, { token: tok, body: { temp: String(Math.floor(i / 2)) } });
+console.log('1000 PATCH', Math.round(performance.now() - t), 'ms; readStream', reads, [...streams], 'readAll', all);
+await hub.stop();
