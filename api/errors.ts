@@ -113,11 +113,13 @@ export function renderError(
   };
   const status =
     typeof e?.status === 'number' ? e.status : typeof e?.statusCode === 'number' ? e.statusCode : 500;
-  if (status >= 400 && status < 600 && status !== 500 && e?.expose !== false) {
-    const headers =
-      e.headers && typeof e.headers === 'object'
-        ? (e.headers as Record<string, string>)
-        : ({} as Record<string, string>);
+  // Other libraries' errors (http-errors) show their message only when marked safe to expose,
+  // and pass on only the headers that belong to the status.
+  if (status >= 400 && status < 500 && e?.expose === true) {
+    const given = e.headers && typeof e.headers === 'object' ? (e.headers as Record<string, string>) : {};
+    const headers = Object.fromEntries(
+      Object.entries(given).filter(([k]) => SAFE_HEADERS.has(k.toLowerCase())),
+    );
     return {
       status,
       body: {

@@ -624,7 +624,7 @@ document.getElementById('send').onclick = async () => {
             { field: 'scopes', problem: `${bad} is not a scope name` },
           ]);
         const service = await findAccount(body.service);
-        if (!service || service.type !== 'SERVICE') {
+        if (service?.type !== 'SERVICE') {
           throw unprocessable('No such service.', [
             { field: 'service', problem: 'is not a registered service' },
           ]);

@@ -10,7 +10,6 @@ import {
   NameTakenError,
   nameOwner,
   releaseName,
-  StateCache,
 } from '../../infra/eventstore/aggregate.ts';
 import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
@@ -31,7 +30,6 @@ import {
   type Meta,
   metaPatch,
   metaReplace,
-  type Viewer,
 } from './devices.ts';
 
 const DEVICE_RECORD = {

@@ -4,7 +4,7 @@
 // and the device itself.
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { randomUUID, webcrypto } from 'node:crypto';
+import { webcrypto } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
