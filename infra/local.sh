@@ -78,9 +78,15 @@ postgres_up() {
   say "postgres up on 127.0.0.1:$PG_PORT (database hub, user hub)"
 }
 postgres_down() {
-  local bin; bin="$(pg_bin)"
-  if [ -n "$bin" ] && [ -f "$DATA/postgres/postmaster.pid" ]; then
-    as_pg "$bin/pg_ctl" -D "$DATA/postgres" -m fast -w stop >/dev/null 2>&1 || true
+  local bin dir; bin="$(pg_bin)"
+  [ -n "$bin" ] || { say "postgres down"; return; }
+  dir="$DATA/postgres"
+  # Whatever server answers on the port (one started from another checkout too) is the one to stop.
+  if port_open "$PG_PORT"; then
+    dir="$(as_pg "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U hub -d postgres -tAc 'SHOW data_directory' 2>/dev/null || echo "$dir")"
+  fi
+  if [ -f "$dir/postmaster.pid" ]; then
+    as_pg "$bin/pg_ctl" -D "$dir" -m fast -w stop >/dev/null 2>&1 || true
   fi
   say "postgres down"
 }
@@ -114,11 +120,14 @@ kafka_up() {
   say "kafka $KAFKA_VERSION up on 127.0.0.1:$KAFKA_PORT"
 }
 kafka_down() {
-  local pidfile="$DATA/kafka/kafka.pid"
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    kill "$(cat "$pidfile")"
-    for _ in $(seq 1 300); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$(cat "$pidfile")" 2>/dev/null || true
+  local pidfile="$DATA/kafka/kafka.pid" pid=""
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then pid="$(cat "$pidfile")"; fi
+  # A broker started from another checkout on the same port is stopped too.
+  if [ -z "$pid" ] && port_open "$KAFKA_PORT"; then pid="$(pgrep -f 'kafka\.Kafka .*server\.properties' | head -n 1 || true)"; fi
+  if [ -n "$pid" ]; then
+    kill "$pid"
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
   fi
   rm -f "$pidfile"
   say "kafka down"
