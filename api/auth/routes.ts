@@ -112,17 +112,19 @@ export function authRoutes(hub: HubContext) {
     return id ? loadAccount(id) : undefined;
   }
 
+  /** The claims of a first-party login token (from login or refresh), `act` when an admin acts. */
+  const loginClaims = (subject: AccountState, actor?: AccountState) => ({
+    sub: subject.prn,
+    aud: HUB_AUDIENCE,
+    nick: subject.nick,
+    type: subject.type,
+    scopes: ['*'],
+    ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
+  });
+
   /** A login session: an access token and the first refresh token of a new family. */
   async function session(ctx: Context, subject: AccountState, actor?: AccountState) {
-    const claims = {
-      sub: subject.prn,
-      aud: HUB_AUDIENCE,
-      nick: subject.nick,
-      type: subject.type,
-      scopes: ['*'],
-      ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
-    };
-    const { token } = await signToken(keys, claims, config.accessTokenTtl);
+    const { token } = await signToken(keys, loginClaims(subject, actor), config.accessTokenTtl);
     const family = newId();
     const secret = secretToken();
     const issued = await store.append(
@@ -560,15 +562,7 @@ document.getElementById('send').onclick = async () => {
         const actor = f.actingAs ? await loadAccount(f.accountId) : undefined;
         if (!account?.active || (actor && !isAdmin(actor.nick)))
           throw unauthorized('The account can no longer log in.');
-        const claims = {
-          sub: account.prn,
-          aud: HUB_AUDIENCE,
-          nick: account.nick,
-          type: account.type,
-          scopes: ['*'],
-          ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
-        };
-        const { token } = await signToken(keys, claims, config.accessTokenTtl);
+        const { token } = await signToken(keys, loginClaims(account, actor), config.accessTokenTtl);
         ctx.body = {
           token,
           token_type: 'Bearer',

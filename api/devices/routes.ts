@@ -176,6 +176,40 @@ export function deviceRoutes(hub: HubContext) {
     return after;
   }
 
+  /** Appends DeviceCreated (owned when `owner` is given, else unowned with a challenge) after claiming its PRN. */
+  async function createDevice(
+    ctx: Context,
+    d: {
+      id: string;
+      owner: Awaited<ReturnType<typeof ownerAccount>> | undefined;
+      nick: string;
+      secret: string;
+      userMeta: Meta;
+      deviceMeta: Meta;
+      certificate: string | null;
+    },
+  ): Promise<DeviceState> {
+    await claimName(store, 'prn', devicePrn(d.id), d.id);
+    return update(ctx, d.id, () => [
+      {
+        type: 'DeviceCreated',
+        data: {
+          device_id: d.id,
+          prn: devicePrn(d.id),
+          owner_id: d.owner?.id ?? '',
+          owner_prn: d.owner?.prn ?? '',
+          owner_nick: d.owner?.nick ?? '',
+          nick: d.nick,
+          secret_sealed: seal(hub.keys.sealKey, d.secret),
+          challenge: d.owner ? '' : secretToken(12),
+          user_meta: d.userMeta,
+          device_meta: d.deviceMeta,
+          certificate: d.certificate,
+        },
+      },
+    ]);
+  }
+
   return (routes: Routes) => {
     routes.add<{ nick?: string; secret?: string; 'user-meta'?: Meta; 'device-meta'?: Meta }>({
       method: 'post',
@@ -220,25 +254,15 @@ export function deviceRoutes(hub: HubContext) {
           ? await takeNick(owner.id, id, body.nick)
           : (body.nick ?? `${pick(ADJECTIVES)}_${pick(NOUNS)}`);
         const secret = body.secret ?? secretToken();
-        await claimName(store, 'prn', devicePrn(id), id);
-        const device = await update(ctx, id, () => [
-          {
-            type: 'DeviceCreated',
-            data: {
-              device_id: id,
-              prn: devicePrn(id),
-              owner_id: owner?.id ?? '',
-              owner_prn: owner?.prn ?? '',
-              owner_nick: owner?.nick ?? '',
-              nick,
-              secret_sealed: seal(hub.keys.sealKey, secret),
-              challenge: owner ? '' : secretToken(12),
-              user_meta: body['user-meta'] ?? {},
-              device_meta: body['device-meta'] ?? {},
-              certificate: null,
-            },
-          },
-        ]);
+        const device = await createDevice(ctx, {
+          id,
+          owner,
+          nick,
+          secret,
+          userMeta: body['user-meta'] ?? {},
+          deviceMeta: body['device-meta'] ?? {},
+          certificate: null,
+        });
         ctx.body = deviceRecord(device, owner ? 'owner' : 'device', () => secret);
       },
     });
@@ -280,25 +304,15 @@ export function deviceRoutes(hub: HubContext) {
         }
         const nick = await takeNick(owner.id, id, body['device-name']);
         const secret = secretToken();
-        await claimName(store, 'prn', devicePrn(id), id);
-        const device = await update(ctx, id, () => [
-          {
-            type: 'DeviceCreated',
-            data: {
-              device_id: id,
-              prn: devicePrn(id),
-              owner_id: owner.id,
-              owner_prn: owner.prn,
-              owner_nick: owner.nick,
-              nick,
-              secret_sealed: seal(hub.keys.sealKey, secret),
-              challenge: '',
-              user_meta: body.name ? { name: body.name } : {},
-              device_meta: {},
-              certificate: issued.certificate,
-            },
-          },
-        ]);
+        const device = await createDevice(ctx, {
+          id,
+          owner,
+          nick,
+          secret,
+          userMeta: body.name ? { name: body.name } : {},
+          deviceMeta: {},
+          certificate: issued.certificate,
+        });
         ctx.body = { ...deviceRecord(device, 'owner', () => secret), certificate: issued.certificate };
       },
     });

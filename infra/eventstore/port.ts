@@ -91,6 +91,18 @@ const describeExpected = (e: ExpectedRevision) =>
 
 // ---------------------------------------------------------------- shared by the adapters
 
+/**
+ * Serialises an append's data and metadata to JSON up front (the SQL adapters store text), so that
+ * one caller's unserialisable data fails that caller only, not the batch it would have joined.
+ */
+export function serialise(events: NewEvent[]): NewEvent[] {
+  return events.map((e) => ({
+    ...e,
+    data: JSON.stringify(e.data ?? null),
+    metadata: { json: JSON.stringify(e.metadata ?? {}) },
+  }));
+}
+
 export interface PendingAppend {
   stream: string;
   events: NewEvent[];

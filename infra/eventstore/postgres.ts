@@ -15,6 +15,7 @@ import {
   type RecordedEvent,
   type StoredId,
   type Subscription,
+  serialise,
 } from './port.ts';
 
 interface Waiting extends PendingAppend {
@@ -121,12 +122,7 @@ export class PostgresEventStore implements EventStore {
     if (this.closed) return Promise.reject(new Error('the event store is closed'));
     let serialised: NewEvent[];
     try {
-      // Serialised here, so that one caller's unserialisable data fails that caller only.
-      serialised = events.map((e) => ({
-        ...e,
-        data: JSON.stringify(e.data ?? null),
-        metadata: { json: JSON.stringify(e.metadata ?? {}) },
-      }));
+      serialised = serialise(events);
     } catch (err) {
       return Promise.reject(err);
     }

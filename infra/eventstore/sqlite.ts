@@ -16,6 +16,7 @@ import {
   type RecordedEvent,
   type StoredId,
   type Subscription,
+  serialise,
 } from './port.ts';
 
 interface Waiting extends PendingAppend {
@@ -102,12 +103,7 @@ export class SqliteEventStore implements EventStore {
     if (!this.db.isOpen) return Promise.reject(new Error('the event store is closed'));
     let serialised: NewEvent[];
     try {
-      // Serialised here, so that one caller's unserialisable data fails that caller only.
-      serialised = events.map((e) => ({
-        ...e,
-        data: JSON.stringify(e.data ?? null),
-        metadata: { json: JSON.stringify(e.metadata ?? {}) },
-      }));
+      serialised = serialise(events);
     } catch (err) {
       return Promise.reject(err);
     }
