@@ -122,6 +122,30 @@ export function authRoutes(hub: HubContext) {
     ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
   });
 
+  /** Records that an email with a fresh single-use token goes out; the mailer sends it. */
+  async function requestEmail(
+    ctx: Context,
+    account: AccountState,
+    type: 'VerificationEmailRequested' | 'PasswordResetRequested',
+    validMs: number,
+  ): Promise<void> {
+    const { appended } = await handle(store, accountStream(account.id), accounts, () => ({
+      events: [
+        {
+          type,
+          data: {
+            account_id: account.id,
+            email: account.email,
+            nonce: nonce(),
+            expires: Date.now() + validMs,
+          },
+        },
+      ],
+      result: undefined,
+    }));
+    await hub.consistency.written(ctx, appended!.position);
+  }
+
   /** A login session: an access token and the first refresh token of a new family. */
   async function session(ctx: Context, subject: AccountState, actor?: AccountState) {
     const { token } = await signToken(keys, loginClaims(subject, actor), config.accessTokenTtl);
@@ -348,21 +372,7 @@ document.getElementById('send').onclick = async () => {
             { field: 'captcha', problem: 'not accepted' },
           ]);
         }
-        const { appended } = await handle(store, accountStream(account.id), accounts, () => ({
-          events: [
-            {
-              type: 'VerificationEmailRequested',
-              data: {
-                account_id: account.id,
-                email: account.email,
-                nonce: nonce(),
-                expires: Date.now() + VERIFY_EMAIL_MS,
-              },
-            },
-          ],
-          result: undefined,
-        }));
-        await hub.consistency.written(ctx, appended!.position);
+        await requestEmail(ctx, account, 'VerificationEmailRequested', VERIFY_EMAIL_MS);
         ctx.status = 202;
         ctx.body = { status: 'sent', message: `A verification email is on its way to ${account.email}.` };
       },
@@ -866,21 +876,7 @@ document.getElementById('send').onclick = async () => {
         await limit(`recover:${ctx.ip}`, config.loginLimitPerMinute);
         const account = await findAccount(lower(body.email));
         if (account && account.type === 'USER') {
-          const { appended } = await handle(store, accountStream(account.id), accounts, () => ({
-            events: [
-              {
-                type: 'PasswordResetRequested',
-                data: {
-                  account_id: account.id,
-                  email: account.email,
-                  nonce: nonce(),
-                  expires: Date.now() + RESET_MS,
-                },
-              },
-            ],
-            result: undefined,
-          }));
-          await hub.consistency.written(ctx, appended!.position);
+          await requestEmail(ctx, account, 'PasswordResetRequested', RESET_MS);
         }
         ctx.status = 202;
         ctx.body = {
