@@ -219,6 +219,20 @@ export function eventStoreContract(name: string, makeHarness: () => Promise<Stor
         );
       });
 
+      it('wakes on an append, well before its fallback poll would', async () => {
+        const s = stream();
+        const sub = store.subscribe(await store.head());
+        const first = take(sub, 1);
+        await new Promise((r) => setTimeout(r, 100)); // caught up, waiting
+        const appended = performance.now();
+        await store.append(s, [ev()]);
+        await first;
+        const waited = performance.now() - appended;
+        sub.close();
+        // Adapters poll every 500 ms or more when no notice arrives; a woken subscriber is much faster.
+        assert.ok(waited < 250, `delivered after ${Math.round(waited)} ms`);
+      });
+
       it('resumes from a checkpoint after a restart, with nothing missed or repeated', async () => {
         const s = stream();
         const before = await store.head();
