@@ -314,6 +314,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const config = out as Config;
   config.eventStoreKind =
     (config.eventStore as EventStoreKind | '') || (config.profile === 'embedded' ? 'sqlite' : 'postgres');
+  if (config.eventStoreKind === 'sqlite' && config.profile === 'distributed') {
+    // SQLite is one process's file; the distributed profile runs many.
+    throw new ConfigError(
+      'HUB_EVENT_STORE',
+      'cannot be sqlite in the distributed profile (use postgres or esdb)',
+    );
+  }
   if (config.eventStoreKind === 'esdb' && !config.esdbUrl) {
     throw new ConfigError('HUB_ESDB_URL', 'must be set when HUB_EVENT_STORE is esdb');
   }

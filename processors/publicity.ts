@@ -17,7 +17,11 @@ export function publicityProcessor(o: {
     handle: async (batch) => {
       const changed = new Set(
         batch
-          .filter((e) => e.type === 'DevicePublicSet' || e.type === 'DeviceMarkedGarbage')
+          // A step pushed while its device's flags changed may carry the old ones: carried too.
+          .filter(
+            (e) =>
+              e.type === 'DevicePublicSet' || e.type === 'DeviceMarkedGarbage' || e.type === 'StepPushed',
+          )
           .map((e) => (e.data as { device_id: string }).device_id),
       );
       for (const id of changed) await carryPublicity(o.store, id);

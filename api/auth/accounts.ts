@@ -10,6 +10,8 @@ export interface AccountState {
   nick: string;
   email: string;
   passwordHash: string;
+  /** When the password last changed (ms; 0: never): logins before it end at their next refresh. */
+  passwordChanged: number;
   active: boolean;
   challenge: string;
   redirectUris: string[];
@@ -37,6 +39,7 @@ export const accounts = {
     nick: '',
     email: '',
     passwordHash: '',
+    passwordChanged: 0,
     active: false,
     challenge: '',
     redirectUris: [],
@@ -83,7 +86,13 @@ export const accounts = {
           resets.delete(d.reset_nonce);
           used.add(d.reset_nonce);
         }
-        return { ...next, passwordHash: d.password_hash as string, resets, usedResets: used };
+        return {
+          ...next,
+          passwordHash: d.password_hash as string,
+          passwordChanged: e.created,
+          resets,
+          usedResets: used,
+        };
       }
       case 'ProfileUpdated':
         return {

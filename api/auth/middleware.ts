@@ -18,11 +18,18 @@ declare module 'koa' {
  * present the same token for an hour of requests. A token is an immutable signed value, so a cached
  * verdict stays true until `exp`. Bounded; shared by every route of the process.
  */
-const verified = new Map<string, Claims>();
+const verifiedByKey = new WeakMap<Keys, Map<string, Claims>>();
 const MAX_VERIFIED = 100_000;
 
 /** Verifies the bearer token; 401 (in the error shape, with WWW-Authenticate) when it does not hold. */
 export function authenticate(keys: Keys): Middleware {
+  // Per signing key: a verdict under one key says nothing under another.
+  let verified = verifiedByKey.get(keys);
+  if (!verified) {
+    verified = new Map();
+    verifiedByKey.set(keys, verified);
+  }
+  const cache = verified;
   const verify = koaJwt({
     secret: keys.publicPem,
     algorithms: ['ES256'],
@@ -37,7 +44,7 @@ export function authenticate(keys: Keys): Middleware {
     if (!/^Bearer\s+\S+$/i.test(header))
       throw unauthorized('Send a bearer token: Authorization: Bearer <token>.');
     const token = header.slice(7).trim();
-    const known = verified.get(token);
+    const known = cache.get(token);
     if (known && known.exp * 1000 > Date.now()) {
       ctx.state.auth = known;
       ctx.state.caller = known.sub;
@@ -53,8 +60,8 @@ export function authenticate(keys: Keys): Middleware {
     const claims = ctx.state.auth as Claims;
     if (typeof claims?.sub !== 'string' || !Array.isArray(claims.scopes))
       throw unauthorized('Invalid token: claims missing.');
-    if (verified.size >= MAX_VERIFIED) verified.delete(verified.keys().next().value as string);
-    verified.set(token, claims);
+    if (cache.size >= MAX_VERIFIED) cache.delete(cache.keys().next().value as string);
+    cache.set(token, claims);
     ctx.state.caller = claims.sub;
     await next();
   };

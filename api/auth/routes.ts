@@ -94,6 +94,9 @@ export function authRoutes(hub: HubContext) {
   const { store, config, keys } = hub;
   const auth = authenticate(keys);
   const isAdmin = (nick: string) => config.admins.some((a) => lower(a) === lower(nick));
+  /** An admin's own login token: a USER's first-party token, not acting for anyone. Device and
+   * service nicks live elsewhere or are chosen freely, so the nick alone proves nothing. */
+  const adminToken = (c: Claims) => c.type === 'USER' && c.aud === HUB_AUDIENCE && !c.act && isAdmin(c.nick);
 
   async function limit(key: string, perMinute: number): Promise<void> {
     const retryAfter = await hub.limiter.hit(key, perMinute, 60_000);
@@ -245,7 +248,7 @@ export function authRoutes(hub: HubContext) {
         let active = false;
         if (type === 'SERVICE') {
           await auth(ctx, async () => {});
-          if (!isAdmin(ctx.state.auth!.nick)) throw forbidden('Only admins may register SERVICE accounts.');
+          if (!adminToken(ctx.state.auth!)) throw forbidden('Only admins may register SERVICE accounts.');
           active = true;
         }
         await limit(`register:${ctx.ip}`, config.loginLimitPerMinute);
@@ -268,46 +271,35 @@ export function authRoutes(hub: HubContext) {
           throw err;
         }
         const challenge = `${id}.${secretToken(18)}`;
-        const { appended, state } = await handle(store, accountStream(id), accounts, async () => ({
-          events: [
-            {
-              type: 'AccountRegistered',
-              data: {
-                account_id: id,
-                prn,
-                type,
-                nick: body.nick,
-                email: lower(body.email),
-                password_hash: await hashPassword(body.password),
-                challenge,
-                redirect_uris: body.redirect_uris ?? [],
-                active,
+        const passwordHash = await hashPassword(body.password);
+        let registered: Awaited<ReturnType<typeof handle<AccountState, undefined>>>;
+        try {
+          registered = await handle(store, accountStream(id), accounts, () => ({
+            events: [
+              {
+                type: 'AccountRegistered',
+                data: {
+                  account_id: id,
+                  prn,
+                  type,
+                  nick: body.nick,
+                  email: lower(body.email),
+                  password_hash: passwordHash,
+                  challenge,
+                  redirect_uris: body.redirect_uris ?? [],
+                  active,
+                },
               },
-            },
-          ],
-          result: undefined,
-        }));
+            ],
+            result: undefined,
+          }));
+        } catch (err) {
+          // Nothing was registered: the names go back, so that nobody is locked out of them.
+          for (const [kind, value] of claimed) await releaseName(store, kind, value, id).catch(() => {});
+          throw err;
+        }
+        const { appended, after: created } = registered;
         await hub.consistency.written(ctx, appended!.position);
-        const created = accounts.evolve(state, {
-          id: '',
-          type: 'AccountRegistered',
-          stream: '',
-          revision: 0,
-          position: appended!.position,
-          created: Date.now(),
-          metadata: {},
-          data: {
-            account_id: id,
-            prn,
-            type,
-            nick: body.nick,
-            email: lower(body.email),
-            password_hash: '',
-            challenge,
-            redirect_uris: body.redirect_uris ?? [],
-            active,
-          },
-        });
         ctx.body = {
           ...accountRecord(created),
           ...(active ? {} : { 'redirect-uri': `${hub.publicUrl()}/auth/challenge/${challenge}` }),
@@ -450,7 +442,10 @@ document.getElementById('send').onclick = async () => {
       responses: { 200: { description: 'Logged in.', schema: TOKEN_RESPONSE } },
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
-        await limit(`login-account:${lower(body.username)}`, config.loginAccountLimitPerMinute);
+        await limit(
+          `login-account:${lower(body.username.split('==>')[0]!)}`,
+          config.loginAccountLimitPerMinute,
+        );
         if (DEVICE_PRN.test(body.username)) {
           ctx.body = await deviceSession(body.username, body.password);
           return;
@@ -471,7 +466,8 @@ document.getElementById('send').onclick = async () => {
           ctx.body = await session(ctx, account);
           return;
         }
-        if (!isAdmin(account.nick)) throw forbidden('Only admins may log in as another user.');
+        if (account.type !== 'USER' || !isAdmin(account.nick))
+          throw forbidden('Only admins may log in as another user.');
         const target = await findAccount(targetName);
         if (!target) throw notFound(`No account named ${targetName}.`);
         ctx.body = await session(ctx, target, account);
@@ -487,11 +483,20 @@ document.getElementById('send').onclick = async () => {
       middleware: [auth],
       responses: { 200: { description: 'A new token with the same claims.', schema: TOKEN_RESPONSE } },
       handler: async (ctx) => {
-        const { iss: _i, iat: _a, exp: _e, jti: _j, ...claims } = ctx.state.auth!;
+        const { iss: _i, iat, exp, jti: _j, ...claims } = ctx.state.auth!;
+        if (claims.type === 'DEVICE') throw forbidden('Devices log in again with their secret.');
         if (Date.now() / 1000 - claims.orig_iat > config.refreshWindow) {
           throw unauthorized('The refresh window of this login has passed; log in again.');
         }
-        const ttl = claims.aud === HUB_AUDIENCE ? config.accessTokenTtl : config.delegatedTokenTtl;
+        const account = await findAccount(claims.sub);
+        if (!account?.active) throw unauthorized('The account of this token can no longer log in.');
+        if (claims.act) {
+          const admin = await findAccount(claims.act.sub);
+          if (!admin?.active || !isAdmin(admin.nick))
+            throw unauthorized('The admin acting in this token no longer may.');
+        }
+        // A refreshed token lives as long as the one presented: an hour-long app token stays hour-long.
+        const ttl = exp - iat;
         const { token } = await signToken(keys, claims, ttl);
         ctx.body = { token, token_type: 'Bearer', expires_in: ttl };
       },
@@ -559,7 +564,8 @@ document.getElementById('send').onclick = async () => {
             events: [
               {
                 type: 'RefreshTokenRotated',
-                data: { token_hash: sha256(next), expires: Date.now() + config.refreshTokenTtl * 1000 },
+                // The family's expiry stays where login set it: rotating does not extend a session.
+                data: { token_hash: sha256(next), expires: f.expires },
               },
             ],
             result: 'rotated' as const,
@@ -572,6 +578,9 @@ document.getElementById('send').onclick = async () => {
         const actor = f.actingAs ? await loadAccount(f.accountId) : undefined;
         if (!account?.active || (actor && !isAdmin(actor.nick)))
           throw unauthorized('The account can no longer log in.');
+        if ((actor ?? account).passwordChanged > f.issued) {
+          throw unauthorized('The password changed since this login; log in again.');
+        }
         const { token } = await signToken(keys, loginClaims(account, actor), config.accessTokenTtl);
         ctx.body = {
           token,
@@ -676,7 +685,8 @@ document.getElementById('send').onclick = async () => {
       responses: { 200: { description: 'The delegated token.', schema: TOKEN_RESPONSE } },
       handler: async (ctx, { body }) => {
         const caller = ctx.state.auth!;
-        if (caller.type !== 'SERVICE') throw forbidden('Only SERVICE accounts swap access codes.');
+        if (caller.type !== 'SERVICE' || caller.act)
+          throw forbidden('Only SERVICE accounts, acting for themselves, swap access codes.');
         const stream = `code-${sha256(body['access-code'])}`;
         const { result: grant, appended } = await handle(
           store,
@@ -765,7 +775,8 @@ document.getElementById('send').onclick = async () => {
       },
       handler: async (ctx, { body }) => {
         const claims = ctx.state.auth!;
-        if (claims.type !== 'USER') throw forbidden('Only users authorize apps.');
+        if (claims.type !== 'USER' || claims.act)
+          throw forbidden('Only users, acting for themselves, authorize apps.');
         const appId = body.client_id.startsWith('prn:::apps:/')
           ? body.client_id.slice('prn:::apps:/'.length)
           : body.client_id;
@@ -837,7 +848,7 @@ document.getElementById('send').onclick = async () => {
           ctx.body = page;
           return;
         }
-        if (!isAdmin(claims.nick) || claims.act) throw forbidden('Only admins may list all accounts.');
+        if (!adminToken(claims)) throw forbidden('Only admins may list all accounts.');
         await hub.consistency.readable(ctx, ['accounts']);
         const rs = hub.readStore;
         const generation = await rs.activeGeneration('accounts');
@@ -966,7 +977,7 @@ document.getElementById('send').onclick = async () => {
 <h1>Choose a new password</h1><p><input id="pw" type="password" minlength="8"> <button id="go">Set</button></p><p id="out"></p>
 <script>
 document.getElementById('go').onclick = async () => {
-  const r = await fetch('/auth/password', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: ${JSON.stringify(query.token)}, password: document.getElementById('pw').value }) });
+  const r = await fetch('/auth/password', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: ${JSON.stringify(query.token).replace(/</g, '\\u003c')}, password: document.getElementById('pw').value }) });
   document.getElementById('out').textContent = (await r.json()).message;
 };
 </script>`;
@@ -995,6 +1006,8 @@ document.getElementById('go').onclick = async () => {
 // ---------------------------------------------------------------- small aggregates of /auth
 
 interface RefreshFamily {
+  /** When the login happened (ms). */
+  issued: number;
   accountId: string;
   actingAs: string | undefined;
   current: string;
@@ -1004,6 +1017,7 @@ interface RefreshFamily {
 }
 export const refreshFamilies = {
   initial: (): RefreshFamily => ({
+    issued: 0,
     accountId: '',
     actingAs: undefined,
     current: '',
@@ -1011,12 +1025,13 @@ export const refreshFamilies = {
     spent: new Set(),
     revoked: false,
   }),
-  evolve(f: RefreshFamily, e: { type: string; data: unknown }): RefreshFamily {
+  evolve(f: RefreshFamily, e: { type: string; data: unknown; created: number }): RefreshFamily {
     const d = e.data as Record<string, unknown>;
     switch (e.type) {
       case 'RefreshTokenIssued':
         return {
           ...f,
+          issued: e.created,
           accountId: d.account_id as string,
           actingAs: (d.acting_as as string | null) ?? undefined,
           current: d.token_hash as string,

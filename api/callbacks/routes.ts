@@ -117,7 +117,7 @@ export function callbackRoutes(hub: HubContext) {
         const id = await deviceId(ctx.params.id!);
         const { state: device } = await load(store, deviceStream(id), devices);
         if (!device.id) throw notFound('No such device.');
-        stale(query.timemodified, device.modified);
+        stale(query.timemodified, device.flagsModified);
         const carried = await carryPublicity(store, id);
         if (carried.position) await hub.consistency.written(ctx, carried.position);
         ctx.body = {
@@ -166,7 +166,7 @@ export function callbackRoutes(hub: HubContext) {
         const { state: trail } = await load(store, trailStream(id!), trails);
         const step = trail.steps.get(rev);
         if (!device.id || !step) throw notFound('No such step.');
-        stale(query.timemodified, step.modified);
+        stale(query.timemodified, step.flagsModified);
         const { appended, state } = await handle(store, trailStream(id!), trails, (t) => {
           const s = t.steps.get(rev)!;
           return s.public === device.public && s.garbage === device.garbage

@@ -46,7 +46,8 @@ async function fromPem(certPem: string, keyPem: string): Promise<DeviceCa> {
         serialNumber: randomBytes(16)
           .toString('hex')
           .replace(/^[89a-f]/, '1'),
-        subject: csr.subject || `CN=${deviceId}`,
+        // The hub names the device, not the request: a CSR cannot claim another device's identity.
+        subject: `CN=${deviceId}`,
         issuer: cert.subject,
         notBefore: new Date(Date.now() - 60_000),
         notAfter: new Date(Date.now() + 10 * 365 * 86400_000),
@@ -54,6 +55,7 @@ async function fromPem(certPem: string, keyPem: string): Promise<DeviceCa> {
         signingKey: key,
         signingAlgorithm: ALG,
         extensions: [
+          new x509.SubjectAlternativeNameExtension([{ type: 'url', value: `prn:::devices:/${deviceId}` }]),
           new x509.BasicConstraintsExtension(false, undefined, true),
           new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
         ],

@@ -17,6 +17,8 @@ export interface DeviceState {
   public: boolean;
   garbage: boolean;
   publicProcessed: boolean;
+  /** When ownership, the public flag or the garbage mark last changed: what callbacks are about. */
+  flagsModified: number;
   userMeta: Meta;
   deviceMeta: Meta;
   certificate: string | null;
@@ -44,6 +46,7 @@ export const devices = {
     public: false,
     garbage: false,
     publicProcessed: true,
+    flagsModified: 0,
     userMeta: {},
     deviceMeta: {},
     certificate: null,
@@ -68,6 +71,7 @@ export const devices = {
           deviceMeta: d.device_meta as Meta,
           certificate: (d.certificate as string | null) ?? null,
           created: e.created,
+          flagsModified: e.created,
           modified: e.created,
         };
       case 'DeviceClaimed':
@@ -78,15 +82,22 @@ export const devices = {
           ownerNick: d.owner_nick as string,
           nick: d.nick as string,
           modified: e.created,
+          flagsModified: e.created,
         };
       case 'DeviceRenamed':
         return { ...s, nick: d.nick as string, modified: e.created };
       case 'DevicePublicSet':
-        return { ...s, public: d.public as boolean, publicProcessed: false, modified: e.created };
+        return {
+          ...s,
+          public: d.public as boolean,
+          publicProcessed: false,
+          modified: e.created,
+          flagsModified: e.created,
+        };
       case 'DevicePublicProcessed':
         return { ...s, publicProcessed: true, modified: e.created };
       case 'DeviceMarkedGarbage':
-        return { ...s, garbage: true, modified: e.created };
+        return { ...s, garbage: true, modified: e.created, flagsModified: e.created };
       case 'DeviceMetaUpdated': {
         const meta = { ...s.deviceMeta, ...(d.changed as Meta) };
         for (const k of d.removed as string[]) delete meta[k];
@@ -166,6 +177,8 @@ export interface Step {
   garbage: boolean;
   created: number;
   modified: number;
+  /** When the step was pushed or its public and garbage flags last set. */
+  flagsModified: number;
 }
 
 export interface TrailState {
@@ -193,6 +206,7 @@ export const trails = {
           garbage: false,
           created: e.created,
           modified: e.created,
+          flagsModified: e.created,
         };
         return {
           deviceId: d.device_id as string,
@@ -212,7 +226,12 @@ export const trails = {
                 status: d.status as StepStatus,
                 statusMsg: d.status_msg as string,
               }
-            : { ...step, public: d.public as boolean, garbage: d.garbage as boolean };
+            : {
+                ...step,
+                public: d.public as boolean,
+                garbage: d.garbage as boolean,
+                flagsModified: e.created,
+              };
         return { ...t, steps: new Map(t.steps).set(rev, { ...next, modified: e.created }) };
       }
       default:

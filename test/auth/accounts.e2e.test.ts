@@ -195,6 +195,32 @@ describe('/auth accounts (e2e)', function () {
       );
     });
 
+    it('a device or a service named like an admin gets no admin rights', async () => {
+      const device = await hub.call('POST', '/devices', { body: { nick: 'root' } });
+      assert.equal(device.status, 200);
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: device.body.prn, password: device.body.secret },
+      });
+      assert.equal(login.body.nick, 'root');
+      assert.equal(
+        (await hub.call('GET', '/auth/accounts?asadmin=yes', { token: login.body.token })).status,
+        403,
+      );
+      const service = await hub.call('POST', '/auth/accounts', {
+        token: login.body.token,
+        body: { email: 'sneaky@example.com', nick: 'sneaky', password: 'password-1', type: 'SERVICE' },
+      });
+      assert.equal(service.status, 403);
+      const acting = await hub.call('POST', '/auth/login', {
+        body: { username: 'root==>alice', password: root.password },
+      });
+      const viaImpersonation = await hub.call('POST', '/auth/accounts', {
+        token: acting.body.token,
+        body: { email: 'sneaky@example.com', nick: 'sneaky', password: 'password-1', type: 'SERVICE' },
+      });
+      assert.equal(viaImpersonation.status, 403);
+    });
+
     it('a non-admin trying impersonation gets 403; a wrong admin password 401', async () => {
       const r = await hub.call('POST', '/auth/login', {
         body: { username: 'alice==>root', password: alice.password },
@@ -244,6 +270,29 @@ describe('/auth accounts (e2e)', function () {
       });
       assert.equal(forged.status, 401);
       alice.password = 'a-new-password';
+    });
+
+    it('a password change ends the logins made before it, at their next refresh', async () => {
+      const r = await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: alice.refresh } });
+      assert.equal(r.status, 401);
+      assert.match(r.body.message, /password changed/);
+      const fresh = await hub.call('POST', '/auth/login', {
+        body: { username: 'alice', password: alice.password },
+      });
+      assert.equal(
+        (await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: fresh.body.refresh_token } }))
+          .status,
+        200,
+      );
+    });
+
+    it('the reset page does not run script smuggled into its token', async () => {
+      const res = await fetch(
+        `${hub.url}/auth/reset?token=${encodeURIComponent('</script><script>alert(1)</script>')}`,
+      );
+      const html = await res.text();
+      assert.equal(res.status, 200);
+      assert.ok(!html.includes('</script><script>alert(1)'), 'the token closed the script element');
     });
 
     it('changes the password with the current one and a token', async () => {
@@ -308,6 +357,21 @@ describe('/auth rate limits (e2e)', function () {
             .status,
         );
       assert.deepEqual(others, [401, 429]);
+    } finally {
+      await hub.stop();
+    }
+  });
+
+  it("counts `victim==>anyone` against the victim's own limit", async () => {
+    const hub = await startHub({ HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '2' });
+    try {
+      const statuses: number[] = [];
+      for (const username of ['victim', 'victim==>a', 'VICTIM==>b']) {
+        statuses.push(
+          (await hub.call('POST', '/auth/login', { body: { username, password: 'guess' } })).status,
+        );
+      }
+      assert.deepEqual(statuses, [401, 401, 429]);
     } finally {
       await hub.stop();
     }

@@ -267,6 +267,27 @@ describe('/auth tokens (e2e)', function () {
       assert.equal((await hub.call('GET', '/apps', { token: r.body.token })).status, 403);
     });
 
+    it('refreshing an app token keeps its hour; an impersonation token cannot authorize apps', async () => {
+      const r = await hub.call('POST', '/auth/authorize', {
+        token: alice.token,
+        body: { client_id: app.id, redirect_uri: 'https://dash.example/cb' },
+      });
+      const refreshed = await hub.call('GET', '/auth/login', { token: r.body.token });
+      assert.equal(refreshed.status, 200);
+      assert.equal(refreshed.body.expires_in, 3600);
+      const claims = claimsOf(refreshed.body.token);
+      assert.equal(claims.exp - claims.iat, 3600);
+      assert.equal(claims.aud, app.prn);
+      const acting = await hub.call('POST', '/auth/login', {
+        body: { username: 'root==>alice', password: root.password },
+      });
+      const laundered = await hub.call('POST', '/auth/authorize', {
+        token: acting.body.token,
+        body: { client_id: app.id, redirect_uri: 'https://dash.example/cb' },
+      });
+      assert.equal(laundered.status, 403);
+    });
+
     it('refuses a redirect URI that is not registered exactly, an unknown app and undeclared scopes', async () => {
       const wrong = await hub.call('POST', '/auth/authorize', {
         token: alice.token,
@@ -297,6 +318,14 @@ describe('/auth tokens (e2e)', function () {
         401,
       );
     });
+  });
+
+  it('device tokens are not refreshed: devices log in again with their secret', async () => {
+    const d = await hub.call('POST', '/devices', { token: alice.token, body: {} });
+    const login = await hub.call('POST', '/auth/login', {
+      body: { username: d.body.prn, password: d.body.secret },
+    });
+    assert.equal((await hub.call('GET', '/auth/login', { token: login.body.token })).status, 403);
   });
 
   it('publishes the verification key as a JWK set', async () => {

@@ -133,7 +133,10 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.deepEqual(r.body['user-meta'], { name: 'Sensor 7' });
       const cert = new x509.X509Certificate(r.body.certificate);
       const ca = new x509.X509Certificate(readFileSync(join(hub.dataDir, 'keys', 'device-ca.pem'), 'utf8'));
-      assert.equal(cert.subject, 'CN=sensor-7');
+      // The hub names the device: the CSR asked for CN=sensor-7, the certificate says which device it is.
+      assert.equal(cert.subject, `CN=${r.body.id}`);
+      const san = cert.getExtension(x509.SubjectAlternativeNameExtension);
+      assert.deepEqual(san?.names.toJSON(), [{ type: 'url', value: r.body.prn }]);
       assert.equal(cert.issuer, ca.subject);
       assert.ok(await cert.verify({ publicKey: await ca.publicKey.export() }));
       assert.equal(

@@ -47,6 +47,13 @@ describe('configuration (unit)', () => {
     );
   });
 
+  it("refuses SQLite in the distributed profile (one process's file, many processes)", () => {
+    assert.throws(
+      () => loadConfig({ HUB_PROFILE: 'distributed', HUB_EVENT_STORE: 'sqlite' }),
+      /HUB_EVENT_STORE cannot be sqlite/,
+    );
+  });
+
   it('esdb needs its URL', () => {
     assert.throws(() => loadConfig({ HUB_EVENT_STORE: 'esdb' }), /HUB_ESDB_URL/);
   });
