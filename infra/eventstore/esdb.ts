@@ -1,6 +1,9 @@
 // EventStoreDB event store, through @eventstore/db-client. A thin mapping: expected revisions,
 // stream reads, $all reads and the $all subscription are the server's own. Global positions are
-// $all commit positions, so they increase but are not contiguous.
+// the events' $all prepare positions: unique per event and increasing in $all order (events of one
+// append may share a commit position), but not contiguous. Reading from {commit: p, prepare: p}
+// and keeping prepare > p resumes exactly after the event at p, since an event's commit position
+// is never below its prepare position.
 import {
   ANY,
   type AppendExpectedRevision,
@@ -56,7 +59,7 @@ export class EsdbEventStore implements EventStore {
       );
       return {
         nextRevision: Number(result.nextExpectedRevision),
-        position: Number(result.position?.commit ?? 0n),
+        position: Number(result.position?.prepare ?? 0n),
       };
     } catch (err) {
       if (err instanceof WrongExpectedVersionError) {
@@ -87,16 +90,26 @@ export class EsdbEventStore implements EventStore {
 
   async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
     const out: RecordedEvent[] = [];
-    const from = after === 0 ? START : { commit: BigInt(after), prepare: BigInt(after) };
-    // System events are skipped, so read a little more than asked to fill the page.
-    for await (const resolved of this.client.readAll({
-      fromPosition: from,
-      maxCount: max + 1,
-      direction: FORWARDS,
-    })) {
-      const e = toRecorded(resolved);
-      if (e && e.position > after) out.push(e);
-      if (out.length === max) break;
+    let from: typeof START | { commit: bigint; prepare: bigint } =
+      after === 0 ? START : { commit: BigInt(after), prepare: BigInt(after) };
+    // System events are skipped: read on until the page is full or $all ends, so that a stretch
+    // of system events never looks like the end of the log.
+    while (out.length < max) {
+      let seen = 0;
+      let last: { commit: bigint; prepare: bigint } | undefined;
+      for await (const resolved of this.client.readAll({
+        fromPosition: from,
+        maxCount: max,
+        direction: FORWARDS,
+      })) {
+        seen++;
+        last = resolved.event?.position ?? last;
+        const e = toRecorded(resolved);
+        if (e && e.position > (out.at(-1)?.position ?? after)) out.push(e);
+        if (out.length === max) break;
+      }
+      if (seen < max || !last) break;
+      from = last;
     }
     return out;
   }
@@ -141,7 +154,7 @@ function toRecorded(resolved: ResolvedEvent): RecordedEvent | undefined {
     type: e.type,
     stream: e.streamId,
     revision: Number(e.revision),
-    position: Number(e.position?.commit ?? 0n),
+    position: Number(e.position?.prepare ?? 0n),
     data: e.data,
     metadata: (e.metadata ?? {}) as Record<string, unknown>,
     created: e.created instanceof Date ? e.created.getTime() : Number(e.created),
