@@ -54,6 +54,8 @@ export interface SqliteOptions {
   synchronous?: 'full' | 'normal';
   /** Most appends grouped into one transaction. */
   maxBatch?: number;
+  /** How many of the newest events readAll serves from memory. */
+  tailEvents?: number;
 }
 
 export class SqliteEventStore implements EventStore {
@@ -63,6 +65,14 @@ export class SqliteEventStore implements EventStore {
   private readonly queue: Waiting[] = [];
   private flushing = false;
   private lastPosition: number;
+  /**
+   * The newest events, contiguous by position, parsed once at commit: every in-process follower
+   * (projections, mailer, …) reads each new event, and being the file's only writer this store
+   * knows them without reading them back. Older positions are read from the file. The events are
+   * shared by the readers, which treat them as read-only (projections are pure functions).
+   */
+  private readonly tail: RecordedEvent[] = [];
+  private readonly tailEvents: number;
   private readonly appended = new EventEmitter();
   private readonly maxBatch: number;
   /** Last revision of recently written streams: this process is the file's only writer. */
@@ -83,6 +93,7 @@ export class SqliteEventStore implements EventStore {
                   PRAGMA busy_timeout = 5000;`);
     migrate(this.db);
     this.maxBatch = options.maxBatch ?? 1024;
+    this.tailEvents = options.tailEvents ?? 20_000;
     this.appended.setMaxListeners(0);
     this.sql = {
       insert: this.db.prepare(
@@ -177,9 +188,22 @@ export class SqliteEventStore implements EventStore {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
       throw err;
     }
+    const written: RecordedEvent[] = [];
     batch.forEach((w, i) => {
       const plan = plans[i]!;
       if (plan.kind !== 'write') return;
+      w.events.forEach((e, j) => {
+        written.push({
+          id: e.id,
+          type: e.type,
+          stream: w.stream,
+          revision: plan.firstRevision + j,
+          position: plan.firstPosition + j,
+          data: JSON.parse(e.data as string),
+          metadata: JSON.parse((e.metadata as { json: string }).json),
+          created: now,
+        });
+      });
       this.lastPosition = plan.result.position;
       this.revisions.delete(w.stream); // re-insert: the map's order is the eviction order
       this.revisions.set(w.stream, plan.result.nextRevision);
@@ -187,6 +211,9 @@ export class SqliteEventStore implements EventStore {
     while (this.revisions.size > SqliteEventStore.MAX_CACHED_STREAMS) {
       this.revisions.delete(this.revisions.keys().next().value as string);
     }
+    written.sort((a, b) => a.position - b.position);
+    this.tail.push(...written);
+    if (this.tail.length > this.tailEvents) this.tail.splice(0, this.tail.length - this.tailEvents);
     batch.forEach((w, i) => {
       const plan = plans[i]!;
       if (plan.kind === 'error') w.reject(plan.error);
@@ -200,6 +227,11 @@ export class SqliteEventStore implements EventStore {
   }
 
   async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
+    const first = this.tail[0]?.position;
+    if (first !== undefined && after + 1 >= first) {
+      const from = after + 1 - first;
+      return this.tail.slice(from, from + max);
+    }
     return (this.sql.readAll.all(after, max) as Row[]).map(toRecorded);
   }
 
