@@ -109,6 +109,12 @@ export interface PendingAppend {
   expected: ExpectedRevision;
 }
 
+/** An append queued for the next group commit, with the caller waiting on it. */
+export interface Waiting extends PendingAppend {
+  resolve: (r: AppendResult) => void;
+  reject: (e: Error) => void;
+}
+
 export interface StoredId {
   stream: string;
   revision: number;

@@ -10,18 +10,13 @@ import {
   type EventStore,
   type ExpectedRevision,
   type NewEvent,
-  type PendingAppend,
   planBatch,
   type RecordedEvent,
   type StoredId,
   type Subscription,
   serialise,
+  type Waiting,
 } from './port.ts';
-
-interface Waiting extends PendingAppend {
-  resolve: (r: AppendResult) => void;
-  reject: (e: Error) => void;
-}
 
 /** Versioned migrations; each runs once, in order, under a lock, recorded in hub_migrations. */
 const MIGRATIONS = [

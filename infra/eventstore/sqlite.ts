@@ -11,18 +11,13 @@ import {
   type EventStore,
   type ExpectedRevision,
   type NewEvent,
-  type PendingAppend,
   planBatch,
   type RecordedEvent,
   type StoredId,
   type Subscription,
   serialise,
+  type Waiting,
 } from './port.ts';
-
-interface Waiting extends PendingAppend {
-  resolve: (r: AppendResult) => void;
-  reject: (e: Error) => void;
-}
 
 const MIGRATIONS = [
   `CREATE TABLE events (

@@ -139,6 +139,16 @@ export class MemoryReadStore implements ReadStore {
   }
 }
 
+/** The document at a key, created empty when there is none (or an index stood there). */
+function docAt(data: Map<string, Value>, key: string): Map<string, string> {
+  let doc = data.get(key);
+  if (!(doc instanceof Map)) {
+    doc = new Map();
+    data.set(key, doc);
+  }
+  return doc;
+}
+
 function applyWrite(data: Map<string, Value>, w: Write): void {
   switch (w.op) {
     case 'set': {
@@ -148,11 +158,7 @@ function applyWrite(data: Map<string, Value>, w: Write): void {
       return;
     }
     case 'patch': {
-      let doc = data.get(w.key);
-      if (!(doc instanceof Map)) {
-        doc = new Map();
-        data.set(w.key, doc);
-      }
+      const doc = docAt(data, w.key);
       for (const [f, v] of Object.entries(w.doc)) {
         if (v === null || v === undefined) doc.delete(f);
         else doc.set(f, JSON.stringify(v));
@@ -164,11 +170,7 @@ function applyWrite(data: Map<string, Value>, w: Write): void {
       data.delete(w.key);
       return;
     case 'incr': {
-      let doc = data.get(w.key);
-      if (!(doc instanceof Map)) {
-        doc = new Map();
-        data.set(w.key, doc);
-      }
+      const doc = docAt(data, w.key);
       doc.set(w.field, String(Number(doc.get(w.field) ?? 0) + w.by));
       return;
     }
