@@ -1,0 +1,100 @@
+// The device domain's pure decisions, and the callbacks' timestamp parsing, without I/O.
+import assert from 'node:assert/strict';
+import { parseTimeModified } from '../../api/callbacks/routes.ts';
+import {
+  devices,
+  metaPatch,
+  metaReplace,
+  referencedObjects,
+  stepsToMark,
+  trails,
+} from '../../api/devices/devices.ts';
+
+describe('device domain (unit)', () => {
+  it('metaPatch records only real changes; null removes existing keys only', () => {
+    assert.deepEqual(metaPatch({ a: '1', b: '2' }, { a: '1', b: '3', c: '4', d: null, b2: null }), {
+      changed: { b: '3', c: '4' },
+      removed: [],
+    });
+    assert.deepEqual(metaPatch({ a: '1' }, { a: null }), { changed: {}, removed: ['a'] });
+    assert.deepEqual(metaPatch({ a: '1' }, { a: '1' }), { changed: {}, removed: [] });
+  });
+
+  it('metaReplace names the keys added or changed and the keys removed', () => {
+    assert.deepEqual(metaReplace({ a: '1', b: '2' }, { a: '1', b: '9', c: '3' }), {
+      changedKeys: ['b', 'c'],
+      removedKeys: [],
+    });
+    assert.deepEqual(metaReplace({ a: '1', b: '2' }, { a: '1' }), { changedKeys: [], removedKeys: ['b'] });
+  });
+
+  it('referencedObjects finds every sha256 among string values, once, sorted', () => {
+    const a = 'a'.repeat(64);
+    const b = `${'0'.repeat(63)}b`;
+    assert.deepEqual(
+      referencedObjects({ x: b, y: [a, { z: b }], n: 5, short: 'abc', upper: 'A'.repeat(64) }),
+      [b, a].sort(),
+    );
+  });
+
+  it('stepsToMark lists the steps whose flags differ from their device', () => {
+    const at = (type: string, data: unknown) => ({ type, data, created: 1 });
+    let device = devices.evolve(
+      devices.initial(),
+      at('DeviceCreated', {
+        device_id: 'd',
+        prn: 'p',
+        owner_id: 'o',
+        owner_prn: 'op',
+        owner_nick: 'on',
+        nick: 'n',
+        secret_sealed: 's',
+        challenge: '',
+        user_meta: {},
+        device_meta: {},
+        certificate: null,
+      }),
+    );
+    let trail = trails.evolve(
+      trails.initial(),
+      at('StepPushed', {
+        device_id: 'd',
+        owner_prn: 'op',
+        rev: 0,
+        state: '{}',
+        commit_msg: '',
+        objects: [],
+        public: false,
+      }),
+    );
+    trail = trails.evolve(
+      trail,
+      at('StepPushed', {
+        device_id: 'd',
+        owner_prn: 'op',
+        rev: 1,
+        state: '{}',
+        commit_msg: '',
+        objects: [],
+        public: true,
+      }),
+    );
+    assert.deepEqual(stepsToMark(device, trail), [{ rev: 1, public: false, garbage: false }]);
+    device = devices.evolve(device, at('DevicePublicSet', { device_id: 'd', owner_prn: 'op', public: true }));
+    assert.deepEqual(stepsToMark(device, trail), [{ rev: 0, public: true, garbage: false }]);
+    assert.equal(device.publicProcessed, false);
+  });
+
+  it('parseTimeModified reads RFC 3339 with nanoseconds and offsets, and refuses anything else', () => {
+    assert.equal(parseTimeModified('1970-01-01T00:00:01.000000002Z'), 1_000_000_002n);
+    assert.equal(parseTimeModified('1970-01-01T02:00:00+02:00'), 0n);
+    assert.equal(parseTimeModified('1970-01-01T02:00:00 02:00'), 0n, 'an unencoded + arrives as a space');
+    assert.equal(
+      parseTimeModified('2026-11-21T10:00:00.5Z')! - parseTimeModified('2026-11-21T10:00:00Z')!,
+      500_000_000n,
+    );
+    for (const bad of ['yesterday', '2026-11-21', '2026-11-21T10:00:00', '2026-11-21T10:00:00.1234567890Z']) {
+      assert.equal(parseTimeModified(bad), undefined, bad);
+    }
+  });
+});
