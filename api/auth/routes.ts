@@ -1015,7 +1015,7 @@ interface RefreshFamily {
   spent: Set<string>;
   revoked: boolean;
 }
-export const refreshFamilies = {
+const refreshFamilies = {
   initial: (): RefreshFamily => ({
     issued: 0,
     accountId: '',
@@ -1058,7 +1058,7 @@ interface Grant {
   scopes: string[];
   expires: number;
 }
-export const codes = {
+const codes = {
   initial: (): { grant: Grant | undefined; redeemed: boolean } => ({ grant: undefined, redeemed: false }),
   evolve(c: { grant: Grant | undefined; redeemed: boolean }, e: { type: string; data: unknown }) {
     if (e.type === 'AccessCodeIssued') return { ...c, grant: e.data as Grant };
@@ -1070,5 +1070,3 @@ export const codes = {
 function escapeHtml(s: string): string {
   return s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
-
-export type { Claims };
