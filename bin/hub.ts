@@ -22,6 +22,7 @@ Roles (each scales out by running more copies):
   start                      Every role in one process (the embedded profile's default).
   api                        The HTTP API.
   projector                  The projection runners that keep read models current.
+  processor                  The change relay and the stream processor that derives webhook events.
 
 Operators:
   projections status         Each projection's version, generation, checkpoint and lag.
@@ -29,7 +30,9 @@ Operators:
 
 Run 'hub <command> --help' for more. Configuration comes from HUB_* environment variables
 (README.md lists them all).`,
-  start: 'Usage: hub start\n\nRuns every role in this process: the API, and the projector.',
+  start: 'Usage: hub start\n\nRuns every role in this process: the API, the projector and the processor.',
+  processor:
+    'Usage: hub processor\n\nRuns the change relay (one at a time holds its lease; others wait as standbys) and the stream\nprocessor, a member of the hub-processor consumer group on the changes topic: more copies share its partitions.',
   api: 'Usage: hub api\n\nRuns the HTTP API only (in the embedded profile the projector runs in the same process).',
   projector:
     'Usage: hub projector\n\nRuns the projection runners only. Each projection is applied by whichever runner holds its checkpoint.',
@@ -77,7 +80,8 @@ async function main(argv: string[]): Promise<number> {
     case 'start':
     case 'api':
     case 'projector':
-      return runRoles(config, command === 'start' ? ['api', 'projector'] : [command]);
+    case 'processor':
+      return runRoles(config, command === 'start' ? ['api', 'projector', 'processor'] : [command]);
     case 'projections':
       return projectionsCommand(config, rest);
     default:

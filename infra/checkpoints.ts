@@ -9,6 +9,17 @@ export interface CheckpointStore {
   set(name: string, position: number): Promise<void>;
 }
 
+/** Kept for the life of the process: for followers whose outputs are rebuilt at each start. */
+export class MemoryCheckpoints implements CheckpointStore {
+  private readonly positions = new Map<string, number>();
+  async get(name: string): Promise<number> {
+    return this.positions.get(name) ?? 0;
+  }
+  async set(name: string, position: number): Promise<void> {
+    this.positions.set(name, position);
+  }
+}
+
 export class FileCheckpoints implements CheckpointStore {
   private readonly dir: string;
   constructor(dir: string) {

@@ -123,6 +123,24 @@ export const knobs = {
     'Comma-separated Kafka bootstrap brokers in the distributed profile.',
     list,
   ),
+  kafkaPartitions: knob(
+    'HUB_KAFKA_PARTITIONS',
+    '12',
+    'Partitions of the changes and deliveries topics when the hub creates them: the most processor and dispatcher instances that share the work.',
+    int(1, 1024),
+  ),
+  processorConcurrency: knob(
+    'HUB_PROCESSOR_CONCURRENCY',
+    '64',
+    'Device actors the stream processor runs at once per partition.',
+    int(1, 10_000),
+  ),
+  eventLogRetentionDays: knob(
+    'HUB_EVENT_LOG_RETENTION_DAYS',
+    '30',
+    'How long the account-wide event log (GET /webhooks/events) keeps an event, days.',
+    int(1, 3650),
+  ),
   publicUrl: knob(
     'HUB_PUBLIC_URL',
     '',

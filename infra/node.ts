@@ -23,12 +23,21 @@ import { loadDeviceCa } from '../api/devices/ca.ts';
 import { deviceRoutes } from '../api/devices/routes.ts';
 import { trailRoutes } from '../api/devices/trails.ts';
 import { profileRoutes } from '../api/profiles/routes.ts';
+import { webhookRoutes } from '../api/webhooks/routes.ts';
+import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
+import type { DeviceActor } from '../processors/derive.ts';
+import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
 import { mailProcessor } from '../processors/mailer.ts';
+import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
 import { publicityProcessor } from '../processors/publicity.ts';
+import { relay } from '../processors/relay.ts';
 import { projections } from '../projections/index.ts';
 import { ProjectionMetrics, ProjectionRunner } from '../projections/runner.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
-import { type CheckpointStore, FileCheckpoints, RedisCheckpoints } from './checkpoints.ts';
+import { KafkaBus } from './bus/kafka.ts';
+import { MemoryBus } from './bus/memory.ts';
+import { type Bus, TOPICS } from './bus/port.ts';
+import { type CheckpointStore, FileCheckpoints, MemoryCheckpoints, RedisCheckpoints } from './checkpoints.ts';
 import type { Config } from './config.ts';
 import { openEventStore } from './eventstore/open.ts';
 import type { EventStore } from './eventstore/port.ts';
@@ -40,8 +49,8 @@ import type { ReadStore } from './readstore/port.ts';
 import { RedisReadStore } from './readstore/redis.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from './telemetry.ts';
 
-export type Role = 'api' | 'projector';
-export const ROLES: Role[] = ['api', 'projector'];
+export type Role = 'api' | 'projector' | 'processor';
+export const ROLES: Role[] = ['api', 'projector', 'processor'];
 
 export interface HubNode {
   config: Config;
@@ -62,6 +71,8 @@ export interface Stores {
   lastWrites: LastWrites;
   limiter: Limiter;
   checkpoints: CheckpointStore;
+  /** The account-wide log of derived webhook events. */
+  eventLog: EventLog;
   /** Shared Redis connection (distributed profile). */
   redis: Redis | undefined;
   close(): Promise<void>;
@@ -78,6 +89,7 @@ export async function openStores(config: Config): Promise<Stores> {
       lastWrites: new MemoryLastWrites(),
       limiter: new MemoryLimiter(),
       checkpoints: new FileCheckpoints(join(config.dataDir, 'checkpoints')),
+      eventLog: new MemoryEventLog({ retentionMs: config.eventLogRetentionDays * 86_400_000 }),
       redis: undefined,
       close: async () => {
         await readStore.close();
@@ -94,6 +106,7 @@ export async function openStores(config: Config): Promise<Stores> {
     lastWrites: new RedisLastWrites(redis),
     limiter: new RedisLimiter(redis),
     checkpoints: new RedisCheckpoints(redis),
+    eventLog: new RedisEventLog({ redis, retentionMs: config.eventLogRetentionDays * 86_400_000 }),
     redis,
     close: async () => {
       redis.disconnect();
@@ -180,6 +193,51 @@ export async function startNode(
     });
   }
 
+  // The change pipeline: the relay puts the store's events on the changes topic, the stream
+  // processor derives webhook events, logs them and hands off delivery jobs. The embedded
+  // profile runs it in this process on the in-process bus, its state rebuilt at each start.
+  if (roles.includes('processor') || config.profile === 'embedded') {
+    const embedded = config.profile === 'embedded';
+    const bus: Bus = embedded
+      ? new MemoryBus({ logger })
+      : new KafkaBus({ brokers: config.kafkaBrokers, clientId: `hub-${process.pid}`, logger });
+    await bus.ensureTopics([
+      // One partition in memory: the hand-off checkpoint is then one position.
+      { topic: TOPICS.changes, partitions: embedded ? 1 : config.kafkaPartitions },
+      { topic: TOPICS.deliveries, partitions: config.kafkaPartitions },
+    ]);
+    const registry = SchemaRegistry.load();
+    const changeRelay = relay({
+      store,
+      bus,
+      registry,
+      checkpoints: embedded ? new MemoryCheckpoints() : stores.checkpoints,
+      logger,
+      metrics: metrics.registry,
+      lease: embedded ? undefined : readStore,
+    });
+    const processor = new StreamProcessor({
+      bus,
+      registry,
+      states: embedded
+        ? new MemoryActorStates<DeviceActor>()
+        : new RedisActorStates<DeviceActor>(stores.redis!, 'device'),
+      log: stores.eventLog,
+      subscriptions: projectedSubscriptions(readStore),
+      logger,
+      metrics: new ProcessorMetrics(metrics.registry),
+      concurrency: config.processorConcurrency,
+      handOff: embedded ? { checkpoints: stores.checkpoints, name: 'processor-handoff' } : undefined,
+    });
+    await processor.start();
+    changeRelay.start();
+    closers.push(async () => {
+      await changeRelay.stop();
+      await processor.stop();
+      await bus.close();
+    });
+  }
+
   if (roles.includes('api')) {
     const hub: HubContext = {
       config,
@@ -189,6 +247,7 @@ export async function startNode(
       consistency: reads,
       keys,
       limiter: stores.limiter,
+      eventLog: stores.eventLog,
       captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
       deviceCa: await loadDeviceCa({
         certPem: config.deviceCaCert,
@@ -210,6 +269,7 @@ export async function startNode(
         deviceRoutes(hub),
         trailRoutes(hub),
         callbackRoutes(hub),
+        webhookRoutes(hub),
       ],
     });
     const server: Server = createServer(app.callback());

@@ -12,6 +12,12 @@ export interface FollowerOptions {
   checkpoints: CheckpointStore;
   logger: Logger;
   handle: (batch: RecordedEvent[]) => Promise<void>;
+  /** Most events per batch (default 100). */
+  batchSize?: number;
+  /** Asked before following: false waits a second and asks again (a standby without a lease). */
+  ready?: () => Promise<boolean>;
+  /** Called once the loop has ended. */
+  stopped?: () => Promise<void>;
 }
 
 export class EventFollower {
@@ -59,11 +65,15 @@ export class EventFollower {
         continue;
       }
       if (signal.aborted) break;
+      if (this.o.ready && !(await this.o.ready().catch(() => false))) {
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
       const subscription = this.o.store.subscribe(from);
       const stop = () => subscription.close();
       signal.addEventListener('abort', stop, { once: true });
       try {
-        for await (const batch of batches(subscription, 100)) {
+        for await (const batch of batches(subscription, this.o.batchSize ?? 100)) {
           await this.o.handle(batch);
           handled = batch[batch.length - 1]!.position;
           if (Date.now() - savedAt >= 1000) await save();
@@ -83,5 +93,6 @@ export class EventFollower {
       }
     }
     await save().catch(() => {});
+    await this.o.stopped?.();
   }
 }

@@ -1,0 +1,66 @@
+// The message bus port: partitioned topics, keyed messages, consumer groups that commit only
+// what their handler finished. Adapters: kafka.ts (kafkajs; the distributed profile) and
+// memory.ts (in this process; the embedded profile). The relay, the stream processor and the
+// dispatcher run unchanged on both.
+
+export interface OutMessage {
+  /** Messages with one key go to one partition, in the order sent. */
+  key: string;
+  value: Buffer;
+  headers?: Record<string, string>;
+}
+
+export interface InMessage {
+  key: string;
+  value: Buffer;
+  headers: Record<string, string>;
+  partition: number;
+  offset: string;
+}
+
+export interface BatchInfo {
+  partition: number;
+  /** Messages of this partition not yet handed to the group, after this batch. */
+  lag: number;
+  /** Keeps the group membership alive during a long batch (no-op in memory). */
+  heartbeat(): Promise<void>;
+}
+
+export interface ConsumeOptions {
+  group: string;
+  topic: string;
+  /** Handles one partition's batch, in order. Its offsets are committed only when it resolves;
+   * when it throws, the batch comes again. */
+  handle(messages: InMessage[], info: BatchInfo): Promise<void>;
+  /** Partitions handled at once by this member. */
+  partitionsConcurrently?: number;
+  /** Called when this member's partitions may have changed (a rebalance): caches keyed by
+   * partition are no longer this member's alone. */
+  onAssignment?: (partitions: number[]) => void;
+}
+
+export interface Consumer {
+  /** Stops fetching, lets the running batches finish and commits their offsets. */
+  stop(): Promise<void>;
+}
+
+export interface Bus {
+  readonly kind: string;
+  /** Creates the topics that are missing (existing ones keep their partitions). */
+  ensureTopics(topics: { topic: string; partitions: number }[]): Promise<void>;
+  /** Resolves once every message is durably accepted (Kafka: by all in-sync replicas). */
+  send(topic: string, messages: OutMessage[]): Promise<void>;
+  consume(options: ConsumeOptions): Promise<Consumer>;
+  close(): Promise<void>;
+}
+
+/** Topics of the pipeline. */
+export const TOPICS = {
+  /** Every stored event, keyed by aggregate (device) id: the relay's output. */
+  changes: 'changes',
+  /** One delivery job per matching subscription, keyed by subscription id. */
+  deliveries: 'deliveries',
+} as const;
+
+/** Header naming the Avro schema (and version) of a message's value. */
+export const SCHEMA_HEADER = 'hub-schema';

@@ -1,0 +1,206 @@
+// Derivation of the webhook events of the specification (section Events) from the change stream:
+// a pure function of a device actor's state and one stored event. No I/O here.
+import { createHash } from 'node:crypto';
+
+/** The `api_version` of every event payload this code derives. */
+export const API_VERSION = '2026-11-01';
+
+export const EVENT_TYPES = {
+  'device.created': 'A device record was first observed by its owner: created, registered or claimed.',
+  'device.updated': 'Device fields changed (its nick); not sent for bookkeeping timestamps alone.',
+  'device.deleted': 'A device was marked as garbage.',
+  'device.public.toggled': "A device's public flag flipped.",
+  'device.device_meta.updated': 'Device-reported metadata changed: the keys changed or removed.',
+  'device.user_meta.updated': 'User-set metadata (tags, labels) changed: the keys changed or removed.',
+  'step.created': 'A new trail step (revision) was pushed.',
+  'step.progress.changed': "A step's progress changed.",
+  'step.status.changed': 'A step moved between NEW, STARTED, DONE, UPDATED, WONTGO and ERROR.',
+} as const;
+export type EventType = keyof typeof EVENT_TYPES;
+
+/** One stored event as the change stream carries it. */
+export interface Change {
+  id: string;
+  type: string;
+  stream: string;
+  position: number;
+  /** Milliseconds since the epoch, when stored. */
+  created: number;
+  data: Record<string, unknown>;
+}
+
+/** The Event resource of the specification, less the per-attempt `request_id`. */
+export interface WebhookEvent {
+  id: string;
+  type: EventType;
+  api_version: string;
+  /** Unix seconds. */
+  created: number;
+  owner: string;
+  /** The device the event is about (for filters and the log; not in delivered payloads). */
+  resource_prn: string;
+  livemode: boolean;
+  data: Record<string, unknown>;
+  /** Store position of the change it came from (orders the log; not in delivered payloads). */
+  source_position: number;
+  /** Index among the events derived from that change. */
+  sequence: number;
+}
+
+type Meta = Record<string, string>;
+
+/** What a device actor remembers between changes. */
+export interface DeviceActor {
+  /** Position of the last change applied: anything at or below it is a replay, and skipped. */
+  position: number;
+  owner: string;
+  prn: string;
+  nick: string;
+  public: boolean;
+  garbage: boolean;
+  deviceMeta: Meta;
+  userMeta: Meta;
+  /** rev → [progress, status] */
+  steps: Record<string, [number, string]>;
+}
+
+export const initialActor = (): DeviceActor => ({
+  position: 0,
+  owner: '',
+  prn: '',
+  nick: '',
+  public: false,
+  garbage: false,
+  deviceMeta: {},
+  userMeta: {},
+  steps: {},
+});
+
+/** Deterministic: the same change and type give the same id in every process, every time. */
+export const eventId = (sourceId: string, type: string): string =>
+  `evt_${createHash('sha256').update(`${sourceId}\n${type}`).digest('hex').slice(0, 32)}`;
+
+/** The key of a stored event on the change stream: the device of device and trail streams. */
+export function aggregateKey(stream: string): string {
+  const dash = stream.indexOf('-');
+  const kind = stream.slice(0, dash);
+  return kind === 'device' || kind === 'trail' ? stream.slice(dash + 1) : stream;
+}
+
+/** Applies one change; the events it gives, in order. A change already applied gives none. */
+export function derive(state: DeviceActor, change: Change): { state: DeviceActor; events: WebhookEvent[] } {
+  if (change.position <= state.position) return { state, events: [] };
+  const d = change.data;
+  const s: DeviceActor = { ...state, position: change.position };
+  const events: WebhookEvent[] = [];
+  const emit = (type: EventType, data: Record<string, unknown>, owner = s.owner) => {
+    if (!owner) return; // an unowned device has nobody to tell
+    events.push({
+      id: eventId(change.id, type),
+      type,
+      api_version: API_VERSION,
+      created: Math.floor(change.created / 1000),
+      owner,
+      resource_prn: s.prn,
+      livemode: true,
+      data,
+      source_position: change.position,
+      sequence: events.length,
+    });
+  };
+  const device = () => ({
+    id: deviceIdOf(s.prn),
+    prn: s.prn,
+    nick: s.nick,
+    owner: s.owner,
+    public: s.public,
+    user_meta: s.userMeta,
+    device_meta: s.deviceMeta,
+  });
+  switch (change.type) {
+    case 'DeviceCreated':
+      s.prn = d.prn as string;
+      s.owner = d.owner_prn as string;
+      s.nick = d.nick as string;
+      s.userMeta = { ...(d.user_meta as Meta) };
+      s.deviceMeta = { ...(d.device_meta as Meta) };
+      emit('device.created', device());
+      break;
+    case 'DeviceClaimed':
+      // The new owner observes the device for the first time.
+      s.owner = d.owner_prn as string;
+      s.nick = d.nick as string;
+      emit('device.created', device());
+      break;
+    case 'DeviceRenamed':
+      if (d.nick === s.nick) break;
+      emit('device.updated', { device: s.prn, changed: { nick: d.nick }, previous: { nick: s.nick } });
+      s.nick = d.nick as string;
+      break;
+    case 'DevicePublicSet':
+      if (d.public === s.public) break;
+      s.public = d.public as boolean;
+      emit('device.public.toggled', { device: s.prn, public: s.public });
+      break;
+    case 'DeviceMarkedGarbage':
+      if (s.garbage) break;
+      s.garbage = true;
+      emit('device.deleted', { device: s.prn, nick: s.nick });
+      break;
+    case 'DeviceMetaUpdated': {
+      const changed = d.changed as Meta;
+      const removed = (d.removed as string[]).filter((k) => k in s.deviceMeta);
+      const meta = { ...s.deviceMeta, ...changed };
+      for (const k of removed) delete meta[k];
+      s.deviceMeta = meta;
+      emit('device.device_meta.updated', metaData(s.prn, changed, removed, meta, 'device_meta'));
+      break;
+    }
+    case 'UserMetaReplaced': {
+      const meta = d.meta as Meta;
+      const changed = Object.fromEntries((d.changed_keys as string[]).map((k) => [k, meta[k] ?? '']));
+      s.userMeta = { ...meta };
+      emit(
+        'device.user_meta.updated',
+        metaData(s.prn, changed, d.removed_keys as string[], meta, 'user_meta'),
+      );
+      break;
+    }
+    case 'StepPushed': {
+      const rev = d.rev as number;
+      if (s.steps[rev]) break;
+      s.steps = { ...s.steps, [rev]: [0, 'NEW'] };
+      emit('step.created', {
+        device: s.prn,
+        rev,
+        commit_msg: d.commit_msg,
+        progress: 0,
+        status: 'NEW',
+      });
+      break;
+    }
+    case 'StepProgressReported': {
+      const rev = d.rev as number;
+      const [progress, status] = s.steps[rev] ?? [d.prev_progress as number, d.prev_status as string];
+      s.steps = { ...s.steps, [rev]: [d.progress as number, d.status as string] };
+      if (d.progress !== progress)
+        emit('step.progress.changed', { device: s.prn, rev, progress: d.progress, prev_progress: progress });
+      if (d.status !== status) emit('step.status.changed', { rev, status: d.status, prev_status: status });
+      break;
+    }
+    // DevicePublicProcessed, StepPublicitySet and the rest: bookkeeping, no event.
+  }
+  return { state: s, events };
+}
+
+function metaData(prn: string, changed: Meta, removed: string[], meta: Meta, field: string) {
+  return {
+    device: prn,
+    keys: [...Object.keys(changed), ...removed].sort(),
+    changed,
+    removed,
+    [field]: meta,
+  };
+}
+
+const deviceIdOf = (prn: string) => prn.slice(prn.lastIndexOf('/') + 1);

@@ -1,0 +1,281 @@
+// The stream processor: consumes the `changes` topic as a consumer group, runs each device's
+// changes through its actor (derive.ts), records every derived event in its owner's log, and
+// hands one delivery job per matching subscription to the `deliveries` topic. A batch's offsets
+// are committed only after all of that, and actor states are saved last, so a crash at any point
+// replays the batch into the same events (same ids) and nothing is lost.
+import { createHash } from 'node:crypto';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Bus, Consumer, InMessage, OutMessage } from '../infra/bus/port.ts';
+import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
+import type { CheckpointStore } from '../infra/checkpoints.ts';
+import type { ReadStore } from '../infra/readstore/port.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import type { SchemaRegistry } from '../schemas/registry.ts';
+import { ActorRuntime, type ActorStates } from './actors.ts';
+import { type Change, type DeviceActor, derive, initialActor, type WebhookEvent } from './derive.ts';
+import type { EventLog } from './eventlog.ts';
+
+/** What matching needs of a subscription (the read model of the webhooks projection). */
+export interface SubscriptionFilter {
+  id: string;
+  owner: string;
+  enabled: boolean;
+  event_types: string[];
+  devices: string[];
+  user_meta_keys: string[];
+  device_meta_keys: string[];
+}
+
+/** Spec, Delivery semantics 5: enabled, type listed, and the device and metadata-key filters. */
+export function matches(sub: SubscriptionFilter, e: WebhookEvent): boolean {
+  if (!sub.enabled || sub.owner !== e.owner || !sub.event_types.includes(e.type)) return false;
+  if (sub.devices.length > 0 && !sub.devices.includes(e.resource_prn)) return false;
+  const keys =
+    e.type === 'device.user_meta.updated'
+      ? sub.user_meta_keys
+      : e.type === 'device.device_meta.updated'
+        ? sub.device_meta_keys
+        : [];
+  if (keys.length > 0 && !(e.data.keys as string[]).some((k) => keys.includes(k))) return false;
+  return true;
+}
+
+export interface Subscriptions {
+  of(owner: string): Promise<SubscriptionFilter[]>;
+}
+
+/** The subscriptions of the `webhooks` read model. */
+export function projectedSubscriptions(readStore: ReadStore): Subscriptions {
+  return {
+    async of(owner) {
+      const generation = await readStore.activeGeneration('webhooks');
+      const ids = await readStore.range('webhooks', generation, `webhooks-of:${owner}`);
+      const docs = await Promise.all(ids.map((id) => readStore.get('webhooks', generation, `webhook:${id}`)));
+      return docs.filter((d) => d !== undefined) as unknown as SubscriptionFilter[];
+    },
+  };
+}
+
+/** Stable across a job's attempts and across reprocessing. */
+export const jobId = (eventId: string, subscriptionId: string) =>
+  `job_${createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex').slice(0, 32)}`;
+
+const CHANGE_SCHEMA = 'ChangeRecord';
+const JOB_SCHEMA = 'DeliveryJob';
+
+export class ProcessorMetrics {
+  readonly derived: Counter<'type'>;
+  readonly lag: Gauge<'partition'>;
+  readonly duration: Histogram;
+  readonly changes: Counter;
+  readonly jobs: Counter;
+  private readonly runtimes = new Set<Map<number, ActorRuntime<DeviceActor, Change, WebhookEvent>>>();
+
+  constructor(registry: Registry) {
+    const runtimes = this.runtimes;
+    const sum = (pick: (r: ActorRuntime<DeviceActor, Change, WebhookEvent>) => number) => {
+      let n = 0;
+      for (const map of runtimes) for (const r of map.values()) n += pick(r);
+      return n;
+    };
+    this.derived = new Counter({
+      name: 'hub_processor_events_derived_total',
+      help: 'Webhook events derived, by type.',
+      labelNames: ['type'],
+      registers: [registry],
+    });
+    this.changes = new Counter({
+      name: 'hub_processor_changes_total',
+      help: 'Changes (stored events) consumed from the changes topic.',
+      registers: [registry],
+    });
+    this.jobs = new Counter({
+      name: 'hub_processor_delivery_jobs_total',
+      help: 'Delivery jobs handed to the deliveries topic.',
+      registers: [registry],
+    });
+    this.lag = new Gauge({
+      name: 'hub_processor_consumer_lag',
+      help: 'Messages of the changes topic not yet consumed, by partition (after the last batch).',
+      labelNames: ['partition'],
+      registers: [registry],
+    });
+    this.duration = new Histogram({
+      name: 'hub_processor_batch_duration_seconds',
+      help: 'Time to process one batch: derive, log, hand off jobs, save actor states.',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers: [registry],
+    });
+    new Gauge({
+      name: 'hub_processor_actors',
+      help: 'Device actors in memory.',
+      registers: [registry],
+      collect() {
+        this.set(sum((r) => r.stats.actors));
+      },
+    });
+    new Gauge({
+      name: 'hub_processor_mailbox_depth',
+      help: 'Messages waiting in actor mailboxes.',
+      registers: [registry],
+      collect() {
+        this.set(sum((r) => r.stats.mailboxDepth));
+      },
+    });
+  }
+
+  track(runtimes: Map<number, ActorRuntime<DeviceActor, Change, WebhookEvent>>): () => void {
+    this.runtimes.add(runtimes);
+    return () => this.runtimes.delete(runtimes);
+  }
+}
+
+export interface ProcessorOptions {
+  bus: Bus;
+  registry: SchemaRegistry;
+  states: ActorStates<DeviceActor>;
+  log: EventLog;
+  subscriptions: Subscriptions;
+  logger: Logger;
+  metrics: ProcessorMetrics;
+  /** Device actors run at once per partition. */
+  concurrency?: number;
+  partitionsConcurrently?: number;
+  /**
+   * Embedded profile: actor states and the log live in memory and are rebuilt from the start of
+   * the store at each start, but jobs handed off before must not go out twice. Changes at or below
+   * this checkpoint are derived and logged without jobs; it moves as jobs are handed off.
+   */
+  handOff?: { checkpoints: CheckpointStore; name: string };
+}
+
+export class StreamProcessor {
+  private readonly o: ProcessorOptions;
+  private readonly runtimes = new Map<number, ActorRuntime<DeviceActor, Change, WebhookEvent>>();
+  private consumer: Consumer | undefined;
+  private untrack: (() => void) | undefined;
+  private handOffFloor = 0;
+  private handedOff = 0;
+
+  constructor(options: ProcessorOptions) {
+    this.o = options;
+  }
+
+  async start(): Promise<void> {
+    const { bus, handOff } = this.o;
+    if (handOff) this.handOffFloor = this.handedOff = await handOff.checkpoints.get(handOff.name);
+    this.untrack = this.o.metrics.track(this.runtimes);
+    this.consumer = await bus.consume({
+      group: 'hub-processor',
+      topic: TOPICS.changes,
+      partitionsConcurrently: this.o.partitionsConcurrently ?? 4,
+      onAssignment: () => this.runtimes.clear(),
+      handle: async (messages, info) => {
+        const timer = this.o.metrics.duration.startTimer();
+        try {
+          await this.handle(messages, info.partition);
+        } catch (err) {
+          // Actors may have moved past changes whose outputs were not written: forget them,
+          // the stored states are behind this batch and the retry derives it again.
+          this.runtimes.get(info.partition)?.clear();
+          throw err;
+        }
+        timer();
+        this.o.metrics.lag.set({ partition: info.partition }, info.lag);
+      },
+    });
+  }
+
+  async stop(): Promise<void> {
+    await this.consumer?.stop();
+    this.consumer = undefined;
+    this.untrack?.();
+  }
+
+  private runtime(partition: number): ActorRuntime<DeviceActor, Change, WebhookEvent> {
+    let r = this.runtimes.get(partition);
+    if (!r) {
+      r = new ActorRuntime({
+        behaviour: {
+          initial: initialActor,
+          receive: (state, change) => {
+            const { state: next, events } = derive(state, change);
+            return { state: next, out: events };
+          },
+        },
+        states: this.o.states,
+        concurrency: this.o.concurrency ?? 64,
+      });
+      this.runtimes.set(partition, r);
+    }
+    return r;
+  }
+
+  private async handle(messages: InMessage[], partition: number): Promise<void> {
+    const { registry, metrics } = this.o;
+    const batch = messages.map((m) => {
+      const version = Number(/\.v(\d+)$/.exec(m.headers[SCHEMA_HEADER] ?? '')?.[1] ?? 1);
+      const r = registry.decode(CHANGE_SCHEMA, version, m.value) as {
+        id: string;
+        type: string;
+        stream: string;
+        position: number;
+        created: number;
+        data: string;
+      };
+      const change: Change = {
+        id: r.id,
+        type: r.type,
+        stream: r.stream,
+        position: Number(r.position),
+        created: Number(r.created),
+        data: JSON.parse(r.data),
+      };
+      return { key: m.key, message: change };
+    });
+    metrics.changes.inc(batch.length);
+    const { out: events, changed } = await this.runtime(partition).run(batch);
+    await this.o.log.append(events);
+    const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
+    await this.o.bus.send(TOPICS.deliveries, jobs);
+    metrics.jobs.inc(jobs.length);
+    // Saved last: a crash before this derives the batch again, into the same ids.
+    await this.o.states.save(changed);
+    for (const e of events) metrics.derived.inc({ type: e.type });
+    const last = batch[batch.length - 1]?.message.position ?? 0;
+    if (this.o.handOff && last > this.handedOff) {
+      this.handedOff = last;
+      await this.o.handOff.checkpoints.set(this.o.handOff.name, last);
+    }
+  }
+
+  private async jobsFor(events: WebhookEvent[]): Promise<OutMessage[]> {
+    const { registry } = this.o;
+    const byOwner = new Map<string, Promise<SubscriptionFilter[]>>();
+    const jobs: OutMessage[] = [];
+    for (const e of events) {
+      let subs = byOwner.get(e.owner);
+      if (!subs) {
+        subs = this.o.subscriptions.of(e.owner);
+        byOwner.set(e.owner, subs);
+      }
+      for (const sub of await subs) {
+        if (!matches(sub, e)) continue;
+        jobs.push({
+          key: sub.id,
+          value: registry.encode(JOB_SCHEMA, {
+            job_id: jobId(e.id, sub.id),
+            subscription_id: sub.id,
+            owner: e.owner,
+            kind: 'event',
+            attempt: 1,
+            not_before: 0,
+            event: { ...e, data: JSON.stringify(e.data) },
+          }),
+          headers: { [SCHEMA_HEADER]: `${JOB_SCHEMA}.v${registry.currentVersion(JOB_SCHEMA)}` },
+        });
+      }
+    }
+    return jobs;
+  }
+}

@@ -1,0 +1,85 @@
+// The relay: moves every stored event, in store order, to the `changes` topic, keyed by its
+// aggregate (the device, for device and trail streams) so one device's changes stay in order in
+// one partition. Avro-encoded, the schema named in a header. At least once: the checkpoint moves
+// only after the broker acknowledged, so a crash of the relay, the store or the broker resends
+// (consumers skip what they applied, by position). One relay runs at a time: a lease in the read
+// store, renewed as it goes, keeps a second one waiting.
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { Bus } from '../infra/bus/port.ts';
+import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
+import type { CheckpointStore } from '../infra/checkpoints.ts';
+import type { EventStore } from '../infra/eventstore/port.ts';
+import type { ReadStore } from '../infra/readstore/port.ts';
+import { newOwnerId } from '../infra/readstore/redis.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import type { SchemaRegistry } from '../schemas/registry.ts';
+import { aggregateKey } from './derive.ts';
+import { EventFollower } from './follower.ts';
+
+const SCHEMA = 'ChangeRecord';
+const LEASE_MS = 10_000;
+
+export function relay(o: {
+  store: EventStore;
+  bus: Bus;
+  registry: SchemaRegistry;
+  checkpoints: CheckpointStore;
+  logger: Logger;
+  metrics: Registry;
+  /** Distributed profile: the read store whose lease makes this the only running relay. */
+  lease?: ReadStore;
+}): EventFollower {
+  const relayed = new Counter({
+    name: 'hub_relay_events_total',
+    help: 'Stored events put on the changes topic.',
+    registers: [o.metrics],
+  });
+  const position = new Gauge({
+    name: 'hub_relay_position',
+    help: 'Store position of the last event the relay put on the changes topic.',
+    registers: [o.metrics],
+  });
+  const header = { [SCHEMA_HEADER]: `${SCHEMA}.v${o.registry.currentVersion(SCHEMA)}` };
+  const owner = newOwnerId();
+  let renewed = 0;
+  const holdLease = async (): Promise<boolean> => {
+    if (!o.lease) return true;
+    if (Date.now() - renewed < LEASE_MS / 3) return true;
+    const held = await o.lease.lock('relay', owner, LEASE_MS);
+    renewed = held ? Date.now() : 0;
+    return held;
+  };
+  return new EventFollower({
+    name: 'relay',
+    store: o.store,
+    checkpoints: o.checkpoints,
+    logger: o.logger,
+    ready: holdLease,
+    handle: async (batch) => {
+      if (!(await holdLease())) throw new Error('the relay lease went to another process');
+      await o.bus.send(
+        TOPICS.changes,
+        batch.map((e) => ({
+          key: aggregateKey(e.stream),
+          value: o.registry.encode(SCHEMA, {
+            id: e.id,
+            type: e.type,
+            stream: e.stream,
+            revision: e.revision,
+            position: e.position,
+            created: e.created,
+            schema_version: o.registry.has(e.type) ? o.registry.currentVersion(e.type) : 1,
+            data: JSON.stringify(e.data),
+            metadata: JSON.stringify(e.metadata ?? {}),
+          }),
+          headers: header,
+        })),
+      );
+      relayed.inc(batch.length);
+      position.set(batch[batch.length - 1]!.position);
+    },
+    stopped: async () => {
+      if (o.lease && renewed) await o.lease.unlock('relay', owner).catch(() => {});
+    },
+  });
+}

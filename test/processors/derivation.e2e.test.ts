@@ -1,0 +1,100 @@
+// Every webhook event type derived from real API calls, on the embedded profile: in order per
+// device, in the account's event log, with the envelope of the specification.
+import assert from 'node:assert/strict';
+import { signup, startHub, type TestHub, type User } from '../hub.ts';
+import { everyEventType, logOf } from './scenario.ts';
+
+describe('stream processor on the embedded profile (e2e)', function () {
+  this.timeout(60_000);
+  let hub: TestHub;
+  let alice: User;
+  let bob: User;
+
+  before(async () => {
+    hub = await startHub();
+    alice = await signup(hub, 'alice');
+    bob = await signup(hub, 'bob');
+  });
+  after(() => hub?.stop());
+
+  it('derives all nine event types from real API calls, in order, into the owner’s log', async () => {
+    const { device, expected } = await everyEventType(hub, alice);
+    const log = await logOf(hub, alice, device.prn, expected.length);
+    assert.deepEqual(
+      log.map((e) => e.type),
+      expected,
+    );
+    for (const e of log) {
+      assert.match(e.id, /^evt_[0-9a-f]{32}$/);
+      assert.match(e.api_version, /^\d{4}-\d\d-\d\d$/);
+      assert.equal(e.owner, alice.prn);
+      assert.equal(e.livemode, true);
+      assert.ok(Number.isInteger(e.created) && Math.abs(e.created - Date.now() / 1000) < 60);
+      assert.equal('source_position' in e, false);
+    }
+    const status = log.filter((e) => e.type === 'step.status.changed').map((e) => e.data);
+    assert.deepEqual(status, [
+      { rev: 0, status: 'STARTED', prev_status: 'NEW' },
+      { rev: 0, status: 'DONE', prev_status: 'STARTED' },
+    ]);
+    const meta = log.find((e) => e.type === 'device.device_meta.updated')!.data;
+    assert.deepEqual(meta.keys, ['fw', 'temp']);
+    assert.deepEqual(meta.changed, { temp: '21' });
+    assert.deepEqual(meta.removed, ['fw']);
+    assert.deepEqual(meta.device_meta, { temp: '21' });
+    const toggles = log.filter((e) => e.type === 'device.public.toggled').map((e) => e.data.public);
+    assert.deepEqual(toggles, [true, false]);
+  });
+
+  it('answers one event by id, 404 for an unknown id or another account’s', async () => {
+    const r = await hub.call('GET', '/webhooks/events?limit=1', { token: alice.token });
+    assert.equal(r.status, 200);
+    const [newest] = r.body.items;
+    const one = await hub.call('GET', `/webhooks/events/${newest.id}`, { token: alice.token });
+    assert.equal(one.status, 200);
+    assert.deepEqual(one.body, newest);
+    const foreign = await hub.call('GET', `/webhooks/events/${newest.id}`, { token: bob.token });
+    assert.equal(foreign.status, 404);
+    assert.equal(foreign.body.error, 'not_found');
+    assert.equal((await hub.call('GET', '/webhooks/events/evt_nope', { token: alice.token })).status, 404);
+    const bobs = await hub.call('GET', '/webhooks/events', { token: bob.token });
+    assert.deepEqual(bobs.body.items, []);
+  });
+
+  it('filters by type, device and time, pages with limit and skip, and refuses bad times', async () => {
+    const all = await hub.call('GET', '/webhooks/events?limit=500', { token: alice.token });
+    const total = all.body.total as number;
+    assert.ok(total >= 11);
+    const typed = await hub.call('GET', '/webhooks/events?type=step.status.changed', { token: alice.token });
+    assert.equal(typed.body.total, 2);
+    assert.ok(typed.body.items.every((e: { type: string }) => e.type === 'step.status.changed'));
+    const page = await hub.call('GET', '/webhooks/events?limit=3&skip=2', { token: alice.token });
+    assert.deepEqual(
+      page.body.items.map((e: { id: string }) => e.id),
+      all.body.items.slice(2, 5).map((e: { id: string }) => e.id),
+    );
+    assert.equal(page.body.total, total);
+    const future = new Date(Date.now() + 3_600_000).toISOString();
+    const none = await hub.call('GET', `/webhooks/events?since=${encodeURIComponent(future)}`, {
+      token: alice.token,
+    });
+    assert.equal(none.body.total, 0);
+    const before = await hub.call('GET', `/webhooks/events?until=${Math.floor(Date.now() / 1000) + 60}`, {
+      token: alice.token,
+    });
+    assert.equal(before.body.total, total);
+    const bad = await hub.call('GET', '/webhooks/events?since=yesterday', { token: alice.token });
+    assert.equal(bad.status, 422);
+    assert.equal(bad.body.details[0].field, 'since');
+    const badType = await hub.call('GET', '/webhooks/events?type=device.exploded', { token: alice.token });
+    assert.equal(badType.status, 422);
+    assert.equal((await hub.call('GET', '/webhooks/events')).status, 401);
+  });
+
+  it('lists the nine event types with a description each', async () => {
+    const r = await hub.call('GET', '/webhooks/event-types', { token: alice.token });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.items.length, 9);
+    assert.ok(r.body.items.every((t: { description: string }) => t.description.length > 10));
+  });
+});

@@ -1,0 +1,74 @@
+// Real API calls that make every one of the nine webhook event types, shared by the derivation
+// tests of both profiles, and a wait for the account's event log to show them.
+import assert from 'node:assert/strict';
+import type { TestHub, User } from '../hub.ts';
+
+// biome-ignore lint/suspicious/noExplicitAny: events as the API answers them
+type LoggedEvent = Record<string, any>;
+
+export interface Scenario {
+  device: { id: string; prn: string };
+  /** The event types the calls should derive, in order. */
+  expected: string[];
+}
+
+export async function everyEventType(hub: TestHub, owner: User): Promise<Scenario> {
+  const ok = async (method: string, path: string, body?: unknown, token = owner.token) => {
+    const r = await hub.call(method, path, { token, body });
+    assert.ok(r.status < 300, `${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
+    return r.body;
+  };
+  const d = await ok('POST', '/devices', { 'device-meta': { fw: '1.0' } });
+  const login = await ok('POST', '/auth/login', { username: d.prn, password: d.secret });
+  const deviceToken = login.token as string;
+  await ok('PATCH', `/devices/${d.id}`, { nick: `renamed-${d.id.slice(-6)}` });
+  await ok('PUT', `/devices/${d.id}/public`);
+  await ok('PATCH', `/devices/${d.id}/device-meta`, { temp: '21', fw: null }, deviceToken);
+  await ok('PATCH', `/devices/${d.id}/device-meta`, { temp: '21' }, deviceToken); // no change: no event
+  await ok('PUT', `/devices/${d.id}/user-meta`, { site: 'lab' });
+  await ok('POST', `/trails/${d.id}/steps`, { state: { os: 'v1' }, 'commit-msg': 'first' });
+  await ok('PUT', `/trails/${d.id}/steps/0/progress`, { progress: 40, status: 'STARTED' }, deviceToken);
+  await ok('PUT', `/trails/${d.id}/steps/0/progress`, { progress: 40, status: 'DONE' }, deviceToken);
+  await ok('DELETE', `/devices/${d.id}/public`);
+  await ok('DELETE', `/devices/${d.id}`);
+  return {
+    device: { id: d.id, prn: d.prn },
+    expected: [
+      'device.created',
+      'device.updated',
+      'device.public.toggled',
+      'device.device_meta.updated',
+      'device.user_meta.updated',
+      'step.created',
+      'step.progress.changed',
+      'step.status.changed',
+      'step.status.changed',
+      'device.public.toggled',
+      'device.deleted',
+    ],
+  };
+}
+
+/** The device's events from the log, oldest first, once there are at least `count`. */
+export async function logOf(
+  hub: TestHub,
+  owner: User,
+  prn: string,
+  count: number,
+  timeoutMs = 20_000,
+): Promise<LoggedEvent[]> {
+  const deadline = Date.now() + timeoutMs;
+  let items: LoggedEvent[] = [];
+  while (Date.now() < deadline) {
+    const r = await hub.call('GET', `/webhooks/events?resource_prn=${encodeURIComponent(prn)}&limit=500`, {
+      token: owner.token,
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    items = r.body.items;
+    if (items.length >= count) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  // Newest first, by `created` (seconds): the stable order of one device is its derivation order,
+  // which the step-by-step data shows; sort by the log's position within a second.
+  return items.reverse();
+}
