@@ -58,6 +58,7 @@ export interface HubNode {
   metrics: Metrics;
   store: EventStore;
   readStore: ReadStore;
+  eventLog: EventLog;
   consistency: Consistency;
   runners: ProjectionRunner[];
   /** Base URL of the API when the api role runs. */
@@ -296,6 +297,7 @@ export async function startNode(
     metrics,
     store,
     readStore,
+    eventLog: stores.eventLog,
     consistency: reads,
     runners,
     url,

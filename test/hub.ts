@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type HubNode, startNode } from '../infra/node.ts';
+import { type HubNode, type Role, startNode } from '../infra/node.ts';
 import { type JsonResponse, memoryLogger, request, testConfig } from './harness.ts';
 
 export interface TestHub {
@@ -22,7 +22,10 @@ export interface TestHub {
   stop(): Promise<void>;
 }
 
-export async function startHub(env: Record<string, string> = {}): Promise<TestHub> {
+export async function startHub(
+  env: Record<string, string> = {},
+  roles: Role[] = ['api', 'projector'],
+): Promise<TestHub> {
   const config = testConfig({
     HUB_ADMINS: 'root',
     HUB_LOGIN_LIMIT_PER_MINUTE: '100000',
@@ -30,7 +33,7 @@ export async function startHub(env: Record<string, string> = {}): Promise<TestHu
     ...env,
   });
   const logs = memoryLogger('debug');
-  const node = await startNode(config, ['api', 'projector'], { logger: logs.logger });
+  const node = await startNode(config, roles, { logger: logs.logger });
   const answers: string[] = [];
   return {
     node,

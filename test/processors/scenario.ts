@@ -49,6 +49,42 @@ export async function everyEventType(hub: TestHub, owner: User): Promise<Scenari
   };
 }
 
+/** What both profiles must show: the types in order, the envelope, and the data of each kind. */
+export function assertDerived(log: LoggedEvent[], scenario: Scenario, owner: User): void {
+  assert.deepEqual(
+    log.map((e) => e.type),
+    scenario.expected,
+  );
+  for (const e of log) {
+    assert.match(e.id, /^evt_[0-9a-f]{32}$/);
+    assert.match(e.api_version, /^\d{4}-\d\d-\d\d$/);
+    assert.equal(e.owner, owner.prn);
+    assert.equal(e.resource_prn, scenario.device.prn);
+    assert.equal(e.livemode, true);
+    assert.ok(Number.isInteger(e.created) && Math.abs(e.created - Date.now() / 1000) < 120);
+    assert.equal('source_position' in e, false);
+  }
+  assert.deepEqual(
+    log.filter((e) => e.type === 'step.status.changed').map((e) => e.data),
+    [
+      { rev: 0, status: 'STARTED', prev_status: 'NEW' },
+      { rev: 0, status: 'DONE', prev_status: 'STARTED' },
+    ],
+  );
+  const meta = log.find((e) => e.type === 'device.device_meta.updated')!.data;
+  assert.deepEqual(meta, {
+    device: scenario.device.prn,
+    keys: ['fw', 'temp'],
+    changed: { temp: '21' },
+    removed: ['fw'],
+    device_meta: { temp: '21' },
+  });
+  assert.deepEqual(
+    log.filter((e) => e.type === 'device.public.toggled').map((e) => e.data.public),
+    [true, false],
+  );
+}
+
 /** The device's events from the log, oldest first, once there are at least `count`. */
 export async function logOf(
   hub: TestHub,
