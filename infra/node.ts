@@ -59,6 +59,8 @@ export interface HubNode {
   store: EventStore;
   readStore: ReadStore;
   eventLog: EventLog;
+  /** The bus of the change pipeline, when this process runs it. */
+  bus: Bus | undefined;
   consistency: Consistency;
   runners: ProjectionRunner[];
   /** Base URL of the API when the api role runs. */
@@ -197,6 +199,7 @@ export async function startNode(
   // The change pipeline: the relay puts the store's events on the changes topic, the stream
   // processor derives webhook events, logs them and hands off delivery jobs. The embedded
   // profile runs it in this process on the in-process bus, its state rebuilt at each start.
+  let pipelineBus: Bus | undefined;
   if (roles.includes('processor') || config.profile === 'embedded') {
     const embedded = config.profile === 'embedded';
     const bus: Bus = embedded
@@ -232,6 +235,7 @@ export async function startNode(
     });
     await processor.start();
     changeRelay.start();
+    pipelineBus = bus;
     closers.push(async () => {
       await changeRelay.stop();
       await processor.stop();
@@ -298,6 +302,7 @@ export async function startNode(
     store,
     readStore,
     eventLog: stores.eventLog,
+    bus: pipelineBus,
     consistency: reads,
     runners,
     url,

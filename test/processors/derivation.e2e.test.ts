@@ -2,7 +2,7 @@
 // device, in the account's event log, with the envelope of the specification.
 import assert from 'node:assert/strict';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
-import { assertDerived, everyEventType, logOf } from './scenario.ts';
+import { assertDerived, assertJobs, everyEventType, jobsOf, logOf, subscribe } from './scenario.ts';
 
 describe('stream processor on the embedded profile (e2e)', function () {
   this.timeout(60_000);
@@ -18,9 +18,14 @@ describe('stream processor on the embedded profile (e2e)', function () {
   after(() => hub?.stop());
 
   it('derives all nine event types from real API calls, in order, into the owner’s log', async () => {
+    const subscription = await subscribe(hub, alice, {
+      event_types: ['step.status.changed', 'device.device_meta.updated'],
+      device_meta_keys: ['temp'],
+    });
     const { device, expected } = await everyEventType(hub, alice);
     const log = await logOf(hub, alice, device.prn, expected.length);
     assertDerived(log, { device, expected }, alice);
+    assertJobs(await jobsOf(hub.node.bus!, subscription, 3), log, subscription);
   });
 
   it('answers one event by id, 404 for an unknown id or another account’s', async () => {
@@ -66,6 +71,21 @@ describe('stream processor on the embedded profile (e2e)', function () {
     const badType = await hub.call('GET', '/webhooks/events?type=device.exploded', { token: alice.token });
     assert.equal(badType.status, 422);
     assert.equal((await hub.call('GET', '/webhooks/events')).status, 401);
+  });
+
+  it('after a restart, rebuilds the log with the same ids and hands off no job a second time', async () => {
+    const before = await hub.call('GET', '/webhooks/events?limit=500', { token: alice.token });
+    const subscription = (await hub.node.readStore.range('webhooks', 1, `webhooks-of:${alice.prn}`))[0]!;
+    await hub.stop();
+    hub = await startHub({ HUB_DATA_DIR: hub.dataDir });
+    let after = before;
+    for (let i = 0; i < 100; i++) {
+      after = await hub.call('GET', '/webhooks/events?limit=500', { token: alice.token });
+      if (after.body.total >= before.body.total) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.deepEqual(after.body.items, before.body.items);
+    assert.deepEqual(await jobsOf(hub.node.bus!, subscription, 1, 1500), []);
   });
 
   it('lists the nine event types with a description each', async () => {

@@ -6,11 +6,13 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { Kafka, logLevel } from 'kafkajs';
+import { KafkaBus } from '../../infra/bus/kafka.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
+import { createLogger } from '../../infra/telemetry.ts';
 import { eventId } from '../../processors/derive.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
-import { assertDerived, everyEventType, logOf } from './scenario.ts';
+import { assertDerived, assertJobs, everyEventType, jobsOf, logOf, subscribe } from './scenario.ts';
 
 const ROOT = new URL('../..', import.meta.url).pathname;
 const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
@@ -144,9 +146,20 @@ describe('stream processor on Kafka (int)', function () {
   it('derives every event type from real API calls, in order, into the owner’s log', async () => {
     children.push(await processor());
     const alice: User = await signup(hub, `alice${randomBytes(3).toString('hex')}`);
+    const subscription = await subscribe(hub, alice, {
+      event_types: ['step.status.changed', 'device.device_meta.updated'],
+      device_meta_keys: ['temp'],
+    });
     const scenario = await everyEventType(hub, alice);
     const log = await logOf(hub, alice, scenario.device.prn, scenario.expected.length, 60_000);
     assertDerived(log, scenario, alice);
+    // One job per matching subscription and event, keyed by subscription, on the deliveries topic.
+    const bus = new KafkaBus({ brokers: BROKERS, clientId: 'hub-test', logger: createLogger('silent') });
+    try {
+      assertJobs(await jobsOf(bus, subscription, 3), log, subscription);
+    } finally {
+      await bus.close();
+    }
   });
 
   it('two processor processes share the partitions; one SIGKILLed mid-stream, every event is derived once by id', async () => {

@@ -1,6 +1,10 @@
 // Real API calls that make every one of the nine webhook event types, shared by the derivation
 // tests of both profiles, and a wait for the account's event log to show them.
 import assert from 'node:assert/strict';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { type Bus, TOPICS } from '../../infra/bus/port.ts';
+import { jobId } from '../../processors/processor.ts';
+import { SchemaRegistry } from '../../schemas/registry.ts';
 import type { TestHub, User } from '../hub.ts';
 
 // biome-ignore lint/suspicious/noExplicitAny: events as the API answers them
@@ -107,4 +111,89 @@ export async function logOf(
   // Newest first, by `created` (seconds): the stable order of one device is its derivation order,
   // which the step-by-step data shows; sort by the log's position within a second.
   return items.reverse();
+}
+
+/** A subscription of `owner`, appended as the webhooks API will, once the processor can see it. */
+export async function subscribe(
+  hub: TestHub,
+  owner: User,
+  filter: { event_types: string[]; device_meta_keys?: string[]; devices?: string[] },
+): Promise<string> {
+  const id = randomBytes(12).toString('hex');
+  await hub.node.store.append(`webhook-${id}`, [
+    {
+      id: randomUUID(),
+      type: 'WebhookCreated',
+      data: {
+        webhook_id: id,
+        owner_prn: owner.prn,
+        nick: 'test',
+        url: 'https://example.com/hook',
+        description: '',
+        enabled: true,
+        devices: [],
+        user_meta_keys: [],
+        device_meta_keys: [],
+        custom_headers: {},
+        retry_policy: null,
+        secret_sealed: 'sealed',
+        ...filter,
+      },
+    },
+  ]);
+  const rs = hub.node.readStore;
+  for (let i = 0; i < 100; i++) {
+    if (await rs.get('webhooks', await rs.activeGeneration('webhooks', true), `webhook:${id}`)) return id;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error('the subscription was not projected');
+}
+
+/** The delivery jobs of one subscription on the deliveries topic, once there are `count`. */
+export async function jobsOf(
+  bus: Bus,
+  subscription: string,
+  count: number,
+  timeoutMs = 20_000,
+): Promise<LoggedEvent[]> {
+  const registry = SchemaRegistry.load();
+  const jobs: LoggedEvent[] = [];
+  let done: () => void = () => {};
+  const enough = new Promise<void>((resolve) => {
+    done = resolve;
+  });
+  const consumer = await bus.consume({
+    group: `test-${randomBytes(4).toString('hex')}`,
+    topic: TOPICS.deliveries,
+    handle: async (messages) => {
+      for (const m of messages) {
+        if (m.key !== subscription) continue;
+        jobs.push(registry.decode('DeliveryJob', 1, m.value) as LoggedEvent);
+      }
+      if (jobs.length >= count) done();
+    },
+  });
+  const timeout = setTimeout(done, timeoutMs);
+  await enough;
+  clearTimeout(timeout);
+  await consumer.stop();
+  return jobs;
+}
+
+/** Jobs for the scenario's status changes and its one `temp` metadata change, one per event. */
+export function assertJobs(jobs: LoggedEvent[], log: LoggedEvent[], subscription: string): void {
+  const wanted = log.filter(
+    (e) =>
+      e.type === 'step.status.changed' ||
+      (e.type === 'device.device_meta.updated' && e.data.keys.includes('temp')),
+  );
+  assert.equal(wanted.length, 3);
+  assert.deepEqual(jobs.map((j) => j.event.id).sort(), wanted.map((e) => e.id).sort());
+  for (const j of jobs) {
+    assert.equal(j.subscription_id, subscription);
+    assert.equal(j.job_id, jobId(j.event.id, subscription));
+    assert.equal(j.kind, 'event');
+    assert.equal(j.attempt, 1);
+    assert.deepEqual(JSON.parse(j.event.data), log.find((e) => e.id === j.event.id)!.data);
+  }
 }
