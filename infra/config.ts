@@ -123,6 +123,15 @@ export const knobs = {
     'Comma-separated Kafka bootstrap brokers in the distributed profile.',
     list,
   ),
+  kafkaPrefix: knob(
+    'HUB_KAFKA_PREFIX',
+    '',
+    'Prefix of the Kafka topic and consumer group names: several hubs (or benchmarks) can share one cluster.',
+    (raw) => {
+      if (!/^[A-Za-z0-9._-]*$/.test(raw)) throw new Error('may hold only letters, digits, ".", "_" and "-"');
+      return raw;
+    },
+  ),
   kafkaPartitions: knob(
     'HUB_KAFKA_PARTITIONS',
     '12',

@@ -204,7 +204,12 @@ export async function startNode(
     const embedded = config.profile === 'embedded';
     const bus: Bus = embedded
       ? new MemoryBus({ logger })
-      : new KafkaBus({ brokers: config.kafkaBrokers, clientId: `hub-${process.pid}`, logger });
+      : new KafkaBus({
+          brokers: config.kafkaBrokers,
+          clientId: `hub-${process.pid}`,
+          logger,
+          prefix: config.kafkaPrefix,
+        });
     await bus.ensureTopics([
       // One partition in memory: the hand-off checkpoint is then one position.
       { topic: TOPICS.changes, partitions: embedded ? 1 : config.kafkaPartitions },

@@ -84,30 +84,53 @@ export class MemoryEventLog implements EventLog {
   }
 }
 
+/** One call per batch: per event its body and four index entries. ARGV: now, retention ms, the
+ * number of events, six values per event, then the index keys due for a trim (past the retention)
+ * and a renewed expiry. */
+const APPEND = `
+local now, retention, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local horizon = now - retention
+local last = 3 + 6 * n
+for i = 4, last, 6 do
+  local id, body, score, member, owner, extra = ARGV[i], ARGV[i+1], tonumber(ARGV[i+2]), ARGV[i+3], ARGV[i+4], ARGV[i+5]
+  local ttl = score + retention - now
+  if ttl > 0 then
+    redis.call('SET', 'hub:evt:' .. id, body, 'PX', math.ceil(ttl))
+    local base = 'hub:evlog:' .. owner
+    local sep = string.find(extra, ' ', 1, true)
+    local type, resource = string.sub(extra, 1, sep - 1), string.sub(extra, sep + 1)
+    redis.call('ZADD', base, score, member)
+    redis.call('ZADD', base .. ':t:' .. type, score, member)
+    redis.call('ZADD', base .. ':r:' .. resource, score, member)
+    redis.call('ZADD', base .. ':tr:' .. type .. ':' .. resource, score, member)
+  end
+end
+for i = last + 1, #ARGV do
+  redis.call('ZREMRANGEBYSCORE', ARGV[i], '-inf', '(' .. horizon)
+  redis.call('PEXPIRE', ARGV[i], retention)
+end
+return 0
+`;
+
+type Scripted = Redis & { hubLogAppend(...args: (string | number)[]): Promise<number> };
+
 /**
  * Redis layout: each event a string `hub:evt:<id>` expiring with the retention; per owner four
  * sorted indexes by time (all, by type, by device, by type and device), trimmed past the
  * retention as they grow and expiring when idle, so neither memory nor keys grow without bound.
+ * A batch is one script call: Redis parses one command, not six per event.
  */
 export class RedisEventLog implements EventLog {
-  private readonly redis: Redis;
+  private readonly redis: Scripted;
   private readonly retentionMs: number;
-  /** Last trim per index key: trimming once a minute is enough. */
+  /** When each index key was last trimmed by this process: once a minute is enough. */
   private readonly trimmed = new Map<string, number>();
 
   constructor(o: { redis: Redis; retentionMs: number }) {
-    this.redis = o.redis;
+    this.redis = o.redis as Scripted;
+    if (!(o.redis as unknown as Partial<Scripted>).hubLogAppend)
+      o.redis.defineCommand('hubLogAppend', { numberOfKeys: 0, lua: APPEND });
     this.retentionMs = o.retentionMs;
-  }
-
-  private static indexes(e: Pick<WebhookEvent, 'owner' | 'type' | 'resource_prn'>): string[] {
-    const base = `hub:evlog:${e.owner}`;
-    return [
-      base,
-      `${base}:t:${e.type}`,
-      `${base}:r:${e.resource_prn}`,
-      `${base}:tr:${e.type}:${e.resource_prn}`,
-    ];
   }
 
   private static index(owner: string, q: EventQuery): string {
@@ -121,29 +144,25 @@ export class RedisEventLog implements EventLog {
   async append(events: WebhookEvent[]): Promise<void> {
     if (events.length === 0) return;
     const now = Date.now();
-    const horizon = now - this.retentionMs;
-    const pipeline = this.redis.pipeline();
-    const touched = new Set<string>();
+    const args: (string | number)[] = [now, this.retentionMs, events.length];
+    const due = new Set<string>();
     for (const e of events) {
-      const expiresIn = score(e) + this.retentionMs - now;
-      if (expiresIn <= 0) continue;
-      pipeline.set(`hub:evt:${e.id}`, JSON.stringify(e), 'PX', Math.ceil(expiresIn));
-      for (const key of RedisEventLog.indexes(e)) {
-        pipeline.zadd(key, score(e), member(e));
-        touched.add(key);
-      }
-    }
-    for (const key of touched) {
-      pipeline.pexpire(key, this.retentionMs);
-      if (now - (this.trimmed.get(key) ?? 0) > 60_000) {
-        pipeline.zremrangebyscore(key, '-inf', `(${horizon}`);
+      args.push(e.id, JSON.stringify(e), score(e), member(e), e.owner, `${e.type} ${e.resource_prn}`);
+      const base = `hub:evlog:${e.owner}`;
+      for (const key of [
+        base,
+        `${base}:t:${e.type}`,
+        `${base}:r:${e.resource_prn}`,
+        `${base}:tr:${e.type}:${e.resource_prn}`,
+      ]) {
+        if (now - (this.trimmed.get(key) ?? 0) < 60_000) continue;
         this.trimmed.set(key, now);
+        due.add(key);
       }
     }
-    if (this.trimmed.size > 100_000) this.trimmed.clear();
-    const results = await pipeline.exec();
-    const failed = results?.find(([err]) => err);
-    if (failed) throw failed[0];
+    if (this.trimmed.size > 1_000_000) this.trimmed.clear();
+    args.push(...due);
+    await this.redis.hubLogAppend(...args);
   }
 
   async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {

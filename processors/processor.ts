@@ -233,7 +233,6 @@ export class StreamProcessor {
       };
       return { key: m.key, message: change };
     });
-    metrics.changes.inc(batch.length);
     const { out: events, changed } = await this.runtime(partition).run(batch);
     await this.o.log.append(events);
     const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
@@ -242,6 +241,7 @@ export class StreamProcessor {
     // Saved last: a crash before this derives the batch again, into the same ids.
     await this.o.states.save(changed);
     for (const e of events) metrics.derived.inc({ type: e.type });
+    metrics.changes.inc(batch.length);
     const last = batch[batch.length - 1]?.message.position ?? 0;
     if (this.o.handOff && last > this.handedOff) {
       this.handedOff = last;

@@ -1,7 +1,7 @@
 // The Kafka bus of the distributed profile (kafkajs). One idempotent producer per process (acks
 // from all in-sync replicas, one request in flight, so a key's messages keep their order across
 // retries); consumer groups whose offsets move only past batches their handler finished.
-import { Kafka, type KafkaConfig, logLevel, Partitioners, type Producer } from 'kafkajs';
+import { Kafka, type KafkaConfig, type KafkaMessage, logLevel, Partitioners, type Producer } from 'kafkajs';
 import type { Logger } from '../telemetry.ts';
 import type { Bus, ConsumeOptions, Consumer, InMessage, OutMessage } from './port.ts';
 
@@ -10,8 +10,21 @@ export class KafkaBus implements Bus {
   private readonly kafka: Kafka;
   private producer: Promise<Producer> | undefined;
   private readonly consumers = new Set<Consumer>();
+  /** Put before every topic and group name (HUB_KAFKA_PREFIX). */
+  private readonly prefix: string;
+  private readonly maxBatch: number;
 
-  constructor(o: { brokers: string[]; clientId: string; logger: Logger; config?: Partial<KafkaConfig> }) {
+  constructor(o: {
+    brokers: string[];
+    clientId: string;
+    logger: Logger;
+    prefix?: string;
+    /** Most messages per handler call. */
+    maxBatch?: number;
+    config?: Partial<KafkaConfig>;
+  }) {
+    this.prefix = o.prefix ?? '';
+    this.maxBatch = o.maxBatch ?? 1000;
     const log = o.logger.child({ component: 'kafka' });
     this.kafka = new Kafka({
       clientId: o.clientId,
@@ -34,7 +47,9 @@ export class KafkaBus implements Bus {
     await admin.connect();
     try {
       const existing = new Set(await admin.listTopics());
-      const missing = topics.filter((t) => !existing.has(t.topic));
+      const missing = topics
+        .map((t) => ({ ...t, topic: this.prefix + t.topic }))
+        .filter((t) => !existing.has(t.topic));
       if (missing.length > 0) {
         await admin.createTopics({
           waitForLeaders: true,
@@ -70,15 +85,17 @@ export class KafkaBus implements Bus {
     if (messages.length === 0) return;
     const producer = await this.connectedProducer();
     await producer.send({
-      topic,
+      topic: this.prefix + topic,
       acks: -1,
       messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
     });
   }
 
   async consume(o: ConsumeOptions): Promise<Consumer> {
+    // Offsets are committed at most once a second: a crash hands at most a second of finished
+    // chunks to the next member again, which idempotent handlers accept.
     const consumer = this.kafka.consumer({
-      groupId: o.group,
+      groupId: this.prefix + o.group,
       sessionTimeout: 10_000,
       heartbeatInterval: 1000,
       rebalanceTimeout: 20_000,
@@ -86,35 +103,55 @@ export class KafkaBus implements Bus {
       maxBytesPerPartition: 4 * 1024 * 1024,
     });
     consumer.on(consumer.events.GROUP_JOIN, (e) => {
-      o.onAssignment?.(e.payload.memberAssignment[o.topic] ?? []);
+      o.onAssignment?.(e.payload.memberAssignment[this.prefix + o.topic] ?? []);
     });
     await consumer.connect();
-    await consumer.subscribe({ topic: o.topic, fromBeginning: true });
+    await consumer.subscribe({ topic: this.prefix + o.topic, fromBeginning: true });
     await consumer.run({
       partitionsConsumedConcurrently: o.partitionsConcurrently ?? 1,
-      eachBatchAutoResolve: true,
-      eachBatch: async ({ batch, heartbeat, isStale }) => {
-        if (batch.messages.length === 0 || isStale()) return;
-        const messages: InMessage[] = batch.messages.map((m) => ({
-          key: m.key?.toString() ?? '',
-          value: m.value ?? Buffer.alloc(0),
-          headers: Object.fromEntries(
-            Object.entries(m.headers ?? {}).map(([k, v]) => [k, Array.isArray(v) ? String(v[0]) : String(v)]),
-          ),
-          partition: batch.partition,
-          offset: m.offset,
-        }));
-        await o.handle(messages, { partition: batch.partition, lag: Number(batch.offsetLag()), heartbeat });
+      autoCommitInterval: 1000,
+      eachBatchAutoResolve: false,
+      eachBatch: async ({
+        batch,
+        heartbeat,
+        isStale,
+        isRunning,
+        resolveOffset,
+        commitOffsetsIfNecessary,
+      }) => {
+        // A fetch can bring megabytes: the handler gets bounded chunks, each committed as it ends.
+        for (let from = 0; from < batch.messages.length; from += this.maxBatch) {
+          if (!isRunning() || isStale()) return;
+          const chunk = batch.messages.slice(from, from + this.maxBatch);
+          const messages = chunk.map((m) => this.incoming(m, batch.partition));
+          const lag = Number(batch.highWatermark) - Number(chunk[chunk.length - 1]!.offset) - 1;
+          await o.handle(messages, { partition: batch.partition, lag, heartbeat });
+          resolveOffset(chunk[chunk.length - 1]!.offset);
+          await commitOffsetsIfNecessary();
+          await heartbeat();
+        }
       },
     });
     const handle: Consumer = {
       stop: async () => {
         this.consumers.delete(handle);
-        await consumer.disconnect(); // finishes the running batches and commits their offsets
+        await consumer.disconnect(); // finishes the running chunks and commits their offsets
       },
     };
     this.consumers.add(handle);
     return handle;
+  }
+
+  private incoming(m: KafkaMessage, partition: number): InMessage {
+    return {
+      key: m.key?.toString() ?? '',
+      value: m.value ?? Buffer.alloc(0),
+      headers: Object.fromEntries(
+        Object.entries(m.headers ?? {}).map(([k, v]) => [k, Array.isArray(v) ? String(v[0]) : String(v)]),
+      ),
+      partition,
+      offset: m.offset,
+    };
   }
 
   async close(): Promise<void> {
