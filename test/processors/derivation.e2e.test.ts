@@ -88,6 +88,21 @@ describe('stream processor on the embedded profile (e2e)', function () {
     assert.deepEqual(await jobsOf(hub.node.bus!, subscription, 1, 1500), []);
   });
 
+  it('shows the pipeline in /metrics: relayed changes, derived events by type, jobs, actors', async () => {
+    const r = await fetch(`${hub.url}/metrics`);
+    const text = await r.text();
+    const value = (line: RegExp) => Number(line.exec(text)?.[1] ?? Number.NaN);
+    assert.ok(value(/^hub_relay_events_total (\d+)/m) > 10);
+    assert.ok(value(/^hub_processor_changes_total (\d+)/m) > 10);
+    assert.ok(value(/^hub_processor_events_derived_total\{type="step.status.changed"\} (\d+)/m) >= 2);
+    // This hub was restarted above: it derived everything again and handed off no job.
+    assert.equal(value(/^hub_processor_delivery_jobs_total (\d+)/m), 0);
+    assert.ok(value(/^hub_processor_actors (\d+)/m) >= 1);
+    assert.equal(value(/^hub_processor_consumer_lag\{partition="0"\} (\d+)/m), 0);
+    assert.ok(value(/^hub_processor_batch_duration_seconds_count (\d+)/m) >= 1);
+    assert.match(text, /^hub_processor_mailbox_depth \d+/m);
+  });
+
   it('lists the nine event types with a description each', async () => {
     const r = await hub.call('GET', '/webhooks/event-types', { token: alice.token });
     assert.equal(r.status, 200);
