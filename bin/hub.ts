@@ -23,6 +23,7 @@ Roles (each scales out by running more copies):
   api                        The HTTP API.
   projector                  The projection runners that keep read models current.
   processor                  The change relay and the stream processor that derives webhook events.
+  dispatcher                 Signs and delivers webhooks, schedules retries, dead-letters.
 
 Operators:
   projections status         Each projection's version, generation, checkpoint and lag.
@@ -30,7 +31,9 @@ Operators:
 
 Run 'hub <command> --help' for more. Configuration comes from HUB_* environment variables
 (README.md lists them all).`,
-  start: 'Usage: hub start\n\nRuns every role in this process: the API, the projector and the processor.',
+  start: 'Usage: hub start\n\nRuns every role in this process: the API, the projector, the processor and the dispatcher.',
+  dispatcher:
+    'Usage: hub dispatcher\n\nRuns the webhook dispatcher, a member of the hub-dispatcher consumer group on the deliveries\ntopic: it stores jobs in the shared schedule and delivers due ones. More copies share the work.',
   processor:
     'Usage: hub processor\n\nRuns the change relay (one at a time holds its lease; others wait as standbys) and the stream\nprocessor, a member of the hub-processor consumer group on the changes topic: more copies share its partitions.',
   api: 'Usage: hub api\n\nRuns the HTTP API only (in the embedded profile the projector runs in the same process).',
@@ -81,7 +84,11 @@ async function main(argv: string[]): Promise<number> {
     case 'api':
     case 'projector':
     case 'processor':
-      return runRoles(config, command === 'start' ? ['api', 'projector', 'processor'] : [command]);
+    case 'dispatcher':
+      return runRoles(
+        config,
+        command === 'start' ? ['api', 'projector', 'processor', 'dispatcher'] : [command],
+      );
     case 'projections':
       return projectionsCommand(config, rest);
     default:

@@ -144,6 +144,47 @@ export const knobs = {
     'Device actors the stream processor runs at once per partition.',
     int(1, 10_000),
   ),
+  webhookTimeoutMs: knob(
+    'HUB_WEBHOOK_TIMEOUT_MS',
+    '10000',
+    'Time one delivery attempt may take, from connecting to the end of the answer, ms (a timeout is retried).',
+    int(100, 60_000),
+  ),
+  webhookAllowHttp: knob(
+    'HUB_WEBHOOK_ALLOW_HTTP',
+    'false',
+    'Allow plain http:// webhook URLs (development and tests only).',
+    (raw) => oneOf('true', 'false')(raw) === 'true',
+  ),
+  webhookAllowNetworks: knob(
+    'HUB_WEBHOOK_ALLOW_NETWORKS',
+    '',
+    'Comma-separated CIDR ranges webhooks may reach although not public, e.g. `127.0.0.0/8` (development and tests only).',
+    (raw) => {
+      const ranges = list(raw);
+      for (const r of ranges)
+        if (!/^[\d.]+\/\d{1,2}$|^[0-9a-f:]+\/\d{1,3}$/i.test(r)) throw new Error(`holds ${r}, which is not a CIDR range`);
+      return ranges;
+    },
+  ),
+  webhookRotationWindowS: knob(
+    'HUB_WEBHOOK_ROTATION_WINDOW_S',
+    '86400',
+    'After rotate-secret, how long the previous secret still signs deliveries beside the new one, seconds (or until the next rotation).',
+    int(0, 86_400 * 30),
+  ),
+  dispatcherMaxInFlight: knob(
+    'HUB_DISPATCHER_MAX_IN_FLIGHT',
+    '1024',
+    'Delivery attempts in flight and jobs waiting per dispatcher process.',
+    int(1, 100_000),
+  ),
+  webhookMaxInFlight: knob(
+    'HUB_WEBHOOK_MAX_IN_FLIGHT',
+    '32',
+    'Delivery attempts in flight per subscription per dispatcher process.',
+    int(1, 10_000),
+  ),
   eventLogRetentionDays: knob(
     'HUB_EVENT_LOG_RETENTION_DAYS',
     '30',

@@ -1,6 +1,7 @@
 // Assembles one process of Device Hub from the configuration: the adapters of the profile,
 // then the roles asked for. `hub start` runs every role; `hub api` and `hub projector` one each.
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -25,6 +26,9 @@ import { trailRoutes } from '../api/devices/trails.ts';
 import { profileRoutes } from '../api/profiles/routes.ts';
 import { webhookRoutes } from '../api/webhooks/routes.ts';
 import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
+import { type DeliveryStore, RedisDeliveryStore, SqliteDeliveryStore } from '../processors/deliveries.ts';
+import { Dispatcher } from '../processors/dispatcher.ts';
+import { Egress } from '../processors/egress.ts';
 import type { DeviceActor } from '../processors/derive.ts';
 import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
 import { mailProcessor } from '../processors/mailer.ts';
@@ -49,8 +53,11 @@ import type { ReadStore } from './readstore/port.ts';
 import { RedisReadStore } from './readstore/redis.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from './telemetry.ts';
 
-export type Role = 'api' | 'projector' | 'processor';
-export const ROLES: Role[] = ['api', 'projector', 'processor'];
+export type Role = 'api' | 'projector' | 'processor' | 'dispatcher';
+export const ROLES: Role[] = ['api', 'projector', 'processor', 'dispatcher'];
+
+/** The version in User-Agent and /openapi.json. */
+export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
 export interface HubNode {
   config: Config;
@@ -76,6 +83,8 @@ export interface Stores {
   checkpoints: CheckpointStore;
   /** The account-wide log of derived webhook events. */
   eventLog: EventLog;
+  /** Pending delivery jobs and the record of attempts. */
+  deliveries: DeliveryStore;
   /** Shared Redis connection (distributed profile). */
   redis: Redis | undefined;
   close(): Promise<void>;
@@ -86,6 +95,9 @@ export async function openStores(config: Config): Promise<Stores> {
   const store = new SchemaCheckedStore(await openEventStore(config), SchemaRegistry.load());
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
+    const deliveries = new SqliteDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
+      retentionMs: config.eventLogRetentionDays * 86_400_000,
+    });
     return {
       store,
       readStore,
@@ -93,8 +105,10 @@ export async function openStores(config: Config): Promise<Stores> {
       limiter: new MemoryLimiter(),
       checkpoints: new FileCheckpoints(join(config.dataDir, 'checkpoints')),
       eventLog: new MemoryEventLog({ retentionMs: config.eventLogRetentionDays * 86_400_000 }),
+      deliveries,
       redis: undefined,
       close: async () => {
+        await deliveries.close();
         await readStore.close();
         await store.close();
       },
@@ -110,6 +124,7 @@ export async function openStores(config: Config): Promise<Stores> {
     limiter: new RedisLimiter(redis),
     checkpoints: new RedisCheckpoints(redis),
     eventLog: new RedisEventLog({ redis, retentionMs: config.eventLogRetentionDays * 86_400_000 }),
+    deliveries: new RedisDeliveryStore(redis, { retentionMs: config.eventLogRetentionDays * 86_400_000 }),
     redis,
     close: async () => {
       redis.disconnect();
@@ -200,21 +215,19 @@ export async function startNode(
   // processor derives webhook events, logs them and hands off delivery jobs. The embedded
   // profile runs it in this process on the in-process bus, its state rebuilt at each start.
   let pipelineBus: Bus | undefined;
+  // Opened once per process, and closed after everything that uses it has stopped (closers run
+  // in reverse order).
+  const busOfProcess = async (): Promise<Bus> => {
+    if (!pipelineBus) {
+      const bus = await openBus(config, logger);
+      closers.push(() => bus.close());
+      pipelineBus = bus;
+    }
+    return pipelineBus;
+  };
   if (roles.includes('processor') || config.profile === 'embedded') {
     const embedded = config.profile === 'embedded';
-    const bus: Bus = embedded
-      ? new MemoryBus({ logger })
-      : new KafkaBus({
-          brokers: config.kafkaBrokers,
-          clientId: `hub-${process.pid}`,
-          logger,
-          prefix: config.kafkaPrefix,
-        });
-    await bus.ensureTopics([
-      // One partition in memory: the hand-off checkpoint is then one position.
-      { topic: TOPICS.changes, partitions: embedded ? 1 : config.kafkaPartitions },
-      { topic: TOPICS.deliveries, partitions: config.kafkaPartitions },
-    ]);
+    const bus = await busOfProcess();
     const registry = SchemaRegistry.load();
     const changeRelay = relay({
       store,
@@ -240,12 +253,32 @@ export async function startNode(
     });
     await processor.start();
     changeRelay.start();
-    pipelineBus = bus;
     closers.push(async () => {
       await changeRelay.stop();
       await processor.stop();
-      await bus.close();
     });
+  }
+
+  // The dispatcher: delivery jobs into the durable schedule, and the schedule run.
+  if (roles.includes('dispatcher') || config.profile === 'embedded') {
+    const bus = await busOfProcess();
+    const dispatcher = new Dispatcher({
+      bus,
+      registry: SchemaRegistry.load(),
+      deliveries: stores.deliveries,
+      store,
+      sealKey: keys.sealKey,
+      egress: new Egress({ allowHttp: config.webhookAllowHttp, allowNetworks: config.webhookAllowNetworks }),
+      logger,
+      metrics: metrics.registry,
+      version: VERSION,
+      timeoutMs: config.webhookTimeoutMs,
+      maxInFlight: config.dispatcherMaxInFlight,
+      maxInFlightPerSubscription: config.webhookMaxInFlight,
+      rotationWindowMs: config.webhookRotationWindowS * 1000,
+    });
+    await dispatcher.start();
+    closers.push(() => dispatcher.stop());
   }
 
   if (roles.includes('api')) {
@@ -258,6 +291,7 @@ export async function startNode(
       keys,
       limiter: stores.limiter,
       eventLog: stores.eventLog,
+      deliveries: stores.deliveries,
       captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
       deviceCa: await loadDeviceCa({
         certPem: config.deviceCaCert,
@@ -315,6 +349,20 @@ export async function startNode(
       for (const close of closers.reverse()) await close();
     },
   };
+}
+
+/** The bus of the profile, with the pipeline's topics. */
+async function openBus(config: Config, logger: Logger): Promise<Bus> {
+  const embedded = config.profile === 'embedded';
+  const bus: Bus = embedded
+    ? new MemoryBus({ logger })
+    : new KafkaBus({ brokers: config.kafkaBrokers, clientId: `hub-${process.pid}`, logger, prefix: config.kafkaPrefix });
+  await bus.ensureTopics([
+    // One partition in memory: the processor's hand-off checkpoint is then one position.
+    { topic: TOPICS.changes, partitions: embedded ? 1 : config.kafkaPartitions },
+    { topic: TOPICS.deliveries, partitions: config.kafkaPartitions },
+  ]);
+  return bus;
 }
 
 /** Stops accepting, lets in-flight requests finish within the bound, then cuts what is left. */

@@ -45,6 +45,8 @@ export interface WebhookEvent {
   source_position: number;
   /** Index among the events derived from that change. */
   sequence: number;
+  /** When the change was stored, ms (`created` in full; for end-to-end latency). */
+  created_ms: number;
 }
 
 type Meta = Record<string, string>;
@@ -106,6 +108,7 @@ export function derive(state: DeviceActor, change: Change): { state: DeviceActor
       data,
       source_position: change.position,
       sequence: events.length,
+      created_ms: change.created,
     });
   };
   const device = () => ({

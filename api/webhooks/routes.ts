@@ -1,11 +1,131 @@
-// /webhooks: the catalog of event types and the account-wide event log. (Subscriptions and
-// deliveries are served here too once the dispatcher lands.)
-
-import { EVENT_TYPES, type EventType, type WebhookEvent } from '../../processors/derive.ts';
+// /webhooks: subscriptions, the catalog of event types, the account-wide event log, and the
+// delivery log with its operations (test, replay, redeliver, rotate-secret).
+import { randomBytes } from 'node:crypto';
+import type { Context } from 'koa';
+import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import type { AttemptRecord, Job } from '../../processors/deliveries.ts';
+import { API_VERSION, EVENT_TYPES, type EventType, type WebhookEvent } from '../../processors/derive.ts';
+import { Egress, EgressError } from '../../processors/egress.ts';
+import { matches, projectedSubscriptions } from '../../processors/processor.ts';
+import { newSigningSecret } from '../../processors/signing.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
+import { seal } from '../auth/secrets.ts';
 import { type HubContext, PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
+import {
+  EVENT_TYPE_NAMES,
+  fieldProblems,
+  type Subscription,
+  type SubscriptionFields,
+  subscriptionRecord,
+  subscriptions,
+  webhookStream,
+} from './subscriptions.ts';
+
+const KEY = { type: 'string', minLength: 1, maxLength: 128 };
+const FIELDS = {
+  nick: { type: 'string', minLength: 1, maxLength: 128, description: 'Label of the subscription.' },
+  url: {
+    type: 'string',
+    maxLength: 2048,
+    description: 'HTTPS endpoint; must resolve to public addresses only (checked again at every attempt).',
+  },
+  description: { type: 'string', maxLength: 1024 },
+  event_types: { type: 'array', minItems: 1, maxItems: 9, items: { enum: EVENT_TYPE_NAMES } },
+  enabled: { type: 'boolean', description: 'false pauses deliveries without deleting.' },
+  devices: {
+    type: 'array',
+    maxItems: 1000,
+    items: { type: 'string', pattern: '^prn:::devices:/[a-f0-9]{24}$' },
+    description: 'Device PRNs; empty: every device of the account.',
+  },
+  user_meta_keys: { type: 'array', maxItems: 100, items: KEY },
+  device_meta_keys: { type: 'array', maxItems: 100, items: KEY },
+  custom_headers: {
+    type: 'object',
+    maxProperties: 20,
+    propertyNames: { pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" },
+    additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[^\\r\\n]*$' },
+    description:
+      'Header name → value, sent with every delivery. Webhook-*, Content-Type, User-Agent, Host and other framing headers are refused.',
+  },
+  retry_policy: {
+    type: ['object', 'null'],
+    additionalProperties: false,
+    required: ['max_attempts', 'delays_s'],
+    properties: {
+      max_attempts: {
+        type: 'integer',
+        minimum: 1,
+        maximum: 20,
+        description: 'Attempts in all, the first included.',
+      },
+      delays_s: {
+        type: 'array',
+        maxItems: 19,
+        items: { type: 'integer', minimum: 1, maximum: 86_400 },
+        description: 'Seconds before each retry; the last repeats when shorter than max_attempts - 1.',
+      },
+    },
+    description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
+  },
+} as const;
+const SUBSCRIPTION_BODY = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['nick', 'url', 'event_types', 'enabled'],
+  properties: FIELDS,
+};
+const SUBSCRIPTION = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    owner: { type: 'string' },
+    ...FIELDS,
+    'time-created': { type: 'string' },
+    'time-modified': { type: 'string' },
+    secret: {
+      type: 'string',
+      description: 'The signing secret: only in the answers of creation and rotate-secret.',
+    },
+  },
+};
+const ATTEMPT = {
+  type: 'object',
+  description: 'One delivery attempt. The single view adds `request` and `response`.',
+  properties: {
+    id: { type: 'string', description: '`del_<id>`: the Webhook-Id and `request_id` of this attempt.' },
+    job_id: { type: 'string' },
+    subscription_id: { type: 'string' },
+    event_id: { type: 'string' },
+    event_type: { type: 'string' },
+    kind: { enum: ['event', 'test', 'replay', 'redeliver'] },
+    attempt: { type: 'integer' },
+    status: { enum: ['succeeded', 'failed', 'dead_lettered'] },
+    outcome: { enum: ['2xx', '3xx', '4xx', '5xx', 'timeout', 'network', 'refused_address'] },
+    response_code: { type: ['integer', 'null'] },
+    error: { type: ['string', 'null'] },
+    duration_ms: { type: 'integer' },
+    scheduled_at: { type: 'string' },
+    started_at: { type: 'string' },
+    finished_at: { type: 'string' },
+    next_attempt_at: { type: ['string', 'null'] },
+  },
+};
+const QUEUED = {
+  type: 'object',
+  properties: {
+    jobs: {
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: { job_id: { type: 'string' }, subscription_id: { type: 'string' } },
+      },
+    },
+  },
+};
+const WEBHOOK_ID = /^[a-f0-9]{24}$/;
 
 const EVENT = {
   type: 'object',
@@ -42,11 +162,83 @@ export function parseTime(name: string, raw: string | undefined): number | undef
   return ms;
 }
 
-const publicEvent = ({ source_position: _p, sequence: _s, ...e }: WebhookEvent) => e;
+const publicEvent = ({ source_position: _p, sequence: _s, created_ms: _c, ...e }: WebhookEvent) => e;
 
 export function webhookRoutes(hub: HubContext) {
   const auth = authenticate(hub.keys);
   const read = [auth, requireScope('webhooks', 'read')];
+
+  const write = [auth, requireScope('webhooks', 'write')];
+  const egress = new Egress({
+    allowHttp: hub.config.webhookAllowHttp,
+    allowNetworks: hub.config.webhookAllowNetworks,
+  });
+
+  /** The caller's subscription, or 404 (unknown, deleted, or another account's). */
+  async function owned(ctx: Context): Promise<Subscription> {
+    const id = ctx.params.id!;
+    if (!WEBHOOK_ID.test(id)) throw notFound('No such subscription.');
+    const { state } = await load(hub.store, webhookStream(id), subscriptions);
+    if (!state.id || state.deleted || state.ownerPrn !== ctx.state.auth!.sub)
+      throw notFound('No such subscription.');
+    return state;
+  }
+
+  async function checked(f: SubscriptionFields): Promise<SubscriptionFields> {
+    const problems = fieldProblems(f);
+    try {
+      await egress.checkReachable(f.url);
+    } catch (err) {
+      if (!(err instanceof EgressError)) throw err;
+      problems.unshift(['url', err.message]);
+    }
+    if (problems.length > 0)
+      throw unprocessable(
+        `${problems[0]![0]} ${problems[0]![1]}.`,
+        problems.map(([field, problem]) => ({ field, problem })),
+      );
+    return f;
+  }
+
+  const fields = (b: Partial<SubscriptionFields>, base?: SubscriptionFields): SubscriptionFields => ({
+    nick: b.nick ?? base?.nick ?? '',
+    url: b.url ?? base?.url ?? '',
+    description: b.description ?? base?.description ?? '',
+    event_types: b.event_types ?? base?.event_types ?? [],
+    enabled: b.enabled ?? base?.enabled ?? true,
+    devices: b.devices ?? base?.devices ?? [],
+    user_meta_keys: b.user_meta_keys ?? base?.user_meta_keys ?? [],
+    device_meta_keys: b.device_meta_keys ?? base?.device_meta_keys ?? [],
+    custom_headers: b.custom_headers ?? base?.custom_headers ?? {},
+    retry_policy: b.retry_policy === undefined ? (base?.retry_policy ?? null) : b.retry_policy,
+  });
+
+  async function update(ctx: Context, sub: Subscription, next: SubscriptionFields) {
+    const { appended, after } = await handle(hub.store, webhookStream(sub.id), subscriptions, (s) => {
+      if (s.deleted) throw notFound('No such subscription.');
+      return {
+        events: [{ type: 'WebhookUpdated', data: { webhook_id: s.id, owner_prn: s.ownerPrn, ...next } }],
+        result: undefined,
+      };
+    });
+    await hub.consistency.written(ctx, appended!.position);
+    ctx.body = subscriptionRecord(after);
+  }
+
+  async function enqueue(jobs: Job[]): Promise<{ job_id: string; subscription_id: string }[]> {
+    await hub.deliveries.enqueue(jobs);
+    return jobs.map((j) => ({ job_id: j.job_id, subscription_id: j.subscription_id }));
+  }
+
+  const job = (sub: { id: string; ownerPrn: string }, kind: Job['kind'], event: WebhookEvent): Job => ({
+    job_id: `job_${randomBytes(16).toString('hex')}`,
+    subscription_id: sub.id,
+    owner: sub.ownerPrn,
+    kind,
+    event,
+    attempt: 0,
+    enqueued: Date.now(),
+  });
 
   return (routes: Routes) => {
     routes.add({
@@ -141,5 +333,320 @@ export function webhookRoutes(hub: HubContext) {
         ctx.body = publicEvent(event);
       },
     });
+
+    routes.add({
+      method: 'get',
+      path: '/webhooks/events/{eid}/deliveries',
+      tag: 'webhooks',
+      summary: 'Every delivery attempt of one event, across all subscriptions.',
+      security: 'bearer',
+      scopes: ['webhooks.readonly'],
+      middleware: read,
+      responses: {
+        200: {
+          description: 'The attempts, oldest first.',
+          schema: { type: 'object', properties: { items: { type: 'array', items: ATTEMPT } } },
+        },
+      },
+      handler: async (ctx) => {
+        const owner = ctx.state.auth!.sub;
+        const event = await hub.eventLog.get(owner, ctx.params.eid!);
+        const items = await hub.deliveries.attemptsOfEvent(owner, ctx.params.eid!);
+        if (!event && items.length === 0) throw notFound('No such event in your account.');
+        ctx.body = { items: items.map(summary) };
+      },
+    });
+
+    routes.add({
+      method: 'post',
+      path: '/webhooks/events/{eid}/redeliver',
+      tag: 'webhooks',
+      summary: 'Sends a fresh attempt of the event to every subscription that matches it now.',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      responses: { 202: { description: 'The jobs queued (one per matching subscription).', schema: QUEUED } },
+      handler: async (ctx) => {
+        const owner = ctx.state.auth!.sub;
+        const event = await hub.eventLog.get(owner, ctx.params.eid!);
+        if (!event) throw notFound('No such event in your account.');
+        const subs = (await projectedSubscriptions(hub.readStore).of(owner)).filter((s) => matches(s, event));
+        ctx.status = 202;
+        ctx.body = {
+          jobs: await enqueue(subs.map((s) => job({ id: s.id, ownerPrn: owner }, 'redeliver', event))),
+        };
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/webhooks/',
+      tag: 'webhooks',
+      summary: 'Your subscriptions, newest first (no secrets).',
+      security: 'bearer',
+      scopes: ['webhooks.readonly'],
+      middleware: read,
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
+      handler: async (ctx, { query }) => {
+        const q = query as unknown as { limit: number; skip: number };
+        await hub.consistency.readable(ctx, ['webhooks']);
+        const rs = hub.readStore;
+        const g = await rs.activeGeneration('webhooks');
+        const key = `webhooks-of:${ctx.state.auth!.sub}`;
+        const [ids, total] = await Promise.all([
+          rs.range('webhooks', g, key, { reverse: true, offset: q.skip, limit: q.limit }),
+          rs.count('webhooks', g, key),
+        ]);
+        const items = await Promise.all(
+          ids.map(async (id) =>
+            subscriptionRecord((await load(hub.store, webhookStream(id), subscriptions)).state),
+          ),
+        );
+        ctx.body = { items, total, limit: q.limit, skip: q.skip };
+      },
+    });
+
+    routes.add<SubscriptionFields>({
+      method: 'post',
+      path: '/webhooks/',
+      tag: 'webhooks',
+      summary:
+        'Create a subscription; the answer carries its signing secret (shown only here and on rotation).',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      body: schema(SUBSCRIPTION_BODY),
+      responses: { 201: { description: 'The subscription, with `secret`.', schema: SUBSCRIPTION } },
+      handler: async (ctx, { body }) => {
+        const f = await checked(fields(body));
+        const id = randomBytes(12).toString('hex');
+        const secret = newSigningSecret();
+        const { appended, after } = await handle(hub.store, webhookStream(id), subscriptions, () => ({
+          events: [
+            {
+              type: 'WebhookCreated',
+              data: {
+                webhook_id: id,
+                owner_prn: ctx.state.auth!.sub,
+                ...f,
+                secret_sealed: seal(hub.keys.sealKey, secret),
+              },
+            },
+          ],
+          result: undefined,
+        }));
+        await hub.consistency.written(ctx, appended!.position);
+        ctx.status = 201;
+        ctx.body = subscriptionRecord(after, secret);
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'One subscription (no secret).',
+      security: 'bearer',
+      scopes: ['webhooks.readonly'],
+      middleware: read,
+      responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
+      handler: async (ctx) => {
+        ctx.body = subscriptionRecord(await owned(ctx));
+      },
+    });
+
+    routes.add<SubscriptionFields>({
+      method: 'put',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'Replace a subscription wholesale (fields left out take their defaults).',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      body: schema(SUBSCRIPTION_BODY),
+      responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
+      handler: async (ctx, { body }) => {
+        const sub = await owned(ctx);
+        await update(ctx, sub, await checked(fields(body)));
+      },
+    });
+
+    routes.add<Partial<SubscriptionFields>>({
+      method: 'patch',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'Merge the fields sent into the subscription.',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      body: schema({ type: 'object', additionalProperties: false, minProperties: 1, properties: FIELDS }),
+      responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
+      handler: async (ctx, { body }) => {
+        const sub = await owned(ctx);
+        await update(ctx, sub, await checked(fields(body, sub)));
+      },
+    });
+
+    routes.add({
+      method: 'delete',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'Delete a subscription: its deliveries stop at once, scheduled retries included.',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      responses: { 204: { description: 'Deleted.' } },
+      handler: async (ctx) => {
+        const sub = await owned(ctx);
+        const { appended } = await handle(hub.store, webhookStream(sub.id), subscriptions, (s) => ({
+          events: s.deleted
+            ? []
+            : [{ type: 'WebhookDeleted', data: { webhook_id: s.id, owner_prn: s.ownerPrn } }],
+          result: undefined,
+        }));
+        if (appended) await hub.consistency.written(ctx, appended.position);
+        ctx.status = 204;
+      },
+    });
+
+    routes.add({
+      method: 'post',
+      path: '/webhooks/{id}/rotate-secret',
+      tag: 'webhooks',
+      summary: 'A new signing secret; the previous one keeps signing beside it until the next rotation.',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      responses: { 200: { description: 'The subscription, with the new `secret`.', schema: SUBSCRIPTION } },
+      handler: async (ctx) => {
+        const sub = await owned(ctx);
+        const secret = newSigningSecret();
+        const { appended, after } = await handle(hub.store, webhookStream(sub.id), subscriptions, (s) => ({
+          events: [
+            {
+              type: 'WebhookSecretRotated',
+              data: {
+                webhook_id: s.id,
+                owner_prn: s.ownerPrn,
+                secret_sealed: seal(hub.keys.sealKey, secret),
+                previous_sealed: s.secretSealed,
+              },
+            },
+          ],
+          result: undefined,
+        }));
+        await hub.consistency.written(ctx, appended!.position);
+        ctx.body = subscriptionRecord(after, secret);
+      },
+    });
+
+    routes.add({
+      method: 'post',
+      path: '/webhooks/{id}/test',
+      tag: 'webhooks',
+      summary: 'Sends a synthetic event (livemode false) through the full signing and retry path.',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      responses: { 202: { description: 'The job queued.', schema: QUEUED } },
+      handler: async (ctx) => {
+        const sub = await owned(ctx);
+        const now = Date.now();
+        const event: WebhookEvent = {
+          id: `evt_${randomBytes(16).toString('hex')}`,
+          type: (sub.event_types[0] ?? 'device.created') as EventType,
+          api_version: API_VERSION,
+          created: Math.floor(now / 1000),
+          owner: sub.ownerPrn,
+          resource_prn: '',
+          livemode: false,
+          data: { test: true, message: 'A test delivery from Device Hub.' },
+          source_position: 0,
+          sequence: 0,
+          created_ms: now,
+        };
+        ctx.status = 202;
+        ctx.body = { jobs: await enqueue([job(sub, 'test', event)]) };
+      },
+    });
+
+    routes.add<undefined, { status?: 'succeeded' | 'failed' | 'dead_lettered'; limit: number; skip: number }>(
+      {
+        method: 'get',
+        path: '/webhooks/{id}/deliveries',
+        tag: 'webhooks',
+        summary: 'Every attempt of one subscription, newest first.',
+        description:
+          '`status`: `succeeded`, `failed` (every attempt that did not succeed, dead-lettered ones included) or `dead_lettered` (failed, no attempt follows).',
+        security: 'bearer',
+        scopes: ['webhooks.readonly'],
+        middleware: read,
+        query: schema({
+          type: 'object',
+          properties: { status: { enum: ['succeeded', 'failed', 'dead_lettered'] }, ...PAGE_QUERY },
+        }),
+        responses: { 200: { description: 'A page of attempts.', schema: pageSchema(ATTEMPT) } },
+        handler: async (ctx, { query }) => {
+          const sub = await owned(ctx);
+          const page = await hub.deliveries.attempts(sub.id, query);
+          ctx.body = {
+            items: page.items.map(summary),
+            total: page.total,
+            limit: query.limit,
+            skip: query.skip,
+          };
+        },
+      },
+    );
+
+    routes.add({
+      method: 'get',
+      path: '/webhooks/{id}/deliveries/{did}',
+      tag: 'webhooks',
+      summary: 'One attempt with the request sent and the response received (body cut at 4 KiB).',
+      security: 'bearer',
+      scopes: ['webhooks.readonly'],
+      middleware: read,
+      responses: { 200: { description: 'The attempt.', schema: ATTEMPT } },
+      handler: async (ctx) => {
+        const sub = await owned(ctx);
+        const a = await hub.deliveries.attempt(ctx.params.did!);
+        if (!a || a.subscription_id !== sub.id) throw notFound('No such delivery.');
+        ctx.body = a;
+      },
+    });
+
+    routes.add({
+      method: 'post',
+      path: '/webhooks/{id}/deliveries/{did}/replay',
+      tag: 'webhooks',
+      summary: 'Resends the event of one attempt to this subscription, as a new job with fresh attempts.',
+      security: 'bearer',
+      scopes: ['webhooks.write'],
+      middleware: write,
+      responses: { 202: { description: 'The job queued.', schema: QUEUED } },
+      handler: async (ctx) => {
+        const sub = await owned(ctx);
+        const a = await hub.deliveries.attempt(ctx.params.did!);
+        if (!a || a.subscription_id !== sub.id) throw notFound('No such delivery.');
+        const event = JSON.parse(a.request.body) as WebhookEvent & { request_id?: string };
+        delete event.request_id;
+        const logged = await hub.eventLog.get(sub.ownerPrn, event.id);
+        ctx.status = 202;
+        ctx.body = {
+          jobs: await enqueue([
+            job(
+              sub,
+              'replay',
+              logged ?? { ...event, resource_prn: '', source_position: 0, sequence: 0, created_ms: 0 },
+            ),
+          ]),
+        };
+      },
+    });
   };
 }
+
+/** An attempt without its recorded request and response: the list view. */
+const summary = ({ request: _q, response: _r, ...a }: AttemptRecord) => a;

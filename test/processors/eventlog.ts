@@ -17,6 +17,7 @@ export function event(owner: string, type: EventType, device: string, createdS: 
     data: { n: ++position },
     source_position: position,
     sequence: 0,
+    created_ms: createdS * 1000,
   };
 }
 

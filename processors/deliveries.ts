@@ -1,0 +1,350 @@
+// The dispatcher's durable state: pending jobs with their due time (new ones, and retries), and
+// the record of every attempt. Adapters: SQLite (embedded; a file of its own in HUB_DATA_DIR) and
+// Redis (distributed; shared by every dispatcher process). Jobs are claimed with a lease: a
+// dispatcher that dies mid-attempt leaves the job to be claimed again when the lease ends.
+import { EventEmitter } from 'node:events';
+import { mkdirSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import type { Redis } from 'ioredis';
+import type { WebhookEvent } from './derive.ts';
+
+export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver';
+
+export interface Job {
+  job_id: string;
+  subscription_id: string;
+  owner: string;
+  kind: DeliveryKind;
+  event: WebhookEvent;
+  /** Attempts made so far. */
+  attempt: number;
+  /** When the job was first handed to the dispatcher, ms. */
+  enqueued: number;
+}
+
+export type AttemptStatus = 'succeeded' | 'failed' | 'dead_lettered';
+export type Outcome = '2xx' | '3xx' | '4xx' | '5xx' | 'timeout' | 'network' | 'refused_address';
+
+export interface AttemptRecord {
+  id: string;
+  job_id: string;
+  subscription_id: string;
+  owner: string;
+  event_id: string;
+  event_type: string;
+  kind: DeliveryKind;
+  attempt: number;
+  /** `failed`: this attempt failed and another is scheduled; `dead_lettered`: failed, no more. */
+  status: AttemptStatus;
+  outcome: Outcome;
+  response_code: number | null;
+  error: string | null;
+  duration_ms: number;
+  scheduled_at: string;
+  started_at: string;
+  finished_at: string;
+  next_attempt_at: string | null;
+  request: { url: string; headers: Record<string, string>; body: string };
+  response: { status: number; headers: Record<string, string>; body: string; truncated: boolean } | null;
+}
+
+/** `failed` lists every attempt that did not succeed, dead-lettered ones included. */
+export type StatusFilter = 'succeeded' | 'failed' | 'dead_lettered';
+
+export interface DeliveryStore {
+  /** Adds jobs due now; a job id seen within the retention is left alone (a job sent twice). */
+  enqueue(jobs: Job[]): Promise<void>;
+  /** Due jobs, each leased for `leaseMs` (claimed again after it unless finished). */
+  claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]>;
+  /** Records an attempt; the job is due again at `next`, or done when null. */
+  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void>;
+  /** The earliest due time, if any job is pending. */
+  nextDue(): Promise<number | undefined>;
+  pending(): Promise<{ count: number; oldestDue: number | undefined }>;
+  attempts(
+    subscription: string,
+    q: { status?: StatusFilter; limit: number; skip: number },
+  ): Promise<{ items: AttemptRecord[]; total: number }>;
+  attempt(id: string): Promise<AttemptRecord | undefined>;
+  attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]>;
+  /** Called when jobs become due sooner than the caller may think (in this process). */
+  onEnqueue(listener: () => void): () => void;
+  close(): Promise<void>;
+}
+
+const filterKey = (a: AttemptRecord): StatusFilter[] =>
+  a.status === 'succeeded' ? ['succeeded'] : a.status === 'failed' ? ['failed'] : ['failed', 'dead_lettered'];
+
+export class SqliteDeliveryStore implements DeliveryStore {
+  private readonly db: DatabaseSync;
+  private readonly retentionMs: number;
+  private readonly emitter = new EventEmitter();
+  private sweptAt = 0;
+
+  constructor(path: string, o: { retentionMs: number }) {
+    mkdirSync(dirname(path), { recursive: true });
+    this.db = new DatabaseSync(path);
+    this.retentionMs = o.retentionMs;
+    // WAL with synchronous=NORMAL: every commit survives a crash of the process (retries survive
+    // restarts); a power loss may lose the last moments of attempt records.
+    this.db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+      CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL) STRICT;
+      CREATE INDEX IF NOT EXISTS jobs_due ON jobs (due) WHERE due IS NOT NULL;
+      CREATE TABLE IF NOT EXISTS attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
+        event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT;
+      CREATE INDEX IF NOT EXISTS attempts_sub ON attempts (subscription_id, started);
+      CREATE INDEX IF NOT EXISTS attempts_sub_status ON attempts (subscription_id, status, started);
+      CREATE INDEX IF NOT EXISTS attempts_event ON attempts (owner, event_id);`);
+    this.emitter.setMaxListeners(0);
+  }
+
+  async enqueue(jobs: Job[]): Promise<void> {
+    if (jobs.length === 0) return;
+    const insert = this.db.prepare('INSERT OR IGNORE INTO jobs (job_id, due, body, created) VALUES (?, ?, ?, ?)');
+    const now = Date.now();
+    this.db.exec('BEGIN');
+    try {
+      for (const j of jobs) insert.run(j.job_id, now, JSON.stringify(j), now);
+      this.db.exec('COMMIT');
+    } catch (err) {
+      this.db.exec('ROLLBACK');
+      throw err;
+    }
+    this.emitter.emit('enqueue');
+  }
+
+  async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
+    const rows = this.db
+      .prepare('SELECT job_id, due, body FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?')
+      .all(now, limit) as { job_id: string; due: number; body: string }[];
+    if (rows.length === 0) return [];
+    const lease = this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?');
+    this.db.exec('BEGIN');
+    for (const r of rows) lease.run(now + leaseMs, r.job_id);
+    this.db.exec('COMMIT');
+    return rows.map((r) => ({ job: JSON.parse(r.body) as Job, due: r.due }));
+  }
+
+  async finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+    this.db.exec('BEGIN');
+    try {
+      if (attempt) {
+        this.db
+          .prepare(
+            'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
+          )
+          .run(
+            attempt.id,
+            attempt.subscription_id,
+            attempt.owner,
+            attempt.event_id,
+            attempt.status,
+            Date.parse(attempt.started_at),
+            JSON.stringify(attempt),
+          );
+      }
+      this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE job_id = ?').run(next, JSON.stringify(job), job.job_id);
+      this.db.exec('COMMIT');
+    } catch (err) {
+      if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      throw err;
+    }
+    if (next !== null) this.emitter.emit('enqueue');
+    this.sweep();
+  }
+
+  /** Forgets finished jobs and attempt records past the retention, at most once a minute. */
+  private sweep(): void {
+    const now = Date.now();
+    if (now - this.sweptAt < 60_000) return;
+    this.sweptAt = now;
+    this.db.prepare('DELETE FROM jobs WHERE due IS NULL AND created < ?').run(now - this.retentionMs);
+    this.db.prepare('DELETE FROM attempts WHERE started < ?').run(now - this.retentionMs);
+  }
+
+  async nextDue(): Promise<number | undefined> {
+    const row = this.db.prepare('SELECT min(due) AS due FROM jobs WHERE due IS NOT NULL').get() as { due: number | null };
+    return row.due ?? undefined;
+  }
+
+  async pending(): Promise<{ count: number; oldestDue: number | undefined }> {
+    const row = this.db.prepare('SELECT count(*) AS n, min(due) AS due FROM jobs WHERE due IS NOT NULL').get() as {
+      n: number;
+      due: number | null;
+    };
+    return { count: row.n, oldestDue: row.due ?? undefined };
+  }
+
+  async attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
+    const where =
+      q.status === 'failed'
+        ? "subscription_id = ? AND status IN ('failed', 'dead_lettered')"
+        : q.status
+          ? 'subscription_id = ? AND status = ?'
+          : 'subscription_id = ?';
+    const args: (string | number)[] = q.status && q.status !== 'failed' ? [subscription, q.status] : [subscription];
+    const total = (this.db.prepare(`SELECT count(*) AS n FROM attempts WHERE ${where}`).get(...args) as { n: number }).n;
+    const rows = this.db
+      .prepare(`SELECT body FROM attempts WHERE ${where} ORDER BY started DESC, id DESC LIMIT ? OFFSET ?`)
+      .all(...args, q.limit, q.skip) as { body: string }[];
+    return { items: rows.map((r) => JSON.parse(r.body) as AttemptRecord), total };
+  }
+
+  async attempt(id: string): Promise<AttemptRecord | undefined> {
+    const row = this.db.prepare('SELECT body FROM attempts WHERE id = ?').get(id) as { body: string } | undefined;
+    return row ? (JSON.parse(row.body) as AttemptRecord) : undefined;
+  }
+
+  async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
+    const rows = this.db
+      .prepare('SELECT body FROM attempts WHERE owner = ? AND event_id = ? ORDER BY started, id')
+      .all(owner, eventId) as { body: string }[];
+    return rows.map((r) => JSON.parse(r.body) as AttemptRecord);
+  }
+
+  onEnqueue(listener: () => void): () => void {
+    this.emitter.on('enqueue', listener);
+    return () => this.emitter.off('enqueue', listener);
+  }
+
+  async close(): Promise<void> {
+    this.emitter.removeAllListeners();
+    if (this.db.isOpen) this.db.close();
+  }
+}
+
+const ENQUEUE = `
+local due, ttl = ARGV[1], ARGV[2]
+for i = 3, #ARGV, 2 do
+  if redis.call('SET', 'hub:job:' .. ARGV[i], ARGV[i + 1], 'NX', 'PX', ttl) then
+    redis.call('ZADD', 'hub:jobs:due', due, ARGV[i])
+  end
+end
+return 0
+`;
+const CLAIM = `
+local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local ids = redis.call('ZRANGEBYSCORE', 'hub:jobs:due', '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {}
+for i = 1, #ids, 2 do
+  redis.call('ZADD', 'hub:jobs:due', now + lease, ids[i])
+  local body = redis.call('GET', 'hub:job:' .. ids[i])
+  if body then
+    table.insert(out, body)
+    table.insert(out, ids[i + 1])
+  else
+    redis.call('ZREM', 'hub:jobs:due', ids[i])
+  end
+end
+return out
+`;
+
+type Scripted = Redis & {
+  hubJobsEnqueue(...args: (string | number)[]): Promise<number>;
+  hubJobsClaim(...args: (string | number)[]): Promise<string[]>;
+};
+
+/**
+ * Redis layout: each job `hub:job:<id>` (kept for the retention, so a job sent twice is known),
+ * the schedule `hub:jobs:due` (score: due ms); each attempt `hub:att:<id>`, indexed per
+ * subscription (all, succeeded, failed, dead_lettered) and per event, all expiring with the retention.
+ */
+export class RedisDeliveryStore implements DeliveryStore {
+  private readonly redis: Scripted;
+  private readonly retentionMs: number;
+  private readonly emitter = new EventEmitter();
+
+  constructor(redis: Redis, o: { retentionMs: number }) {
+    this.redis = redis as Scripted;
+    if (!(redis as unknown as Partial<Scripted>).hubJobsClaim) {
+      redis.defineCommand('hubJobsEnqueue', { numberOfKeys: 0, lua: ENQUEUE });
+      redis.defineCommand('hubJobsClaim', { numberOfKeys: 0, lua: CLAIM });
+    }
+    this.retentionMs = o.retentionMs;
+    this.emitter.setMaxListeners(0);
+  }
+
+  async enqueue(jobs: Job[]): Promise<void> {
+    if (jobs.length === 0) return;
+    const args: (string | number)[] = [Date.now(), this.retentionMs];
+    for (const j of jobs) args.push(j.job_id, JSON.stringify(j));
+    await this.redis.hubJobsEnqueue(...args);
+    this.emitter.emit('enqueue');
+  }
+
+  async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
+    const flat = await this.redis.hubJobsClaim(now, limit, leaseMs);
+    const out: { job: Job; due: number }[] = [];
+    for (let i = 0; i < flat.length; i += 2) out.push({ job: JSON.parse(flat[i]!) as Job, due: Number(flat[i + 1]) });
+    return out;
+  }
+
+  async finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+    const p = this.redis.multi();
+    if (attempt) {
+      const started = Date.parse(attempt.started_at);
+      p.set(`hub:att:${attempt.id}`, JSON.stringify(attempt), 'PX', this.retentionMs);
+      const keys = [
+        `hub:atts:${attempt.subscription_id}`,
+        ...filterKey(attempt).map((s) => `hub:atts:${attempt.subscription_id}:${s}`),
+        `hub:atts-evt:${attempt.owner}:${attempt.event_id}`,
+      ];
+      for (const key of keys) {
+        p.zadd(key, started, attempt.id);
+        p.zremrangebyscore(key, '-inf', `(${Date.now() - this.retentionMs}`);
+        p.pexpire(key, this.retentionMs);
+      }
+    }
+    p.set(`hub:job:${job.job_id}`, JSON.stringify(job), 'PX', this.retentionMs);
+    if (next === null) p.zrem('hub:jobs:due', job.job_id);
+    else p.zadd('hub:jobs:due', next, job.job_id);
+    const results = await p.exec();
+    const failed = results?.find(([err]) => err);
+    if (failed) throw failed[0];
+    if (next !== null) this.emitter.emit('enqueue');
+  }
+
+  async nextDue(): Promise<number | undefined> {
+    const first = await this.redis.zrange('hub:jobs:due', '0', '0', 'WITHSCORES');
+    return first.length ? Number(first[1]) : undefined;
+  }
+
+  async pending(): Promise<{ count: number; oldestDue: number | undefined }> {
+    const [count, oldestDue] = await Promise.all([this.redis.zcard('hub:jobs:due'), this.nextDue()]);
+    return { count, oldestDue };
+  }
+
+  private async bodies(ids: string[]): Promise<AttemptRecord[]> {
+    if (ids.length === 0) return [];
+    const bodies = await this.redis.mget(ids.map((id) => `hub:att:${id}`));
+    return bodies.filter((b): b is string => b !== null).map((b) => JSON.parse(b) as AttemptRecord);
+  }
+
+  async attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
+    const key = q.status ? `hub:atts:${subscription}:${q.status}` : `hub:atts:${subscription}`;
+    const [ids, total] = await Promise.all([
+      this.redis.zrevrange(key, q.skip, q.skip + q.limit - 1),
+      this.redis.zcard(key),
+    ]);
+    return { items: await this.bodies(ids), total };
+  }
+
+  async attempt(id: string): Promise<AttemptRecord | undefined> {
+    const body = await this.redis.get(`hub:att:${id}`);
+    return body ? (JSON.parse(body) as AttemptRecord) : undefined;
+  }
+
+  async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
+    return this.bodies(await this.redis.zrange(`hub:atts-evt:${owner}:${eventId}`, '0', '-1'));
+  }
+
+  onEnqueue(listener: () => void): () => void {
+    this.emitter.on('enqueue', listener);
+    return () => this.emitter.off('enqueue', listener);
+  }
+
+  async close(): Promise<void> {
+    this.emitter.removeAllListeners();
+  }
+}

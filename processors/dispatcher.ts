@@ -1,0 +1,441 @@
+// The dispatcher: moves delivery jobs from the `deliveries` topic into the durable schedule (the
+// offsets are committed once they are stored), and runs the schedule: claims due jobs, signs and
+// POSTs each to its subscription, records the attempt, and schedules the retry or dead-letters.
+// A slow or failing endpoint holds only its own subscription's slots: each subscription has a
+// bounded number of attempts in flight and of jobs waiting here; what exceeds them goes back to
+// the schedule for a second. Connections are pooled per origin (undici).
+import { randomBytes } from 'node:crypto';
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Agent, errors, request } from 'undici';
+import { unseal } from '../api/auth/secrets.ts';
+import { nextDelayS, type Subscription, subscriptions, webhookStream } from '../api/webhooks/subscriptions.ts';
+import type { Bus, Consumer } from '../infra/bus/port.ts';
+import { TOPICS } from '../infra/bus/port.ts';
+import { load } from '../infra/eventstore/aggregate.ts';
+import type { EventStore } from '../infra/eventstore/port.ts';
+import type { Logger } from '../infra/telemetry.ts';
+import type { SchemaRegistry } from '../schemas/registry.ts';
+import type { AttemptRecord, DeliveryStore, Job, Outcome } from './deliveries.ts';
+import type { WebhookEvent } from './derive.ts';
+import { type Egress, EgressError } from './egress.ts';
+import { signatureHeader } from './signing.ts';
+
+/** Bytes of a receiver's answer kept in the attempt record. */
+export const RESPONSE_BODY_LIMIT = 4096;
+/** A Retry-After (429, 503) is honoured between these bounds, seconds. */
+export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
+/** How long a paused subscription's due jobs wait before they are looked at again, ms. */
+const PAUSED_RECHECK_MS = 5000;
+/** How long a job that found its subscription busy waits, ms. */
+const BUSY_RECHECK_MS = 1000;
+
+export interface DispatcherOptions {
+  bus: Bus;
+  registry: SchemaRegistry;
+  deliveries: DeliveryStore;
+  store: EventStore;
+  sealKey: Buffer;
+  egress: Egress;
+  logger: Logger;
+  metrics: Registry;
+  version: string;
+  timeoutMs: number;
+  /** Attempts in flight and jobs waiting in this process, all subscriptions together. */
+  maxInFlight: number;
+  /** Attempts in flight per subscription in this process. */
+  maxInFlightPerSubscription: number;
+  /** How long after a rotation the previous secret still signs, ms. */
+  rotationWindowMs: number;
+}
+
+/** The payload receivers get: the Event resource of the specification. */
+export function payloadOf(event: WebhookEvent, requestId: string) {
+  return {
+    id: event.id,
+    type: event.type,
+    api_version: event.api_version,
+    created: event.created,
+    owner: event.owner,
+    request_id: requestId,
+    livemode: event.livemode,
+    data: event.data,
+  };
+}
+
+/** Whether an answer (or its absence) is worth another attempt: the specification's table. */
+export function retryable(outcome: Outcome, status: number | null): boolean {
+  if (outcome === 'timeout' || outcome === 'network') return true;
+  if (status === null) return false;
+  return status === 408 || status === 425 || status === 429 || status >= 500;
+}
+
+/** Seconds from a Retry-After header (delta or HTTP date), within the bounds; undefined if absent. */
+export function retryAfterS(header: string | undefined, now = Date.now()): number | undefined {
+  if (!header) return undefined;
+  const s = /^\d+$/.test(header.trim()) ? Number(header) : (Date.parse(header) - now) / 1000;
+  if (!Number.isFinite(s)) return undefined;
+  return Math.min(Math.max(Math.ceil(s), RETRY_AFTER_BOUNDS[0]), RETRY_AFTER_BOUNDS[1]);
+}
+
+interface Cached {
+  sub: Subscription;
+  secrets: string[];
+  at: number;
+}
+
+export class Dispatcher {
+  private readonly o: DispatcherOptions;
+  private readonly agent: Agent;
+  private consumer: Consumer | undefined;
+  private running = false;
+  private loopDone: Promise<void> | undefined;
+  private wake: (() => void) | undefined;
+  private readonly inFlight = new Map<string, number>(); // subscription → attempts running
+  private readonly waiting = new Map<string, Job[]>(); // subscription → claimed jobs waiting
+  private held = 0; // running + waiting
+  private readonly cache = new Map<string, Cached>();
+  private readonly metrics: ReturnType<typeof dispatcherMetrics>;
+  private unsubscribe: (() => void) | undefined;
+
+  constructor(options: DispatcherOptions) {
+    this.o = options;
+    this.agent = new Agent({
+      connect: { lookup: options.egress.lookup, timeout: options.timeoutMs },
+      connections: 128,
+      keepAliveTimeout: 30_000,
+      headersTimeout: options.timeoutMs,
+      bodyTimeout: options.timeoutMs,
+    });
+    this.metrics = dispatcherMetrics(options.metrics, options.deliveries, () => this.held);
+  }
+
+  async start(): Promise<void> {
+    const { registry, deliveries } = this.o;
+    this.consumer = await this.o.bus.consume({
+      group: 'hub-dispatcher',
+      topic: TOPICS.deliveries,
+      partitionsConcurrently: 4,
+      handle: async (messages) => {
+        const jobs = messages.map((m) => {
+          const j = registry.decode('DeliveryJob', 1, m.value) as {
+            job_id: string;
+            subscription_id: string;
+            owner: string;
+            kind: Job['kind'];
+            event: Omit<WebhookEvent, 'data'> & { data: string };
+          };
+          return {
+            job_id: j.job_id,
+            subscription_id: j.subscription_id,
+            owner: j.owner,
+            kind: j.kind,
+            event: {
+              ...j.event,
+              created: Number(j.event.created),
+              source_position: Number(j.event.source_position),
+              created_ms: Number(j.event.created_ms),
+              data: JSON.parse(j.event.data),
+            },
+            attempt: 0,
+            enqueued: Date.now(),
+          } satisfies Job;
+        });
+        await deliveries.enqueue(jobs); // durable: only now may the offsets move
+      },
+    });
+    this.unsubscribe = deliveries.onEnqueue(() => this.wake?.());
+    this.running = true;
+    this.loopDone = this.loop();
+  }
+
+  async stop(): Promise<void> {
+    await this.consumer?.stop();
+    this.running = false;
+    this.wake?.();
+    await this.loopDone;
+    // Attempts in flight finish (bounded by the timeout); waiting jobs go back at their lease's end.
+    while (this.held > 0 && [...this.inFlight.values()].some((n) => n > 0)) await new Promise((r) => setTimeout(r, 20));
+    this.unsubscribe?.();
+    await this.agent.close();
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  private async loop(): Promise<void> {
+    const lease = this.o.timeoutMs * 6;
+    while (this.running) {
+      try {
+        const free = this.o.maxInFlight - this.held;
+        if (free <= 0) {
+          await this.sleep(1000); // woken when a slot frees
+          continue;
+        }
+        const claimed = await this.o.deliveries.claim(Date.now(), Math.min(free, 500), lease);
+        if (claimed.length === 0) {
+          // Sleep until the next due job, at most a second (jobs other processes schedule), and
+          // wake early for jobs enqueued or rescheduled here.
+          const next = await this.o.deliveries.nextDue();
+          await this.sleep(next === undefined ? 1000 : Math.min(Math.max(next - Date.now(), 1), 1000));
+          continue;
+        }
+        for (const { job, due } of claimed) this.accept(job, due);
+      } catch (err) {
+        this.o.logger.warn({ err: (err as Error).message }, 'dispatcher: schedule unreadable; retrying');
+        await this.sleep(1000);
+      }
+    }
+  }
+
+  /** A claimed job: started at once if its subscription has a free slot, else waits here. */
+  private accept(job: Job, due: number): void {
+    const sub = job.subscription_id;
+    const queue = this.waiting.get(sub) ?? [];
+    if (queue.length >= this.o.maxInFlightPerSubscription * 2) {
+      void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
+      return;
+    }
+    queue.push(Object.assign(job, { due }));
+    this.waiting.set(sub, queue);
+    this.held++;
+    this.pump(sub);
+  }
+
+  private pump(sub: string): void {
+    const queue = this.waiting.get(sub);
+    while (queue && queue.length > 0 && (this.inFlight.get(sub) ?? 0) < this.o.maxInFlightPerSubscription) {
+      const job = queue.shift()!;
+      this.inFlight.set(sub, (this.inFlight.get(sub) ?? 0) + 1);
+      void this.run(job as Job & { due: number }).finally(() => {
+        this.inFlight.set(sub, this.inFlight.get(sub)! - 1);
+        this.held--;
+        if (this.inFlight.get(sub) === 0 && !this.waiting.get(sub)?.length) {
+          this.inFlight.delete(sub);
+          this.waiting.delete(sub);
+        }
+        this.pump(sub);
+        this.wake?.();
+      });
+    }
+  }
+
+  private async subscription(id: string): Promise<Cached | undefined> {
+    const now = Date.now();
+    const hit = this.cache.get(id);
+    // The embedded store's aggregate cache is authoritative and cheap, so a deletion or a pause
+    // holds from the next attempt on; elsewhere a view at most a second old spares the store a
+    // read per attempt.
+    const overlapEnds = (s: Subscription) => s.rotated + this.o.rotationWindowMs;
+    if (hit && !this.o.store.exclusiveWriter && now - hit.at < 1000) return hit;
+    const { state } = await load(this.o.store, webhookStream(id), subscriptions);
+    if (!state.id) return undefined;
+    // The previous secret signs beside the new one until the window ends or the next rotation.
+    const sealed = [state.secretSealed];
+    if (state.previousSealed && now < overlapEnds(state)) sealed.push(state.previousSealed);
+    const same = hit && hit.secrets.length === sealed.length && hit.sub.secretSealed === state.secretSealed;
+    const secrets = same ? hit.secrets : sealed.map((s) => unseal(this.o.sealKey, s));
+    const entry = { sub: state, secrets, at: now };
+    this.cache.set(id, entry);
+    if (this.cache.size > 10_000) this.cache.delete(this.cache.keys().next().value as string);
+    return entry;
+  }
+
+  private async run(job: Job & { due: number }): Promise<void> {
+    const { deliveries, logger } = this.o;
+    try {
+      const found = await this.subscription(job.subscription_id);
+      if (!found || found.sub.deleted) return await deliveries.finish(job, null, null); // deleted: nothing more
+      if (!found.sub.enabled) return await deliveries.finish(job, null, Date.now() + PAUSED_RECHECK_MS);
+      const attempt = await this.attempt(job, found);
+      job.attempt = attempt.attempt;
+      await deliveries.finish(job, attempt, attempt.next_attempt_at ? Date.parse(attempt.next_attempt_at) : null);
+    } catch (err) {
+      // Not recorded: the lease runs out and the job is claimed again.
+      logger.warn({ err: (err as Error).message, job: job.job_id }, 'dispatcher: attempt not recorded');
+    }
+  }
+
+  private async attempt(job: Job & { due: number }, { sub, secrets }: Cached): Promise<AttemptRecord> {
+    const id = `del_${randomBytes(12).toString('hex')}`;
+    const body = JSON.stringify(payloadOf(job.event, id));
+    const timestamp = Math.floor(Date.now() / 1000);
+    const headers: Record<string, string> = {
+      ...sub.custom_headers,
+      'content-type': 'application/json',
+      'user-agent': `Hub-Webhooks/${this.o.version}`,
+      'webhook-id': id,
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': signatureHeader(secrets, id, timestamp, body),
+    };
+    const n = job.attempt + 1;
+    const started = Date.now();
+    let outcome: Outcome;
+    let status: number | null = null;
+    let error: string | null = null;
+    let response: AttemptRecord['response'] = null;
+    this.metrics.inFlight.inc();
+    const timer = this.metrics.duration.startTimer();
+    try {
+      const url = this.o.egress.checkUrl(sub.url);
+      const host = url.hostname.replace(/^\[|\]$/g, '');
+      if (/^[\d.]+$|:/.test(host) && !this.o.egress.allows(host))
+        throw new EgressError(`${host} is not a public address`);
+      const res = await request(url, {
+        method: 'POST',
+        headers,
+        body,
+        dispatcher: this.agent,
+        signal: AbortSignal.timeout(this.o.timeoutMs),
+      });
+      status = res.statusCode;
+      const chunks: Buffer[] = [];
+      let size = 0;
+      let truncated = false;
+      for await (const chunk of res.body) {
+        const room = RESPONSE_BODY_LIMIT - size;
+        if (room <= 0) {
+          truncated = true;
+          break;
+        }
+        chunks.push((chunk as Buffer).subarray(0, room));
+        size += Math.min((chunk as Buffer).length, room);
+        if ((chunk as Buffer).length > room) truncated = true;
+      }
+      if (truncated) res.body.destroy();
+      response = {
+        status,
+        headers: Object.fromEntries(
+          Object.entries(res.headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]),
+        ),
+        body: Buffer.concat(chunks).toString('utf8'),
+        truncated,
+      };
+      outcome = status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx';
+    } catch (err) {
+      const e = err as Error & { code?: string; cause?: { code?: string } };
+      if (e instanceof EgressError || e.code === 'EHUBEGRESS' || e.cause?.code === 'EHUBEGRESS') {
+        outcome = 'refused_address';
+      } else if (
+        e.name === 'TimeoutError' ||
+        e instanceof errors.HeadersTimeoutError ||
+        e instanceof errors.BodyTimeoutError ||
+        e instanceof errors.ConnectTimeoutError
+      ) {
+        outcome = 'timeout';
+      } else outcome = 'network';
+      error = outcome === 'timeout' ? `no answer within ${this.o.timeoutMs} ms` : (e.cause?.code ?? e.code ?? e.message);
+    } finally {
+      timer();
+      this.metrics.inFlight.dec();
+    }
+    const finished = Date.now();
+    this.metrics.attempts.inc({ outcome });
+    let next: number | null = null;
+    let attemptStatus: AttemptRecord['status'] = 'succeeded';
+    if (outcome === '2xx') {
+      if (job.event.created_ms) this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
+    } else if (retryable(outcome, status)) {
+      const after = status === 429 || status === 503 ? retryAfterS(response?.headers['retry-after']) : undefined;
+      const delay = nextDelayS(sub.retry_policy, n);
+      if (delay === null) attemptStatus = 'dead_lettered';
+      else {
+        next = finished + (after ?? delay) * 1000;
+        attemptStatus = 'failed';
+        this.metrics.retries.inc();
+      }
+    } else attemptStatus = 'dead_lettered';
+    if (attemptStatus === 'dead_lettered') this.metrics.deadLettered.inc();
+    return {
+      id,
+      job_id: job.job_id,
+      subscription_id: job.subscription_id,
+      owner: job.owner,
+      event_id: job.event.id,
+      event_type: job.event.type,
+      kind: job.kind,
+      attempt: n,
+      status: attemptStatus,
+      outcome,
+      response_code: status,
+      error,
+      duration_ms: finished - started,
+      scheduled_at: new Date(job.due).toISOString(),
+      started_at: new Date(started).toISOString(),
+      finished_at: new Date(finished).toISOString(),
+      next_attempt_at: next === null ? null : new Date(next).toISOString(),
+      request: { url: sub.url, headers, body },
+      response,
+    };
+  }
+}
+
+function dispatcherMetrics(registry: Registry, deliveries: DeliveryStore, held: () => number) {
+  new Gauge({
+    name: 'hub_webhook_jobs_held',
+    help: 'Jobs this dispatcher holds: attempts in flight and jobs waiting for their subscription.',
+    registers: [registry],
+    collect() {
+      this.set(held());
+    },
+  });
+  new Gauge({
+    name: 'hub_webhook_retry_backlog',
+    help: 'Jobs pending in the schedule (new and retries), all dispatchers together.',
+    registers: [registry],
+    async collect() {
+      this.set((await deliveries.pending().catch(() => ({ count: 0 }))).count);
+    },
+  });
+  new Gauge({
+    name: 'hub_webhook_retry_backlog_oldest_due_age_seconds',
+    help: 'How long the most overdue pending job has been due (0 when none is overdue).',
+    registers: [registry],
+    async collect() {
+      const { oldestDue } = await deliveries.pending().catch(() => ({ oldestDue: undefined }));
+      this.set(oldestDue === undefined ? 0 : Math.max(0, (Date.now() - oldestDue) / 1000));
+    },
+  });
+  return {
+    attempts: new Counter({
+      name: 'hub_webhook_attempts_total',
+      help: 'Delivery attempts by outcome: 2xx, 3xx, 4xx, 5xx, timeout, network, refused_address.',
+      labelNames: ['outcome'],
+      registers: [registry],
+    }),
+    duration: new Histogram({
+      name: 'hub_webhook_attempt_duration_seconds',
+      help: 'Duration of one delivery attempt.',
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers: [registry],
+    }),
+    latency: new Histogram({
+      name: 'hub_webhook_delivery_latency_seconds',
+      help: 'From the source event stored to its delivery answered 2xx.',
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 600, 3600],
+      registers: [registry],
+    }),
+    retries: new Counter({
+      name: 'hub_webhook_retries_scheduled_total',
+      help: 'Retries scheduled after a retryable failure.',
+      registers: [registry],
+    }),
+    deadLettered: new Counter({
+      name: 'hub_webhook_dead_lettered_total',
+      help: 'Deliveries dead-lettered: a non-retryable answer, or attempts spent.',
+      registers: [registry],
+    }),
+    inFlight: new Gauge({
+      name: 'hub_webhook_attempts_in_flight',
+      help: 'Delivery attempts in flight in this process.',
+      registers: [registry],
+    }),
+  };
+}

@@ -1,0 +1,66 @@
+// Webhook signatures, both sides: the dispatcher signs, receivers verify. The signed text is
+// `{Webhook-Id}.{Webhook-Timestamp}.{raw body}`; the signature is the hex HMAC-SHA256 of it keyed
+// with the subscription's signing secret (its UTF-8 bytes, `whsec_` prefix included), sent as
+// `v1,<hex>`. While a rotation overlaps the header carries one entry per secret.
+//
+// Receivers: `import { verifyWebhook } from 'device-hub/webhooks'` (this file has no other imports
+// than node:crypto, so it can be copied as is). See docs/webhooks.md for an example receiver.
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+
+export const newSigningSecret = () => `whsec_${randomBytes(32).toString('base64url')}`;
+
+export function signature(secret: string, id: string, timestamp: number, body: string | Buffer): string {
+  return createHmac('sha256', secret).update(`${id}.${timestamp}.`).update(body).digest('hex');
+}
+
+/** The `Webhook-Signature` value: one `v1,<hex>` entry per secret, separated by a space. */
+export function signatureHeader(secrets: string[], id: string, timestamp: number, body: string | Buffer): string {
+  return secrets.map((s) => `v1,${signature(s, id, timestamp, body)}`).join(' ');
+}
+
+export class WebhookVerificationError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'WebhookVerificationError';
+  }
+}
+
+/**
+ * Verifies a delivery as received: the raw body bytes (not re-serialised JSON), the request
+ * headers, and the secrets the receiver accepts (during a rotation, the old and the new one).
+ * Throws WebhookVerificationError when a header is missing or malformed, the timestamp is more than
+ * `toleranceS` seconds from `now`, or no `v1` entry matches any secret. Returns the parsed payload.
+ */
+export function verifyWebhook(o: {
+  body: string | Buffer;
+  headers: Record<string, string | string[] | undefined>;
+  secrets: string | string[];
+  toleranceS?: number;
+  /** Unix seconds. */
+  now?: number;
+}): unknown {
+  const header = (name: string) => {
+    const v = o.headers[name] ?? o.headers[name.toLowerCase()];
+    return Array.isArray(v) ? v[0] : v;
+  };
+  const id = header('webhook-id');
+  const timestamp = header('webhook-timestamp');
+  const signatures = header('webhook-signature');
+  if (!id || !timestamp || !signatures) throw new WebhookVerificationError('missing Webhook-* headers');
+  if (!/^\d{1,12}$/.test(timestamp)) throw new WebhookVerificationError('malformed Webhook-Timestamp');
+  const now = o.now ?? Math.floor(Date.now() / 1000);
+  if (Math.abs(now - Number(timestamp)) > (o.toleranceS ?? 300))
+    throw new WebhookVerificationError('stale Webhook-Timestamp: a replay, or a clock far off');
+  const given = signatures
+    .split(/\s+/)
+    .filter(Boolean)
+    .map((entry) => /^v1,([0-9a-f]{64})$/.exec(entry)?.[1])
+    .filter((hex): hex is string => hex !== undefined)
+    .map((hex) => Buffer.from(hex, 'hex'));
+  if (given.length === 0) throw new WebhookVerificationError('no v1 signature in Webhook-Signature');
+  for (const secret of Array.isArray(o.secrets) ? o.secrets : [o.secrets]) {
+    const expected = Buffer.from(signature(secret, id, Number(timestamp), o.body), 'hex');
+    if (given.some((g) => timingSafeEqual(g, expected))) return JSON.parse(o.body.toString());
+  }
+  throw new WebhookVerificationError('no signature matches');
+}
