@@ -22,7 +22,12 @@ export class Receiver {
       req.on('data', (c) => chunks.push(c));
       req.on('end', () => {
         const url = new URL(req.url!, 'http://x');
-        this.received.push({ path: url.pathname, headers: req.headers, body: Buffer.concat(chunks).toString(), at: Date.now() });
+        this.received.push({
+          path: url.pathname,
+          headers: req.headers,
+          body: Buffer.concat(chunks).toString(),
+          at: Date.now(),
+        });
         const status = /^\/status\/(\d{3})/.exec(url.pathname)?.[1];
         if (url.pathname.startsWith('/hang')) return; // never answers
         if (url.pathname.startsWith('/redirect')) {

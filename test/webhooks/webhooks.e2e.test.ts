@@ -1,0 +1,379 @@
+// The webhooks service end to end on the embedded profile, with real HTTP receivers: signatures
+// checked independently of the signing code, rotation, every status class, a retry schedule run to
+// dead-letter, replay, redeliver and test in the logs, paused, deleted and filtered subscriptions,
+// and a hanging receiver that does not slow another subscription.
+import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
+import { createServer } from 'node:net';
+import { verifyWebhook, WebhookVerificationError } from '../../processors/signing.ts';
+import { signup, startHub, type TestHub, type User } from '../hub.ts';
+import { Receiver } from './receiver.ts';
+
+/** The signature as a receiver computes it from the specification alone. */
+const hmac = (secret: string, id: string, ts: string, body: string) =>
+  createHmac('sha256', secret).update(`${id}.${ts}.${body}`).digest('hex');
+
+describe('webhooks (e2e)', function () {
+  this.timeout(90_000);
+  let hub: TestHub;
+  let rx: Receiver;
+  let alice: User;
+  let bob: User;
+
+  const create = async (path: string, extra: Record<string, unknown> = {}, user = alice) => {
+    const r = await hub.call('POST', '/webhooks/', {
+      token: user.token,
+      body: {
+        nick: path,
+        url: `${rx.url}${path}`,
+        event_types: ['device.device_meta.updated'],
+        enabled: true,
+        ...extra,
+      },
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body as { id: string; secret: string };
+  };
+  const test = async (id: string) => {
+    const r = await hub.call('POST', `/webhooks/${id}/test`, { token: alice.token });
+    assert.equal(r.status, 202, JSON.stringify(r.body));
+    return r.body.jobs[0].job_id as string;
+  };
+  const attempts = async (id: string, count: number, query = '') => {
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      const r = await hub.call('GET', `/webhooks/${id}/deliveries?limit=100${query}`, { token: alice.token });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      if (r.body.items.length >= count || Date.now() > deadline) return r.body.items.reverse();
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+
+  before(async () => {
+    rx = await new Receiver().start();
+    hub = await startHub({
+      HUB_WEBHOOK_ALLOW_HTTP: 'true',
+      HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+      HUB_WEBHOOK_TIMEOUT_MS: '1500',
+      HUB_WEBHOOK_MAX_IN_FLIGHT: '4',
+      HUB_WEBHOOK_ROTATION_WINDOW_S: '3',
+    });
+    alice = await signup(hub, 'alice');
+    bob = await signup(hub, 'bob');
+  });
+  after(async () => {
+    await hub?.stop();
+    await rx?.stop();
+  });
+
+  describe('subscriptions', () => {
+    it('creates with the secret shown once; reads, lists, patches and replaces without it', async () => {
+      const s = await create('/ok/crud', { description: 'first', custom_headers: { 'X-Team': 'ops' } });
+      assert.match(s.secret, /^whsec_/);
+      const one = await hub.call('GET', `/webhooks/${s.id}`, { token: alice.token });
+      assert.equal(one.status, 200);
+      assert.equal(one.body.secret, undefined);
+      assert.deepEqual(one.body.custom_headers, { 'X-Team': 'ops' });
+      const list = await hub.call('GET', '/webhooks/?limit=100', { token: alice.token });
+      assert.ok(list.body.items.some((w: { id: string }) => w.id === s.id));
+      assert.ok(list.body.items.every((w: { secret?: string }) => w.secret === undefined));
+      const patched = await hub.call('PATCH', `/webhooks/${s.id}`, {
+        token: alice.token,
+        body: { enabled: false },
+      });
+      assert.equal(patched.status, 200);
+      assert.equal(patched.body.enabled, false);
+      assert.equal(patched.body.description, 'first');
+      const replaced = await hub.call('PUT', `/webhooks/${s.id}`, {
+        token: alice.token,
+        body: { nick: 'n2', url: `${rx.url}/ok/crud`, event_types: ['step.created'], enabled: true },
+      });
+      assert.equal(replaced.status, 200);
+      assert.equal(replaced.body.description, '');
+      assert.deepEqual(replaced.body.custom_headers, {});
+      assert.equal(JSON.stringify(hub.answers).includes(s.secret), true); // only in the creation answer
+      assert.equal(hub.answers.filter((a) => a.includes(s.secret)).length, 1);
+    });
+
+    it('refuses reserved headers, unsafe URLs and out-of-bounds retry policies with 422, storing nothing', async () => {
+      const bad = async (body: Record<string, unknown>, field: string) => {
+        const r = await hub.call('POST', '/webhooks/', {
+          token: alice.token,
+          body: { nick: 'x', url: `${rx.url}/ok`, event_types: ['device.created'], enabled: true, ...body },
+        });
+        assert.equal(r.status, 422, JSON.stringify(r.body));
+        assert.ok(
+          r.body.details.some((d: { field: string }) => d.field.includes(field)),
+          JSON.stringify(r.body),
+        );
+      };
+      const before = (await hub.call('GET', '/webhooks/', { token: alice.token })).body.total;
+      await bad({ custom_headers: { 'Webhook-Id': 'x' } }, 'custom_headers');
+      await bad({ custom_headers: { 'user-agent': 'x' } }, 'custom_headers');
+      await bad({ url: 'http://10.1.2.3/hook' }, 'url');
+      await bad({ url: 'http://169.254.169.254/latest/meta-data' }, 'url');
+      await bad({ url: 'ftp://example.com/' }, 'url');
+      await bad({ retry_policy: { max_attempts: 50, delays_s: [1] } }, 'retry_policy');
+      await bad({ retry_policy: { max_attempts: 3, delays_s: [0] } }, 'retry_policy');
+      await bad({ event_types: ['device.exploded'] }, 'event_types');
+      assert.equal((await hub.call('GET', '/webhooks/', { token: alice.token })).body.total, before);
+    });
+
+    it('another account gets 404 for every operation on a subscription; no token gets 401', async () => {
+      const s = await create('/ok/tenancy');
+      assert.equal((await hub.call('GET', `/webhooks/${s.id}`, { token: bob.token })).status, 404);
+      assert.equal((await hub.call('DELETE', `/webhooks/${s.id}`, { token: bob.token })).status, 404);
+      assert.equal((await hub.call('POST', `/webhooks/${s.id}/test`, { token: bob.token })).status, 404);
+      assert.equal((await hub.call('GET', `/webhooks/${s.id}/deliveries`, { token: bob.token })).status, 404);
+      assert.equal((await hub.call('GET', '/webhooks/')).status, 401);
+    });
+  });
+
+  describe('delivery', () => {
+    it('signs as the specification says: verified by a plain HMAC and by verifyWebhook', async () => {
+      const s = await create('/ok/signed', { custom_headers: { 'X-Team': 'ops' } });
+      await test(s.id);
+      const [r] = await rx.waitFor('/ok/signed', 1);
+      const h = r!.headers as Record<string, string>;
+      assert.equal(h['content-type'], 'application/json');
+      assert.match(h['user-agent']!, /^Hub-Webhooks\/\d+\.\d+\.\d+$/);
+      assert.equal(h['x-team'], 'ops');
+      assert.match(h['webhook-id']!, /^del_/);
+      const payload = JSON.parse(r!.body);
+      assert.equal(payload.request_id, h['webhook-id']);
+      assert.equal(payload.livemode, false);
+      assert.deepEqual(Object.keys(payload).sort(), [
+        'api_version',
+        'created',
+        'data',
+        'id',
+        'livemode',
+        'owner',
+        'request_id',
+        'type',
+      ]);
+      assert.equal(
+        h['webhook-signature'],
+        `v1,${hmac(s.secret, h['webhook-id']!, h['webhook-timestamp']!, r!.body)}`,
+      );
+      assert.deepEqual(verifyWebhook({ body: r!.body, headers: h, secrets: s.secret }), payload);
+      assert.throws(
+        () => verifyWebhook({ body: `${r!.body} `, headers: h, secrets: s.secret }),
+        WebhookVerificationError,
+      );
+      assert.throws(
+        () => verifyWebhook({ body: r!.body, headers: h, secrets: 'whsec_wrong' }),
+        WebhookVerificationError,
+      );
+      assert.throws(
+        () => verifyWebhook({ body: r!.body, headers: { ...h, 'webhook-signature': '' }, secrets: s.secret }),
+        /missing/,
+      );
+      assert.throws(
+        () =>
+          verifyWebhook({
+            body: r!.body,
+            headers: h,
+            secrets: s.secret,
+            now: Number(h['webhook-timestamp']) + 301,
+          }),
+        /stale/,
+      );
+    });
+
+    it('after rotate-secret signs with the new and the previous secret, then with the new one only', async () => {
+      const s = await create('/ok/rotated');
+      const rotated = await hub.call('POST', `/webhooks/${s.id}/rotate-secret`, { token: alice.token });
+      assert.equal(rotated.status, 200);
+      const fresh = rotated.body.secret as string;
+      assert.notEqual(fresh, s.secret);
+      await test(s.id);
+      const [during] = await rx.waitFor('/ok/rotated', 1);
+      const h = during!.headers as Record<string, string>;
+      assert.deepEqual(h['webhook-signature']!.split(' '), [
+        `v1,${hmac(fresh, h['webhook-id']!, h['webhook-timestamp']!, during!.body)}`,
+        `v1,${hmac(s.secret, h['webhook-id']!, h['webhook-timestamp']!, during!.body)}`,
+      ]);
+      await new Promise((r) => setTimeout(r, 3100)); // the window of HUB_WEBHOOK_ROTATION_WINDOW_S
+      await test(s.id);
+      const after = (await rx.waitFor('/ok/rotated', 2))[1]!;
+      const h2 = after.headers as Record<string, string>;
+      assert.equal(
+        h2['webhook-signature'],
+        `v1,${hmac(fresh, h2['webhook-id']!, h2['webhook-timestamp']!, after.body)}`,
+      );
+    });
+
+    it('each status class leads to its documented outcome', async () => {
+      const closed = await new Promise<number>((resolve) => {
+        const s = createServer().listen(0, '127.0.0.1', () => {
+          const port = (s.address() as { port: number }).port;
+          s.close(() => resolve(port));
+        });
+      });
+      const cases: [string, string, string, string][] = [
+        // path, expected status, outcome, retried?
+        ['/status/200', 'succeeded', '2xx', 'no'],
+        ['/redirect', 'dead_lettered', '3xx', 'no'],
+        ['/status/404', 'dead_lettered', '4xx', 'no'],
+        ['/status/410', 'dead_lettered', '4xx', 'no'],
+        ['/status/408', 'failed', '4xx', 'yes'],
+        ['/status/425', 'failed', '4xx', 'yes'],
+        ['/status/429?retry-after=120', 'failed', '4xx', 'yes'],
+        ['/status/500', 'failed', '5xx', 'yes'],
+        ['/status/503', 'failed', '5xx', 'yes'],
+        ['/hang/timeout', 'failed', 'timeout', 'yes'],
+        [`refused:${closed}`, 'failed', 'network', 'yes'],
+      ];
+      const subs = await Promise.all(
+        cases.map(async ([path]) => {
+          const url = path.startsWith('refused:')
+            ? `http://127.0.0.1:${path.slice(8)}/x`
+            : `${rx.url}${path}`;
+          const r = await hub.call('POST', '/webhooks/', {
+            token: alice.token,
+            body: { nick: path, url, event_types: ['device.created'], enabled: true },
+          });
+          assert.equal(r.status, 201, JSON.stringify(r.body));
+          await test(r.body.id);
+          return r.body.id as string;
+        }),
+      );
+      for (const [i, [path, status, outcome, retried]] of cases.entries()) {
+        const [a] = await attempts(subs[i]!, 1);
+        assert.ok(a, `${path}: no attempt`);
+        assert.equal(a.status, status, `${path}: ${JSON.stringify(a)}`);
+        assert.equal(a.outcome, outcome, path);
+        assert.equal(a.next_attempt_at !== null, retried === 'yes', path);
+        if (retried === 'yes' && !path.includes('retry-after')) {
+          // The default schedule: the first retry after 60 s.
+          const delay = Date.parse(a.next_attempt_at) - Date.parse(a.finished_at);
+          assert.ok(Math.abs(delay - 60_000) < 1000, `${path}: retry in ${delay} ms`);
+        }
+      }
+      const limited = (await attempts(subs[6]!, 1))[0];
+      const delay = Date.parse(limited.next_attempt_at) - Date.parse(limited.finished_at);
+      assert.ok(Math.abs(delay - 120_000) < 1000, `Retry-After honoured: ${delay} ms`);
+      assert.equal(rx.at('/ok/redirected').length, 0, 'a redirect is not followed');
+      const one = await hub.call(
+        'GET',
+        `/webhooks/${subs[2]}/deliveries/${(await attempts(subs[2]!, 1))[0].id}`,
+        {
+          token: alice.token,
+        },
+      );
+      assert.equal(one.body.response.status, 404);
+      assert.match(one.body.response.body, /^answer/);
+      assert.equal(one.body.request.headers['webhook-id'], one.body.id);
+    });
+
+    it('a shortened retry schedule runs to dead-letter; failed and dead_lettered filter the log', async () => {
+      const s = await create('/status/500/schedule', { retry_policy: { max_attempts: 3, delays_s: [1] } });
+      await test(s.id);
+      await rx.waitFor('/status/500/schedule', 3, 10_000);
+      const all = await attempts(s.id, 3);
+      assert.deepEqual(
+        all.map((a: { attempt: number; status: string }) => [a.attempt, a.status]),
+        [
+          [1, 'failed'],
+          [2, 'failed'],
+          [3, 'dead_lettered'],
+        ],
+      );
+      assert.equal(new Set(all.map((a: { id: string }) => a.id)).size, 3, 'a new Webhook-Id per attempt');
+      assert.equal((await attempts(s.id, 3, '&status=failed')).length, 3);
+      assert.equal((await attempts(s.id, 1, '&status=dead_lettered')).length, 1);
+      assert.equal((await attempts(s.id, 0, '&status=succeeded')).length, 0);
+      await new Promise((r) => setTimeout(r, 1500));
+      assert.equal(rx.at('/status/500/schedule').length, 3, 'nothing after the dead letter');
+    });
+
+    it('replay, redeliver and test appear in the logs', async () => {
+      const s = await create('/ok/ops');
+      const device = await hub.call('POST', '/devices', { token: alice.token, body: {} });
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: device.body.prn, password: device.body.secret },
+      });
+      await hub.call('PATCH', `/devices/${device.body.id}/device-meta`, {
+        token: login.body.token,
+        body: { temp: '20' },
+      });
+      const [first] = await rx.waitFor('/ok/ops', 1);
+      const eid = JSON.parse(first!.body).id as string;
+      const [a] = await attempts(s.id, 1);
+      assert.equal(
+        (await hub.call('POST', `/webhooks/${s.id}/deliveries/${a.id}/replay`, { token: alice.token }))
+          .status,
+        202,
+      );
+      assert.equal(
+        (await hub.call('POST', `/webhooks/events/${eid}/redeliver`, { token: alice.token })).status,
+        202,
+      );
+      await test(s.id);
+      const all = await attempts(s.id, 4);
+      assert.deepEqual(all.map((x: { kind: string }) => x.kind).sort(), [
+        'event',
+        'redeliver',
+        'replay',
+        'test',
+      ]);
+      const received = (await rx.waitFor('/ok/ops', 4)).map((r) => JSON.parse(r.body).id);
+      assert.equal(received.filter((id) => id === eid).length, 3, 'the same event id, three times');
+      // Across every subscription of the account that the event matched.
+      const ofEvent = await hub.call('GET', `/webhooks/events/${eid}/deliveries`, { token: alice.token });
+      assert.ok(ofEvent.body.items.every((x: { event_id: string }) => x.event_id === eid));
+      assert.deepEqual(
+        ofEvent.body.items
+          .filter((x: { subscription_id: string }) => x.subscription_id === s.id)
+          .map((x: { kind: string }) => x.kind)
+          .sort(),
+        ['event', 'redeliver', 'replay'],
+      );
+      assert.equal(
+        (await hub.call('GET', `/webhooks/events/${eid}/deliveries`, { token: bob.token })).status,
+        404,
+      );
+      assert.equal(
+        (await hub.call('POST', `/webhooks/events/${eid}/redeliver`, { token: bob.token })).status,
+        404,
+      );
+    });
+
+    it('a paused, a deleted and a filtered subscription receive nothing; resumed, it receives again', async () => {
+      const active = await create('/ok/active');
+      const paused = await create('/ok/paused', { enabled: false });
+      const deleted = await create('/ok/deleted');
+      const filtered = await create('/ok/filtered', { device_meta_keys: ['humidity'] });
+      assert.equal((await hub.call('DELETE', `/webhooks/${deleted.id}`, { token: alice.token })).status, 204);
+      assert.equal((await hub.call('GET', `/webhooks/${deleted.id}`, { token: alice.token })).status, 404);
+      const device = await hub.call('POST', '/devices', { token: alice.token, body: {} });
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: device.body.prn, password: device.body.secret },
+      });
+      const patch = (body: Record<string, string>) =>
+        hub.call('PATCH', `/devices/${device.body.id}/device-meta`, { token: login.body.token, body });
+      await patch({ temp: '1' });
+      await rx.waitFor('/ok/active', 1);
+      await new Promise((r) => setTimeout(r, 500));
+      for (const path of ['/ok/paused', '/ok/deleted', '/ok/filtered'])
+        assert.equal(rx.at(path).length, 0, path);
+      await hub.call('PATCH', `/webhooks/${paused.id}`, { token: alice.token, body: { enabled: true } });
+      await patch({ temp: '2', humidity: '40' });
+      await rx.waitFor('/ok/paused', 1);
+      await rx.waitFor('/ok/filtered', 1);
+      assert.equal(rx.at('/ok/deleted').length, 0);
+    });
+
+    it('a receiver that hangs does not slow deliveries to another subscription', async () => {
+      const slow = await create('/hang/slow');
+      const fast = await create('/ok/fast');
+      await Promise.all(Array.from({ length: 20 }, () => test(slow.id)));
+      await new Promise((r) => setTimeout(r, 100));
+      const sent = Date.now();
+      await test(fast.id);
+      const [got] = await rx.waitFor('/ok/fast', 1);
+      assert.ok(got!.at - sent < 1000, `the fast subscription waited ${got!.at - sent} ms`);
+    });
+  });
+});
