@@ -1,0 +1,159 @@
+// Scheduled retries survive the death of every process: a hub (embedded) or a dispatcher
+// (distributed, on Kafka and Redis) SIGKILLed between two attempts, restarted, carries on with
+// the schedule; nothing is lost and the log shows every attempt.
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from '../harness.ts';
+import { signup, startHub, type TestHub } from '../hub.ts';
+import { Receiver } from './receiver.ts';
+
+const ROOT = new URL('../..', import.meta.url).pathname;
+const WEBHOOK_ENV = { HUB_WEBHOOK_ALLOW_HTTP: 'true', HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8' };
+
+async function spawnHub(
+  command: string,
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, ['bin/hub.ts', command], {
+    cwd: ROOT,
+    env: { ...process.env, HUB_PORT: '0', HUB_LOG_LEVEL: 'info', ...WEBHOOK_ENV, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stderr!.on('data', (d) => {
+    out += d;
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
+      if (m) resolve(m[1]!);
+      else if (out.includes(`running ${command}`)) resolve('');
+    });
+    child.once('exit', (code) =>
+      reject(new Error(`hub ${command} exited with ${code}: ${out.slice(-2000)}`)),
+    );
+  });
+  return { child, url };
+}
+
+const kill9 = async (child: ChildProcess) => {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGKILL');
+  await exited;
+};
+
+/** A hub seen through HTTP only, for the account helpers. */
+function remote(url: string, dataDir: string): TestHub {
+  return {
+    url,
+    dataDir,
+    answers: [],
+    logs: () => [],
+    node: undefined as never,
+    stop: async () => {},
+    call: (method, path, o = {}) =>
+      request(`${url}${path}`, {
+        method,
+        body: o.body,
+        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
+      }),
+  };
+}
+
+describe('scheduled retries across process deaths (int)', function () {
+  this.timeout(120_000);
+  let rx: Receiver;
+  const children: ChildProcess[] = [];
+
+  before(async () => {
+    rx = await new Receiver().start();
+  });
+  afterEach(async () => {
+    await Promise.all(children.splice(0).map(kill9));
+  });
+  after(() => rx.stop());
+
+  async function scheduleAndKill(hub: TestHub, path: string, kill: () => Promise<void>) {
+    const alice = await signup(hub, `a${Date.now().toString(36)}`);
+    const created = await hub.call('POST', '/webhooks/', {
+      token: alice.token,
+      body: {
+        nick: 'restart',
+        url: `${rx.url}${path}`,
+        event_types: ['device.created'],
+        enabled: true,
+        retry_policy: { max_attempts: 4, delays_s: [2] },
+      },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.equal(
+      (await hub.call('POST', `/webhooks/${created.body.id}/test`, { token: alice.token })).status,
+      202,
+    );
+    await rx.waitFor(path, 1);
+    await kill(); // the retry is due in 2 s: only the durable schedule knows of it
+    return { alice, id: created.body.id as string };
+  }
+
+  it('embedded: the hub SIGKILLed between attempts, restarted, delivers every retry', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'hub-restart-'));
+    let { child, url } = await spawnHub('start', { HUB_DATA_DIR: dataDir });
+    children.push(child);
+    const path = '/status/500/embedded-restart';
+    const { alice, id } = await scheduleAndKill(remote(url, dataDir), path, () => kill9(child));
+    ({ child, url } = await spawnHub('start', { HUB_DATA_DIR: dataDir }));
+    children.push(child);
+    await rx.waitFor(path, 4, 20_000);
+    const hub = remote(url, dataDir);
+    let log = await hub.call('GET', `/webhooks/${id}/deliveries`, { token: alice.token });
+    for (let i = 0; i < 40 && log.body.total < 4; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      log = await hub.call('GET', `/webhooks/${id}/deliveries`, { token: alice.token });
+    }
+    assert.deepEqual(
+      log.body.items.map((a: { attempt: number; status: string }) => [a.attempt, a.status]).reverse(),
+      [
+        [1, 'failed'],
+        [2, 'failed'],
+        [3, 'failed'],
+        [4, 'dead_lettered'],
+      ],
+    );
+  });
+
+  it('distributed: the dispatcher SIGKILLed between attempts, another started, delivers every retry', async () => {
+    const hub = await startHub({ HUB_PROFILE: 'distributed', ...WEBHOOK_ENV }, [
+      'api',
+      'projector',
+      'processor',
+    ]);
+    try {
+      let { child } = await spawnHub('dispatcher', { HUB_PROFILE: 'distributed' });
+      children.push(child);
+      const path = '/status/503/distributed-restart';
+      const { alice, id } = await scheduleAndKill(hub, path, () => kill9(child));
+      ({ child } = await spawnHub('dispatcher', { HUB_PROFILE: 'distributed' }));
+      children.push(child);
+      await rx.waitFor(path, 4, 30_000);
+      await new Promise((r) => setTimeout(r, 300));
+      const log = await hub.call('GET', `/webhooks/${id}/deliveries`, { token: alice.token });
+      assert.deepEqual(
+        log.body.items.map((a: { attempt: number; status: string }) => [a.attempt, a.status]).reverse(),
+        [
+          [1, 'failed'],
+          [2, 'failed'],
+          [3, 'failed'],
+          [4, 'dead_lettered'],
+        ],
+      );
+      assert.equal(rx.at(path).length, 4);
+    } finally {
+      await hub.stop();
+    }
+  });
+});
