@@ -66,6 +66,7 @@ export interface HubNode {
   store: EventStore;
   readStore: ReadStore;
   eventLog: EventLog;
+  deliveries: DeliveryStore;
   /** The bus of the change pipeline, when this process runs it. */
   bus: Bus | undefined;
   consistency: Consistency;
@@ -341,6 +342,7 @@ export async function startNode(
     store,
     readStore,
     eventLog: stores.eventLog,
+    deliveries: stores.deliveries,
     bus: pipelineBus,
     consistency: reads,
     runners,

@@ -52,7 +52,11 @@ describe('stream processor on Kafka (int)', function () {
   const admin = new Kafka({ clientId: 'hub-test', brokers: BROKERS, logLevel: logLevel.NOTHING }).admin();
 
   before(async () => {
-    hub = await startHub({ HUB_PROFILE: 'distributed' });
+    hub = await startHub({
+      HUB_PROFILE: 'distributed',
+      HUB_WEBHOOK_ALLOW_HTTP: 'true',
+      HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+    });
     await admin.connect();
   });
   afterEach(async () => {

@@ -1,7 +1,7 @@
 // Real API calls that make every one of the nine webhook event types, shared by the derivation
 // tests of both profiles, and a wait for the account's event log to show them.
 import assert from 'node:assert/strict';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { type Bus, TOPICS } from '../../infra/bus/port.ts';
 import { jobId } from '../../processors/processor.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
@@ -113,40 +113,19 @@ export async function logOf(
   return items.reverse();
 }
 
-/** A subscription of `owner`, appended as the webhooks API will, once the processor can see it. */
+/** A subscription of `owner`, made through the API (the hub must allow loopback URLs). */
 export async function subscribe(
   hub: TestHub,
   owner: User,
   filter: { event_types: string[]; device_meta_keys?: string[]; devices?: string[] },
+  url = 'http://127.0.0.1:9/hook',
 ): Promise<string> {
-  const id = randomBytes(12).toString('hex');
-  await hub.node.store.append(`webhook-${id}`, [
-    {
-      id: randomUUID(),
-      type: 'WebhookCreated',
-      data: {
-        webhook_id: id,
-        owner_prn: owner.prn,
-        nick: 'test',
-        url: 'https://example.com/hook',
-        description: '',
-        enabled: true,
-        devices: [],
-        user_meta_keys: [],
-        device_meta_keys: [],
-        custom_headers: {},
-        retry_policy: null,
-        secret_sealed: 'sealed',
-        ...filter,
-      },
-    },
-  ]);
-  const rs = hub.node.readStore;
-  for (let i = 0; i < 100; i++) {
-    if (await rs.get('webhooks', await rs.activeGeneration('webhooks', true), `webhook:${id}`)) return id;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error('the subscription was not projected');
+  const r = await hub.call('POST', '/webhooks/', {
+    token: owner.token,
+    body: { nick: 'test', url, enabled: true, ...filter },
+  });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  return r.body.id;
 }
 
 /** The delivery jobs of one subscription on the deliveries topic, once there are `count`. */

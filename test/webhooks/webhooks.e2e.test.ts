@@ -341,10 +341,10 @@ describe('webhooks (e2e)', function () {
     });
 
     it('a paused, a deleted and a filtered subscription receive nothing; resumed, it receives again', async () => {
-      const active = await create('/ok/active');
+      await create('/ok/active');
       const paused = await create('/ok/paused', { enabled: false });
       const deleted = await create('/ok/deleted');
-      const filtered = await create('/ok/filtered', { device_meta_keys: ['humidity'] });
+      await create('/ok/filtered', { device_meta_keys: ['humidity'] });
       assert.equal((await hub.call('DELETE', `/webhooks/${deleted.id}`, { token: alice.token })).status, 204);
       assert.equal((await hub.call('GET', `/webhooks/${deleted.id}`, { token: alice.token })).status, 404);
       const device = await hub.call('POST', '/devices', { token: alice.token, body: {} });
