@@ -31,7 +31,8 @@ Operators:
 
 Run 'hub <command> --help' for more. Configuration comes from HUB_* environment variables
 (README.md lists them all).`,
-  start: 'Usage: hub start\n\nRuns every role in this process: the API, the projector, the processor and the dispatcher.',
+  start:
+    'Usage: hub start\n\nRuns every role in this process: the API, the projector, the processor and the dispatcher.',
   dispatcher:
     'Usage: hub dispatcher\n\nRuns the webhook dispatcher, a member of the hub-dispatcher consumer group on the deliveries\ntopic: it stores jobs in the shared schedule and delivers due ones. More copies share the work.',
   processor:

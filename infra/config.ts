@@ -163,7 +163,8 @@ export const knobs = {
     (raw) => {
       const ranges = list(raw);
       for (const r of ranges)
-        if (!/^[\d.]+\/\d{1,2}$|^[0-9a-f:]+\/\d{1,3}$/i.test(r)) throw new Error(`holds ${r}, which is not a CIDR range`);
+        if (!/^[\d.]+\/\d{1,2}$|^[0-9a-f:]+\/\d{1,3}$/i.test(r))
+          throw new Error(`holds ${r}, which is not a CIDR range`);
       return ranges;
     },
   ),

@@ -27,9 +27,9 @@ import { profileRoutes } from '../api/profiles/routes.ts';
 import { webhookRoutes } from '../api/webhooks/routes.ts';
 import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
 import { type DeliveryStore, RedisDeliveryStore, SqliteDeliveryStore } from '../processors/deliveries.ts';
+import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
-import type { DeviceActor } from '../processors/derive.ts';
 import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
 import { mailProcessor } from '../processors/mailer.ts';
 import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
@@ -57,7 +57,9 @@ export type Role = 'api' | 'projector' | 'processor' | 'dispatcher';
 export const ROLES: Role[] = ['api', 'projector', 'processor', 'dispatcher'];
 
 /** The version in User-Agent and /openapi.json. */
-export const VERSION: string = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
+export const VERSION: string = JSON.parse(
+  readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
+).version;
 
 export interface HubNode {
   config: Config;
@@ -358,7 +360,12 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
   const embedded = config.profile === 'embedded';
   const bus: Bus = embedded
     ? new MemoryBus({ logger })
-    : new KafkaBus({ brokers: config.kafkaBrokers, clientId: `hub-${process.pid}`, logger, prefix: config.kafkaPrefix });
+    : new KafkaBus({
+        brokers: config.kafkaBrokers,
+        clientId: `hub-${process.pid}`,
+        logger,
+        prefix: config.kafkaPrefix,
+      });
   await bus.ensureTopics([
     // One partition in memory: the processor's hand-off checkpoint is then one position.
     { topic: TOPICS.changes, partitions: embedded ? 1 : config.kafkaPartitions },

@@ -5,7 +5,7 @@
 import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { DatabaseSync } from 'node:sqlite';
+import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import type { Redis } from 'ioredis';
 import type { WebhookEvent } from './derive.ts';
 
@@ -81,6 +81,14 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
   private sweptAt = 0;
+  /** Finished attempts waiting for the next group commit. */
+  private finishing: {
+    job: Job;
+    attempt: AttemptRecord | null;
+    next: number | null;
+    done: (err?: Error) => void;
+  }[] = [];
+  private readonly sql: Record<'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease', StatementSync>;
 
   constructor(path: string, o: { retentionMs: number }) {
     mkdirSync(dirname(path), { recursive: true });
@@ -97,11 +105,24 @@ export class SqliteDeliveryStore implements DeliveryStore {
       CREATE INDEX IF NOT EXISTS attempts_sub_status ON attempts (subscription_id, status, started);
       CREATE INDEX IF NOT EXISTS attempts_event ON attempts (owner, event_id);`);
     this.emitter.setMaxListeners(0);
+    this.sql = {
+      insertAttempt: this.db.prepare(
+        'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      ),
+      reschedule: this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE job_id = ?'),
+      complete: this.db.prepare('UPDATE jobs SET due = NULL WHERE job_id = ?'),
+      due: this.db.prepare(
+        'SELECT job_id, due, body FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
+      ),
+      lease: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?'),
+    };
   }
 
   async enqueue(jobs: Job[]): Promise<void> {
     if (jobs.length === 0) return;
-    const insert = this.db.prepare('INSERT OR IGNORE INTO jobs (job_id, due, body, created) VALUES (?, ?, ?, ?)');
+    const insert = this.db.prepare(
+      'INSERT OR IGNORE INTO jobs (job_id, due, body, created) VALUES (?, ?, ?, ?)',
+    );
     const now = Date.now();
     this.db.exec('BEGIN');
     try {
@@ -115,26 +136,31 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
-    const rows = this.db
-      .prepare('SELECT job_id, due, body FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?')
-      .all(now, limit) as { job_id: string; due: number; body: string }[];
+    const rows = this.sql.due.all(now, limit) as { job_id: string; due: number; body: string }[];
     if (rows.length === 0) return [];
-    const lease = this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?');
     this.db.exec('BEGIN');
-    for (const r of rows) lease.run(now + leaseMs, r.job_id);
+    for (const r of rows) this.sql.lease.run(now + leaseMs, r.job_id);
     this.db.exec('COMMIT');
     return rows.map((r) => ({ job: JSON.parse(r.body) as Job, due: r.due }));
   }
 
-  async finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+  /** Group-committed: the attempts finished within one turn of the event loop share a transaction. */
+  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.finishing.push({ job, attempt, next, done: (err) => (err ? reject(err) : resolve()) });
+      if (this.finishing.length === 1) setImmediate(() => this.flushFinished());
+    });
+  }
+
+  private flushFinished(): void {
+    const batch = this.finishing;
+    this.finishing = [];
+    let failure: Error | undefined;
     this.db.exec('BEGIN');
     try {
-      if (attempt) {
-        this.db
-          .prepare(
-            'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
-          )
-          .run(
+      for (const { job, attempt, next } of batch) {
+        if (attempt) {
+          this.sql.insertAttempt.run(
             attempt.id,
             attempt.subscription_id,
             attempt.owner,
@@ -143,14 +169,17 @@ export class SqliteDeliveryStore implements DeliveryStore {
             Date.parse(attempt.started_at),
             JSON.stringify(attempt),
           );
+        }
+        if (next === null) this.sql.complete.run(job.job_id);
+        else this.sql.reschedule.run(next, JSON.stringify(job), job.job_id);
       }
-      this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE job_id = ?').run(next, JSON.stringify(job), job.job_id);
       this.db.exec('COMMIT');
     } catch (err) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      throw err;
+      failure = err as Error;
     }
-    if (next !== null) this.emitter.emit('enqueue');
+    for (const f of batch) f.done(failure);
+    if (!failure && batch.some((f) => f.next !== null)) this.emitter.emit('enqueue');
     this.sweep();
   }
 
@@ -164,12 +193,16 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async nextDue(): Promise<number | undefined> {
-    const row = this.db.prepare('SELECT min(due) AS due FROM jobs WHERE due IS NOT NULL').get() as { due: number | null };
+    const row = this.db.prepare('SELECT min(due) AS due FROM jobs WHERE due IS NOT NULL').get() as {
+      due: number | null;
+    };
     return row.due ?? undefined;
   }
 
   async pending(): Promise<{ count: number; oldestDue: number | undefined }> {
-    const row = this.db.prepare('SELECT count(*) AS n, min(due) AS due FROM jobs WHERE due IS NOT NULL').get() as {
+    const row = this.db
+      .prepare('SELECT count(*) AS n, min(due) AS due FROM jobs WHERE due IS NOT NULL')
+      .get() as {
       n: number;
       due: number | null;
     };
@@ -183,8 +216,11 @@ export class SqliteDeliveryStore implements DeliveryStore {
         : q.status
           ? 'subscription_id = ? AND status = ?'
           : 'subscription_id = ?';
-    const args: (string | number)[] = q.status && q.status !== 'failed' ? [subscription, q.status] : [subscription];
-    const total = (this.db.prepare(`SELECT count(*) AS n FROM attempts WHERE ${where}`).get(...args) as { n: number }).n;
+    const args: (string | number)[] =
+      q.status && q.status !== 'failed' ? [subscription, q.status] : [subscription];
+    const total = (
+      this.db.prepare(`SELECT count(*) AS n FROM attempts WHERE ${where}`).get(...args) as { n: number }
+    ).n;
     const rows = this.db
       .prepare(`SELECT body FROM attempts WHERE ${where} ORDER BY started DESC, id DESC LIMIT ? OFFSET ?`)
       .all(...args, q.limit, q.skip) as { body: string }[];
@@ -192,7 +228,9 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async attempt(id: string): Promise<AttemptRecord | undefined> {
-    const row = this.db.prepare('SELECT body FROM attempts WHERE id = ?').get(id) as { body: string } | undefined;
+    const row = this.db.prepare('SELECT body FROM attempts WHERE id = ?').get(id) as
+      | { body: string }
+      | undefined;
     return row ? (JSON.parse(row.body) as AttemptRecord) : undefined;
   }
 
@@ -209,6 +247,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async close(): Promise<void> {
+    while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
     this.emitter.removeAllListeners();
     if (this.db.isOpen) this.db.close();
   }
@@ -276,7 +315,8 @@ export class RedisDeliveryStore implements DeliveryStore {
   async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
     const flat = await this.redis.hubJobsClaim(now, limit, leaseMs);
     const out: { job: Job; due: number }[] = [];
-    for (let i = 0; i < flat.length; i += 2) out.push({ job: JSON.parse(flat[i]!) as Job, due: Number(flat[i + 1]) });
+    for (let i = 0; i < flat.length; i += 2)
+      out.push({ job: JSON.parse(flat[i]!) as Job, due: Number(flat[i + 1]) });
     return out;
   }
 

@@ -8,7 +8,12 @@ import { randomBytes } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { Agent, errors, request } from 'undici';
 import { unseal } from '../api/auth/secrets.ts';
-import { nextDelayS, type Subscription, subscriptions, webhookStream } from '../api/webhooks/subscriptions.ts';
+import {
+  nextDelayS,
+  type Subscription,
+  subscriptions,
+  webhookStream,
+} from '../api/webhooks/subscriptions.ts';
 import type { Bus, Consumer } from '../infra/bus/port.ts';
 import { TOPICS } from '../infra/bus/port.ts';
 import { load } from '../infra/eventstore/aggregate.ts';
@@ -26,8 +31,13 @@ export const RESPONSE_BODY_LIMIT = 4096;
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
 const PAUSED_RECHECK_MS = 5000;
-/** How long a job that found its subscription busy waits, ms. */
+/** How long a job that found its subscription's queue here full waits, ms. */
 const BUSY_RECHECK_MS = 1000;
+/** A claimed job is this dispatcher's for this long: if it dies, another claims the job after. */
+export const LEASE_MS = 300_000;
+/** Jobs waiting here per subscription, as a multiple of its attempts in flight: with the
+ * default 32 in flight and 10 s timeouts, the last waits at most 80 s, well within the lease. */
+const QUEUE_FACTOR = 8;
 
 export interface DispatcherOptions {
   bus: Bus;
@@ -93,6 +103,10 @@ export class Dispatcher {
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
   private readonly waiting = new Map<string, Job[]>(); // subscription → claimed jobs waiting
   private held = 0; // running + waiting
+  private readonly holding = new Set<string>(); // job ids running or waiting here
+  /** Attempt ids: a random prefix per process and a counter (unique without a syscall each). */
+  private readonly idPrefix = randomBytes(7).toString('hex');
+  private attempts = 0;
   private readonly cache = new Map<string, Cached>();
   private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
@@ -154,7 +168,8 @@ export class Dispatcher {
     this.wake?.();
     await this.loopDone;
     // Attempts in flight finish (bounded by the timeout); waiting jobs go back at their lease's end.
-    while (this.held > 0 && [...this.inFlight.values()].some((n) => n > 0)) await new Promise((r) => setTimeout(r, 20));
+    while (this.held > 0 && [...this.inFlight.values()].some((n) => n > 0))
+      await new Promise((r) => setTimeout(r, 20));
     this.unsubscribe?.();
     await this.agent.close();
   }
@@ -171,15 +186,15 @@ export class Dispatcher {
   }
 
   private async loop(): Promise<void> {
-    const lease = this.o.timeoutMs * 6;
     while (this.running) {
       try {
         const free = this.o.maxInFlight - this.held;
-        if (free <= 0) {
+        // Claim in batches: while most slots are busy, wait for a sixteenth of them to free.
+        if (free <= 0 || (this.held > 0 && free < Math.min(64, this.o.maxInFlight / 16))) {
           await this.sleep(1000); // woken when a slot frees
           continue;
         }
-        const claimed = await this.o.deliveries.claim(Date.now(), Math.min(free, 500), lease);
+        const claimed = await this.o.deliveries.claim(Date.now(), Math.min(free, 500), LEASE_MS);
         if (claimed.length === 0) {
           // Sleep until the next due job, at most a second (jobs other processes schedule), and
           // wake early for jobs enqueued or rescheduled here.
@@ -198,13 +213,15 @@ export class Dispatcher {
   /** A claimed job: started at once if its subscription has a free slot, else waits here. */
   private accept(job: Job, due: number): void {
     const sub = job.subscription_id;
+    if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
     const queue = this.waiting.get(sub) ?? [];
-    if (queue.length >= this.o.maxInFlightPerSubscription * 2) {
+    if (queue.length >= this.o.maxInFlightPerSubscription * QUEUE_FACTOR) {
       void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
       return;
     }
     queue.push(Object.assign(job, { due }));
     this.waiting.set(sub, queue);
+    this.holding.add(job.job_id);
     this.held++;
     this.pump(sub);
   }
@@ -216,6 +233,7 @@ export class Dispatcher {
       this.inFlight.set(sub, (this.inFlight.get(sub) ?? 0) + 1);
       void this.run(job as Job & { due: number }).finally(() => {
         this.inFlight.set(sub, this.inFlight.get(sub)! - 1);
+        this.holding.delete(job.job_id);
         this.held--;
         if (this.inFlight.get(sub) === 0 && !this.waiting.get(sub)?.length) {
           this.inFlight.delete(sub);
@@ -256,7 +274,11 @@ export class Dispatcher {
       if (!found.sub.enabled) return await deliveries.finish(job, null, Date.now() + PAUSED_RECHECK_MS);
       const attempt = await this.attempt(job, found);
       job.attempt = attempt.attempt;
-      await deliveries.finish(job, attempt, attempt.next_attempt_at ? Date.parse(attempt.next_attempt_at) : null);
+      await deliveries.finish(
+        job,
+        attempt,
+        attempt.next_attempt_at ? Date.parse(attempt.next_attempt_at) : null,
+      );
     } catch (err) {
       // Not recorded: the lease runs out and the job is claimed again.
       logger.warn({ err: (err as Error).message, job: job.job_id }, 'dispatcher: attempt not recorded');
@@ -264,7 +286,7 @@ export class Dispatcher {
   }
 
   private async attempt(job: Job & { due: number }, { sub, secrets }: Cached): Promise<AttemptRecord> {
-    const id = `del_${randomBytes(12).toString('hex')}`;
+    const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     const timestamp = Math.floor(Date.now() / 1000);
     const headers: Record<string, string> = {
@@ -331,7 +353,10 @@ export class Dispatcher {
       ) {
         outcome = 'timeout';
       } else outcome = 'network';
-      error = outcome === 'timeout' ? `no answer within ${this.o.timeoutMs} ms` : (e.cause?.code ?? e.code ?? e.message);
+      error =
+        outcome === 'timeout'
+          ? `no answer within ${this.o.timeoutMs} ms`
+          : (e.cause?.code ?? e.code ?? e.message);
     } finally {
       timer();
       this.metrics.inFlight.dec();
@@ -343,7 +368,8 @@ export class Dispatcher {
     if (outcome === '2xx') {
       if (job.event.created_ms) this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
     } else if (retryable(outcome, status)) {
-      const after = status === 429 || status === 503 ? retryAfterS(response?.headers['retry-after']) : undefined;
+      const after =
+        status === 429 || status === 503 ? retryAfterS(response?.headers['retry-after']) : undefined;
       const delay = nextDelayS(sub.retry_policy, n);
       if (delay === null) attemptStatus = 'dead_lettered';
       else {

@@ -94,7 +94,9 @@ export class Egress {
       ? [host]
       : await new Promise<string[]>((resolve, reject) =>
           lookup(host, { all: true }, (err, found) =>
-            err ? reject(new EgressError(`does not resolve (${err.code ?? err.message})`)) : resolve(found.map((a) => a.address)),
+            err
+              ? reject(new EgressError(`does not resolve (${err.code ?? err.message})`))
+              : resolve(found.map((a) => a.address)),
           ),
         );
     const refused = addresses.find((a) => !this.allows(a));
@@ -109,12 +111,15 @@ export class Egress {
       const ok = (found as { address: string; family: number }[]).filter((a) => this.allows(a.address));
       if (ok.length === 0 || ok.length < (found as unknown[]).length) {
         return callback(
-          Object.assign(new EgressError(`${hostname} resolves to an address that is not public`), { code: 'EHUBEGRESS' }),
+          Object.assign(new EgressError(`${hostname} resolves to an address that is not public`), {
+            code: 'EHUBEGRESS',
+          }),
           '',
           0,
         );
       }
-      if ((options as { all?: boolean }).all) return (callback as unknown as (e: null, a: typeof ok) => void)(null, ok);
+      if ((options as { all?: boolean }).all)
+        return (callback as unknown as (e: null, a: typeof ok) => void)(null, ok);
       callback(null, ok[0]!.address, ok[0]!.family);
     });
   };

@@ -14,7 +14,12 @@ export function signature(secret: string, id: string, timestamp: number, body: s
 }
 
 /** The `Webhook-Signature` value: one `v1,<hex>` entry per secret, separated by a space. */
-export function signatureHeader(secrets: string[], id: string, timestamp: number, body: string | Buffer): string {
+export function signatureHeader(
+  secrets: string[],
+  id: string,
+  timestamp: number,
+  body: string | Buffer,
+): string {
   return secrets.map((s) => `v1,${signature(s, id, timestamp, body)}`).join(' ');
 }
 
