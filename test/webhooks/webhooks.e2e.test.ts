@@ -365,6 +365,25 @@ describe('webhooks (e2e)', function () {
       assert.equal(rx.at('/ok/deleted').length, 0);
     });
 
+    it('shows deliveries in /metrics: attempts by outcome, durations, latency, retries, dead letters, backlog', async () => {
+      const text = await (await fetch(`${hub.url}/metrics`)).text();
+      const value = (re: RegExp) => Number(re.exec(text)?.[1] ?? Number.NaN);
+      for (const outcome of ['2xx', '3xx', '4xx', '5xx', 'timeout', 'network'])
+        assert.ok(
+          value(new RegExp(`^hub_webhook_attempts_total\\{outcome="${outcome}"\\} (\\d+)`, 'm')) >= 1,
+          outcome,
+        );
+      assert.ok(value(/^hub_webhook_attempt_duration_seconds_count (\d+)/m) >= 20);
+      assert.ok(value(/^hub_webhook_delivery_latency_seconds_count (\d+)/m) >= 1);
+      assert.ok(value(/^hub_webhook_retries_scheduled_total (\d+)/m) >= 8);
+      assert.ok(value(/^hub_webhook_dead_lettered_total (\d+)/m) >= 4);
+      // The 60-second retries of the status-class test are still pending.
+      assert.ok(value(/^hub_webhook_retry_backlog (\d+)/m) >= 7);
+      assert.ok(value(/^hub_webhook_retry_backlog_oldest_due_age_seconds (\S+)/m) >= 0);
+      assert.match(text, /^hub_webhook_attempts_in_flight \d+/m);
+      assert.doesNotMatch(text, /hub_webhook_\w+\{[^}]*(url|subscription|event)=/);
+    });
+
     it('a receiver that hangs does not slow deliveries to another subscription', async () => {
       const slow = await create('/hang/slow');
       const fast = await create('/ok/fast');
