@@ -240,6 +240,7 @@ export async function startNode(
       logger,
       metrics: metrics.registry,
       lease: embedded ? undefined : readStore,
+      name: `relay${config.kafkaPrefix ? `:${config.kafkaPrefix}` : ''}`,
     });
     const processor = new StreamProcessor({
       bus,

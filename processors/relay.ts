@@ -28,7 +28,10 @@ export function relay(o: {
   metrics: Registry;
   /** Distributed profile: the read store whose lease makes this the only running relay. */
   lease?: ReadStore;
+  /** Names the checkpoint and the lease: one relay per set of topics (HUB_KAFKA_PREFIX). */
+  name?: string;
 }): EventFollower {
+  const name = o.name ?? 'relay';
   const relayed = new Counter({
     name: 'hub_relay_events_total',
     help: 'Stored events put on the changes topic.',
@@ -45,12 +48,12 @@ export function relay(o: {
   const holdLease = async (): Promise<boolean> => {
     if (!o.lease) return true;
     if (Date.now() - renewed < LEASE_MS / 3) return true;
-    const held = await o.lease.lock('relay', owner, LEASE_MS);
+    const held = await o.lease.lock(name, owner, LEASE_MS);
     renewed = held ? Date.now() : 0;
     return held;
   };
   return new EventFollower({
-    name: 'relay',
+    name,
     store: o.store,
     checkpoints: o.checkpoints,
     logger: o.logger,
@@ -79,7 +82,7 @@ export function relay(o: {
       position.set(batch[batch.length - 1]!.position);
     },
     stopped: async () => {
-      if (o.lease && renewed) await o.lease.unlock('relay', owner).catch(() => {});
+      if (o.lease && renewed) await o.lease.unlock(name, owner).catch(() => {});
     },
   });
 }
