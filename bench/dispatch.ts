@@ -28,7 +28,7 @@ import { API_VERSION } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
-import { fmt, machine, percentile, writeSection } from './report.ts';
+import { fmt, isolatedDistributed, machine, percentile, writeSection } from './report.ts';
 
 const JOBS = Number(process.argv[2] ?? 60_000);
 const SUBSCRIPTIONS = 10;
@@ -222,7 +222,6 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
     HUB_LOGIN_LIMIT_PER_MINUTE: '1000000',
     HUB_WEBHOOK_ALLOW_HTTP: 'true',
     HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
-    HUB_KAFKA_PREFIX: `bench-${Date.now()}-`,
     ...env,
   });
   const call = async (method: string, path: string, body?: unknown, token?: string) => {
@@ -355,9 +354,8 @@ async function main() {
       await kafka.close();
       redis.disconnect();
       await pg.close();
-      e2e.push(
-        await endToEnd('distributed (all roles in one process)', rx.url, { HUB_PROFILE: 'distributed' }),
-      );
+      const env = await isolatedDistributed(4);
+      e2e.push(await endToEnd('distributed (all roles in one process)', rx.url, env));
     }
     const body = `## Webhook dispatch
 

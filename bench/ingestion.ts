@@ -11,7 +11,7 @@ import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { fmt, machine, writeSection } from './report.ts';
+import { fmt, isolatedDistributed, machine, writeSection } from './report.ts';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const DEVICES = 1000;
@@ -188,9 +188,10 @@ async function main() {
   }
   try {
     results.push(
-      await hubRun('distributed (PostgreSQL, Redis), all roles in one process', {
-        HUB_PROFILE: 'distributed',
-      }),
+      await hubRun(
+        'distributed (PostgreSQL, Redis, Kafka), all roles in one process',
+        isolatedDistributed(5),
+      ),
     );
   } catch (err) {
     process.stderr.write(`distributed run skipped: ${(err as Error).message} (npm run infra:up)\n`);

@@ -3,6 +3,8 @@
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
+import { Redis } from 'ioredis';
+import { loadConfig } from '../infra/config.ts';
 
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
@@ -38,3 +40,20 @@ export function writeSection(name: string, body: string): void {
 
 export const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+/** A distributed hub of its own: a fresh PostgreSQL schema and Kafka prefix, and a Redis
+ * database emptied for it (read models, checkpoints and schedules of earlier runs would mislead). */
+export async function isolatedDistributed(redisDb: number): Promise<Record<string, string>> {
+  const config = loadConfig();
+  const tag = `bench_${Date.now()}`;
+  const redisUrl = `${config.redisUrl.replace(/\/\d*$/, '')}/${redisDb}`;
+  const redis = new Redis(redisUrl);
+  await redis.flushdb();
+  redis.disconnect();
+  return {
+    HUB_PROFILE: 'distributed',
+    HUB_POSTGRES_URL: `${config.postgresUrl}${config.postgresUrl.includes('?') ? '&' : '?'}schema=${tag}`,
+    HUB_REDIS_URL: redisUrl,
+    HUB_KAFKA_PREFIX: `${tag}-`,
+  };
+}

@@ -102,7 +102,7 @@ export const knobs = {
   postgresUrl: knob(
     'HUB_POSTGRES_URL',
     'postgres://hub@127.0.0.1:5433/hub',
-    'PostgreSQL connection string (the event store of the distributed profile).',
+    'PostgreSQL connection string (the event store of the distributed profile); `?schema=<name>` uses a schema other than public.',
     url('postgres:', 'postgresql:'),
   ),
   esdbUrl: knob(

@@ -11,7 +11,11 @@ export async function openEventStore(config: Config): Promise<EventStore> {
     }
     case 'postgres': {
       const { PostgresEventStore } = await import('./postgres.ts');
-      return new PostgresEventStore({ url: config.postgresUrl });
+      // `?schema=<name>` keeps the events in a schema other than public (several hubs, benchmarks).
+      const url = new URL(config.postgresUrl);
+      const schema = url.searchParams.get('schema') ?? undefined;
+      url.searchParams.delete('schema');
+      return new PostgresEventStore({ url: url.href, schema });
     }
     case 'esdb': {
       const { EsdbEventStore } = await import('./esdb.ts');
