@@ -190,7 +190,7 @@ async function main() {
     results.push(
       await hubRun(
         'distributed (PostgreSQL, Redis, Kafka), all roles in one process',
-        isolatedDistributed(5),
+        await isolatedDistributed(5),
       ),
     );
   } catch (err) {
