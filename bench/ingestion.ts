@@ -211,7 +211,8 @@ async function main() {
 \`PATCH /devices/{id}/device-meta\` over ${CONNECTIONS} connections for ${SECONDS} s, round-robin over
 ${fmt(DEVICES)} devices, each with its own device token; every other request for a device changes its
 map, the others change nothing (and append nothing). The hub runs \`hub start\` in its own process
-(the per-address rate limit off: all load comes from one address). The ceiling is a bare
+(every role: the API, the projector, and the change pipeline that derives and delivers webhook
+events; the per-address rate limit off: all load comes from one address). The ceiling is a bare
 \`node:http\` server answering 200 to the same requests, in the same run. The load generator shares
 the machine's two cores with the server.
 
