@@ -5,7 +5,9 @@
 import { lookup } from 'node:dns';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 
-/** Loopback, private, link-local (cloud metadata), CGNAT, multicast, reserved, and their IPv6 kin. */
+/** Loopback, private, link-local (cloud metadata), CGNAT, multicast, reserved, and their IPv6 kin.
+ * (No rule for IPv4-mapped IPv6: BlockList would apply it to every IPv4 address; `allows`
+ * unwraps mapped addresses instead.) */
 const FORBIDDEN = new BlockList();
 for (const [net, bits] of [
   ['0.0.0.0', 8],
@@ -27,7 +29,6 @@ for (const [net, bits] of [
 for (const [net, bits] of [
   ['::', 128],
   ['::1', 128],
-  ['::ffff:0:0', 96], // IPv4-mapped: checked as IPv4 below
   ['64:ff9b::', 96],
   ['100::', 64],
   ['2001:db8::', 32],
