@@ -214,7 +214,7 @@ async function dispatchRun(
 /** PATCH device-meta at E2E_RATE/s for E2E_SECONDS to a whole hub; latency to the receiver. */
 async function endToEnd(target: string, receiver: string, env: Record<string, string>) {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
-  const hub = await startProcess(['bin/hub.ts', 'start'], {
+  const hubEnv = {
     HUB_PORT: '0',
     HUB_LOG_LEVEL: 'warn',
     HUB_DATA_DIR: dataDir,
@@ -223,7 +223,21 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
     HUB_WEBHOOK_ALLOW_HTTP: 'true',
     HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
     ...env,
-  });
+  };
+  // Distributed: each role its own process, as it is deployed; embedded: `hub start`.
+  const split = env.HUB_PROFILE === 'distributed';
+  const hub = await startProcess(['bin/hub.ts', split ? 'api' : 'start'], hubEnv);
+  const roles = split
+    ? ['projector', 'processor', 'dispatcher'].map((role) =>
+        // The mailer runs with the projector: its links point at the API.
+        spawn(process.execPath, ['bin/hub.ts', role], {
+          cwd: ROOT,
+          env: { ...process.env, ...hubEnv, HUB_PUBLIC_URL: hub.url },
+          stdio: 'inherit',
+        }),
+      )
+    : [];
+  if (split) await new Promise((r) => setTimeout(r, 5000)); // the consumers join their groups
   const call = async (method: string, path: string, body?: unknown, token?: string) => {
     const res = await request(`${hub.url}${path}`, {
       method: method as 'POST',
@@ -300,8 +314,10 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
       p99: percentile(latencies, 99),
     };
   } finally {
-    hub.child.kill('SIGTERM');
-    await new Promise((r) => hub.child.once('exit', r));
+    for (const child of [hub.child, ...roles]) {
+      child.kill('SIGTERM');
+      if (child.exitCode === null) await new Promise((r) => child.once('exit', r));
+    }
   }
 }
 
@@ -355,7 +371,9 @@ async function main() {
       redis.disconnect();
       await pg.close();
       const env = await isolatedDistributed(4);
-      e2e.push(await endToEnd('distributed (all roles in one process)', rx.url, env));
+      e2e.push(
+        await endToEnd('distributed (api, projector, processor, dispatcher: one process each)', rx.url, env),
+      );
     }
     const body = `## Webhook dispatch
 
@@ -377,7 +395,8 @@ Attempt durations are histogram bucket bounds.
 
 ### End-to-end latency
 
-A whole hub (\`hub start\`) receives \`PATCH /devices/{id}/device-meta\` at ${fmt(E2E_RATE)} requests/s for
+A whole hub (embedded: \`hub start\`; distributed: \`hub api\`, \`hub projector\`, \`hub processor\` and
+\`hub dispatcher\`, one process each) receives \`PATCH /devices/{id}/device-meta\` at ${fmt(E2E_RATE)} requests/s for
 ${E2E_SECONDS} s over ${E2E_DEVICES} devices; each change is delivered to one subscription; the receiver measures the
 time from the request being sent to the delivery arriving.
 

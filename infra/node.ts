@@ -249,10 +249,13 @@ export async function startNode(
         ? new MemoryActorStates<DeviceActor>()
         : new RedisActorStates<DeviceActor>(stores.redis!, 'device'),
       log: stores.eventLog,
-      subscriptions: projectedSubscriptions(readStore),
+      // Distributed: an owner's subscriptions are read from Redis at most once a second, so a
+      // change takes effect within a second of being projected (embedded: at once).
+      subscriptions: projectedSubscriptions(readStore, embedded ? 0 : 1000),
       logger,
       metrics: new ProcessorMetrics(metrics.registry),
       concurrency: config.processorConcurrency,
+      partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
       handOff: embedded ? { checkpoints: stores.checkpoints, name: 'processor-handoff' } : undefined,
     });
     await processor.start();

@@ -44,14 +44,29 @@ export interface Subscriptions {
   of(owner: string): Promise<SubscriptionFilter[]>;
 }
 
-/** The subscriptions of the `webhooks` read model. */
-export function projectedSubscriptions(readStore: ReadStore): Subscriptions {
+/**
+ * The subscriptions of the `webhooks` read model. With `cacheMs`, an owner's list is reused for
+ * that long (the processor: a subscription created or changed takes effect within it).
+ */
+export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0): Subscriptions {
+  const cache = new Map<string, { at: number; subs: Promise<SubscriptionFilter[]> }>();
+  const read = async (owner: string) => {
+    const generation = await readStore.activeGeneration('webhooks');
+    const ids = await readStore.range('webhooks', generation, `webhooks-of:${owner}`);
+    const docs = await Promise.all(ids.map((id) => readStore.get('webhooks', generation, `webhook:${id}`)));
+    return docs.filter((d) => d !== undefined) as unknown as SubscriptionFilter[];
+  };
   return {
-    async of(owner) {
-      const generation = await readStore.activeGeneration('webhooks');
-      const ids = await readStore.range('webhooks', generation, `webhooks-of:${owner}`);
-      const docs = await Promise.all(ids.map((id) => readStore.get('webhooks', generation, `webhook:${id}`)));
-      return docs.filter((d) => d !== undefined) as unknown as SubscriptionFilter[];
+    of(owner) {
+      if (cacheMs === 0) return read(owner);
+      const now = Date.now();
+      const hit = cache.get(owner);
+      if (hit && now - hit.at < cacheMs) return hit.subs;
+      const subs = read(owner);
+      subs.catch(() => cache.delete(owner));
+      cache.set(owner, { at: now, subs });
+      if (cache.size > 10_000) cache.delete(cache.keys().next().value as string);
+      return subs;
     },
   };
 }
@@ -236,7 +251,7 @@ export class StreamProcessor {
     const { out: events, changed } = await this.runtime(partition).run(batch);
     await this.o.log.append(events);
     const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
-    await this.o.bus.send(TOPICS.deliveries, jobs);
+    await this.o.bus.send(TOPICS.deliveries, jobs, { ordered: false }); // deliveries promise no order
     metrics.jobs.inc(jobs.length);
     // Saved last: a crash before this derives the batch again, into the same ids.
     await this.o.states.save(changed);

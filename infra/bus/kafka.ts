@@ -8,7 +8,10 @@ import type { Bus, ConsumeOptions, Consumer, InMessage, OutMessage } from './por
 export class KafkaBus implements Bus {
   readonly kind = 'kafka';
   private readonly kafka: Kafka;
+  /** Idempotent, one request in flight: keys keep their order across retries (the relay). */
   private producer: Promise<Producer> | undefined;
+  /** Acks from all in-sync replicas, many requests in flight: for messages whose order is free. */
+  private unordered: Promise<Producer> | undefined;
   private readonly consumers = new Set<Consumer>();
   /** Put before every topic and group name (HUB_KAFKA_PREFIX). */
   private readonly prefix: string;
@@ -65,25 +68,33 @@ export class KafkaBus implements Bus {
     }
   }
 
-  private connectedProducer(): Promise<Producer> {
-    this.producer ??= (async () => {
-      const producer = this.kafka.producer({
-        idempotent: true,
-        maxInFlightRequests: 1,
-        createPartitioner: Partitioners.DefaultPartitioner,
-      });
+  private connectedProducer(ordered: boolean): Promise<Producer> {
+    const make = async () => {
+      const producer = this.kafka.producer(
+        ordered
+          ? { idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner }
+          : { createPartitioner: Partitioners.DefaultPartitioner },
+      );
       await producer.connect();
       return producer;
-    })().catch((err) => {
-      this.producer = undefined;
+    };
+    if (ordered) {
+      this.producer ??= make().catch((err) => {
+        this.producer = undefined;
+        throw err;
+      });
+      return this.producer;
+    }
+    this.unordered ??= make().catch((err) => {
+      this.unordered = undefined;
       throw err;
     });
-    return this.producer;
+    return this.unordered;
   }
 
-  async send(topic: string, messages: OutMessage[]): Promise<void> {
+  async send(topic: string, messages: OutMessage[], options: { ordered?: boolean } = {}): Promise<void> {
     if (messages.length === 0) return;
-    const producer = await this.connectedProducer();
+    const producer = await this.connectedProducer(options.ordered ?? true);
     await producer.send({
       topic: this.prefix + topic,
       acks: -1,
@@ -156,7 +167,9 @@ export class KafkaBus implements Bus {
 
   async close(): Promise<void> {
     await Promise.all([...this.consumers].map((c) => c.stop()));
-    const producer = await this.producer?.catch(() => undefined);
-    await producer?.disconnect();
+    for (const p of [this.producer, this.unordered]) {
+      const producer = await p?.catch(() => undefined);
+      await producer?.disconnect();
+    }
   }
 }

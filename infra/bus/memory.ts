@@ -49,7 +49,7 @@ export class MemoryBus implements Bus {
     return p;
   }
 
-  async send(topic: string, messages: OutMessage[]): Promise<void> {
+  async send(topic: string, messages: OutMessage[], _options?: { ordered?: boolean }): Promise<void> {
     const partitions = this.partitionsOf(topic);
     const touched = new Set<Partition>();
     for (const m of messages) {

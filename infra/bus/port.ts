@@ -48,8 +48,12 @@ export interface Bus {
   readonly kind: string;
   /** Creates the topics that are missing (existing ones keep their partitions). */
   ensureTopics(topics: { topic: string; partitions: number }[]): Promise<void>;
-  /** Resolves once every message is durably accepted (Kafka: by all in-sync replicas). */
-  send(topic: string, messages: OutMessage[]): Promise<void>;
+  /**
+   * Resolves once every message is durably accepted (Kafka: by all in-sync replicas). `ordered`
+   * (the default) keeps each key's messages in the order sent even across retries; without it a
+   * sender may have several requests in flight (for messages whose order does not matter).
+   */
+  send(topic: string, messages: OutMessage[], options?: { ordered?: boolean }): Promise<void>;
   consume(options: ConsumeOptions): Promise<Consumer>;
   close(): Promise<void>;
 }
