@@ -28,7 +28,7 @@ import { API_VERSION } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
-import { fmt, isolatedDistributed, machine, percentile, writeSection } from './report.ts';
+import { fmt, isolatedDistributed, machine, percentile, startListening, writeSection } from './report.ts';
 
 const JOBS = Number(process.argv[2] ?? 60_000);
 const SUBSCRIPTIONS = 10;
@@ -60,24 +60,6 @@ const RECEIVER = `
   server.keepAliveTimeout = 60000;
   server.listen(0, '127.0.0.1', () => console.log('listening on http://127.0.0.1:' + server.address().port));
 `;
-
-async function startProcess(args: string[], env: Record<string, string>) {
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`exited with ${code}`)));
-  });
-  return { child, url };
-}
 
 async function ceiling(url: string): Promise<number> {
   const agent = new Agent({ connections: 128, keepAliveTimeout: 30_000 });
@@ -226,7 +208,7 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
   };
   // Distributed: each role its own process, as it is deployed; embedded: `hub start`.
   const split = env.HUB_PROFILE === 'distributed';
-  const hub = await startProcess(['bin/hub.ts', split ? 'api' : 'start'], hubEnv);
+  const hub = await startListening(['bin/hub.ts', split ? 'api' : 'start'], hubEnv);
   const roles = split
     ? ['projector', 'processor', 'dispatcher'].map((role) =>
         // The mailer runs with the projector: its links point at the API.
@@ -323,7 +305,7 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
 
 async function main() {
   const config = loadConfig();
-  const rx = await startProcess(['-e', RECEIVER], {});
+  const rx = await startListening(['-e', RECEIVER], {});
   let bare: ChildProcess | undefined = rx.child;
   try {
     const plain = await ceiling(rx.url);

@@ -1,22 +1,12 @@
-// Device metadata ingestion: PATCH /devices/{id}/device-meta from this process (autocannon) to a
-// hub running in its own process, 1,000 devices, 128 connections, maps alternating between changed
-// and unchanged; on the embedded and the distributed profile, beside a bare node:http server
-// answering 200 to the same load, measured in the same run as the ceiling of the machine.
-//
-//   node bench/ingestion.ts [seconds]     (the distributed run needs `npm run infra:up`)
-//   HUB_BENCH_EMBEDDED_ONLY=1             bare and embedded only, printed, docs untouched
-//   HUB_BENCH_NODE_ARGS="--cpu-prof"      extra node flags for the hub process (profiling)
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { fmt, isolatedDistributed, machine, writeSection } from './report.ts';
+import { fmt, isolatedDistributed, machine, startListening, writeSection } from './report.ts';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const DEVICES = 1000;
 const CONNECTIONS = 128;
-const ROOT = new URL('..', import.meta.url).pathname;
 
 const BARE = `
   const http = require('node:http');
@@ -26,27 +16,6 @@ const BARE = `
   });
   server.listen(0, '127.0.0.1', () => console.log('listening on http://127.0.0.1:' + server.address().port));
 `;
-
-async function startProcess(
-  args: string[],
-  env: Record<string, string>,
-): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m) resolve(m[1]!);
-    });
-    child.once('exit', (code) => reject(new Error(`exited with ${code}`)));
-  });
-  return { child, url };
-}
 
 async function json(url: string, method: string, body?: unknown, token?: string) {
   const res = await fetch(url, {
@@ -148,7 +117,7 @@ async function load(
 
 async function hubRun(target: string, env: Record<string, string>): Promise<Result> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
-  const { child, url } = await startProcess(
+  const { child, url } = await startListening(
     [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), 'bin/hub.ts', 'start'],
     {
       HUB_PORT: '0',
@@ -172,7 +141,7 @@ async function hubRun(target: string, env: Record<string, string>): Promise<Resu
 
 async function main() {
   const results: Result[] = [];
-  const bare = await startProcess(['-e', BARE], {});
+  const bare = await startListening(['-e', BARE], {});
   try {
     process.stderr.write(`bare node:http: loading for ${SECONDS} s\n`);
     results.push(await load('bare node:http server (ceiling)', bare.url, undefined));

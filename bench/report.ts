@@ -1,6 +1,7 @@
 // Shared by the benchmarks: percentiles, the machine line, and writing one section of
 // docs/benchmarks.md between markers, so each benchmark updates its own table only.
 
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { Redis } from 'ioredis';
@@ -56,4 +57,28 @@ export async function isolatedDistributed(redisDb: number): Promise<Record<strin
     HUB_REDIS_URL: redisUrl,
     HUB_KAFKA_PREFIX: `${tag}-`,
   };
+}
+
+const ROOT = new URL('..', import.meta.url).pathname;
+
+/** A Node process (a hub, a receiver, a bare server) resolved once it prints "listening on <url>". */
+export async function startListening(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) => reject(new Error(`exited with ${code}`)));
+  });
+  return { child, url };
 }
