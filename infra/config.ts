@@ -170,8 +170,8 @@ export const knobs = {
   ),
   webhookRotationWindowS: knob(
     'HUB_WEBHOOK_ROTATION_WINDOW_S',
-    '86400',
-    'After rotate-secret, how long the previous secret still signs deliveries beside the new one, seconds (or until the next rotation).',
+    '0',
+    'After rotate-secret, how long the previous secret still signs beside the new one, seconds; 0: until the next rotation (the specification).',
     int(0, 86_400 * 30),
   ),
   dispatcherMaxInFlight: knob(

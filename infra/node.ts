@@ -257,6 +257,7 @@ export async function startNode(
       concurrency: config.processorConcurrency,
       partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
       handOff: embedded ? { checkpoints: stores.checkpoints, name: 'processor-handoff' } : undefined,
+      enqueue: embedded ? (jobs) => stores.deliveries.enqueue(jobs) : undefined,
     });
     await processor.start();
     changeRelay.start();

@@ -15,7 +15,7 @@ import {
   webhookStream,
 } from '../api/webhooks/subscriptions.ts';
 import type { Bus, Consumer } from '../infra/bus/port.ts';
-import { TOPICS } from '../infra/bus/port.ts';
+import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
 import { load } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
@@ -54,7 +54,7 @@ export interface DispatcherOptions {
   maxInFlight: number;
   /** Attempts in flight per subscription in this process. */
   maxInFlightPerSubscription: number;
-  /** How long after a rotation the previous secret still signs, ms. */
+  /** How long after a rotation the previous secret still signs, ms (0: until the next rotation). */
   rotationWindowMs: number;
 }
 
@@ -131,7 +131,8 @@ export class Dispatcher {
       partitionsConcurrently: 4,
       handle: async (messages) => {
         const jobs = messages.map((m) => {
-          const j = registry.decode('DeliveryJob', 1, m.value) as {
+          const version = Number(/\.v(\d+)$/.exec(m.headers[SCHEMA_HEADER] ?? '')?.[1] ?? 1);
+          const j = registry.decode('DeliveryJob', version, m.value) as {
             job_id: string;
             subscription_id: string;
             owner: string;
@@ -251,7 +252,8 @@ export class Dispatcher {
     // The embedded store's aggregate cache is authoritative and cheap, so a deletion or a pause
     // holds from the next attempt on; elsewhere a view at most a second old spares the store a
     // read per attempt.
-    const overlapEnds = (s: Subscription) => s.rotated + this.o.rotationWindowMs;
+    const overlapEnds = (s: Subscription) =>
+      this.o.rotationWindowMs === 0 ? Number.POSITIVE_INFINITY : s.rotated + this.o.rotationWindowMs;
     if (hit && !this.o.store.exclusiveWriter && now - hit.at < 1000) return hit;
     const { state } = await load(this.o.store, webhookStream(id), subscriptions);
     if (!state.id) return undefined;

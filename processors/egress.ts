@@ -30,6 +30,10 @@ for (const [net, bits] of [
   ['::', 128],
   ['::1', 128],
   ['64:ff9b::', 96],
+  ['64:ff9b:1::', 48],
+  ['2001::', 32], // Teredo
+  ['2002::', 16], // 6to4
+  ['fec0::', 10],
   ['100::', 64],
   ['2001:db8::', 32],
   ['fc00::', 7],
@@ -95,13 +99,12 @@ export class Egress {
       ? [host]
       : await new Promise<string[]>((resolve, reject) =>
           lookup(host, { all: true }, (err, found) =>
-            err
-              ? reject(new EgressError(`does not resolve (${err.code ?? err.message})`))
-              : resolve(found.map((a) => a.address)),
+            err ? reject(new EgressError('does not resolve')) : resolve(found.map((a) => a.address)),
           ),
         );
-    const refused = addresses.find((a) => !this.allows(a));
-    if (refused) throw new EgressError(`resolves to ${refused}, which is not a public address`);
+    // Which address it was stays out of the answer: it would tell what internal names resolve to.
+    if (addresses.some((a) => !this.allows(a)))
+      throw new EgressError('does not resolve to public addresses only');
   }
 
   /** A lookup for undici's connector: resolves, refuses forbidden addresses, and hands back

@@ -12,6 +12,7 @@ import type { ReadStore } from '../infra/readstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
+import type { Job } from './deliveries.ts';
 import { type Change, type DeviceActor, derive, initialActor, type WebhookEvent } from './derive.ts';
 import type { EventLog } from './eventlog.ts';
 
@@ -162,6 +163,11 @@ export interface ProcessorOptions {
    * this checkpoint are derived and logged without jobs; it moves as jobs are handed off.
    */
   handOff?: { checkpoints: CheckpointStore; name: string };
+  /**
+   * Embedded profile: jobs go straight into the durable schedule (the in-process bus is memory
+   * only, and the hand-off checkpoint may move only past jobs that are stored).
+   */
+  enqueue?: (jobs: Job[]) => Promise<void>;
 }
 
 export class StreamProcessor {
@@ -228,7 +234,7 @@ export class StreamProcessor {
 
   private async handle(messages: InMessage[], partition: number): Promise<void> {
     const { registry, metrics } = this.o;
-    const batch = messages.map((m) => {
+    const batch = messages.flatMap((m) => {
       const version = Number(/\.v(\d+)$/.exec(m.headers[SCHEMA_HEADER] ?? '')?.[1] ?? 1);
       const r = registry.decode(CHANGE_SCHEMA, version, m.value) as {
         id: string;
@@ -238,6 +244,8 @@ export class StreamProcessor {
         created: number;
         data: string;
       };
+      // Only device and trail streams concern device actors; other changes pass by.
+      if (!r.stream.startsWith('device-') && !r.stream.startsWith('trail-')) return [];
       const change: Change = {
         id: r.id,
         type: r.type,
@@ -246,12 +254,18 @@ export class StreamProcessor {
         created: Number(r.created),
         data: JSON.parse(r.data),
       };
-      return { key: m.key, message: change };
+      return [{ key: m.key, message: change }];
     });
     const { out: events, changed } = await this.runtime(partition).run(batch);
     await this.o.log.append(events);
     const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
-    await this.o.bus.send(TOPICS.deliveries, jobs, { ordered: false }); // deliveries promise no order
+    if (this.o.enqueue) await this.o.enqueue(jobs);
+    else
+      await this.o.bus.send(
+        TOPICS.deliveries,
+        jobs.map((j) => this.encodeJob(j)),
+        { ordered: false }, // deliveries promise no order
+      );
     metrics.jobs.inc(jobs.length);
     // Saved last: a crash before this derives the batch again, into the same ids.
     await this.o.states.save(changed);
@@ -264,10 +278,27 @@ export class StreamProcessor {
     }
   }
 
-  private async jobsFor(events: WebhookEvent[]): Promise<OutMessage[]> {
+  private encodeJob(j: Job): OutMessage {
     const { registry } = this.o;
+    return {
+      key: j.subscription_id,
+      value: registry.encode(JOB_SCHEMA, {
+        job_id: j.job_id,
+        subscription_id: j.subscription_id,
+        owner: j.owner,
+        kind: j.kind,
+        attempt: 1,
+        not_before: 0,
+        event: { ...j.event, data: JSON.stringify(j.event.data) },
+      }),
+      headers: { [SCHEMA_HEADER]: `${JOB_SCHEMA}.v${registry.currentVersion(JOB_SCHEMA)}` },
+    };
+  }
+
+  private async jobsFor(events: WebhookEvent[]): Promise<Job[]> {
     const byOwner = new Map<string, Promise<SubscriptionFilter[]>>();
-    const jobs: OutMessage[] = [];
+    const jobs: Job[] = [];
+    const now = Date.now();
     for (const e of events) {
       let subs = byOwner.get(e.owner);
       if (!subs) {
@@ -277,17 +308,13 @@ export class StreamProcessor {
       for (const sub of await subs) {
         if (!matches(sub, e)) continue;
         jobs.push({
-          key: sub.id,
-          value: registry.encode(JOB_SCHEMA, {
-            job_id: jobId(e.id, sub.id),
-            subscription_id: sub.id,
-            owner: e.owner,
-            kind: 'event',
-            attempt: 1,
-            not_before: 0,
-            event: { ...e, data: JSON.stringify(e.data) },
-          }),
-          headers: { [SCHEMA_HEADER]: `${JOB_SCHEMA}.v${registry.currentVersion(JOB_SCHEMA)}` },
+          job_id: jobId(e.id, sub.id),
+          subscription_id: sub.id,
+          owner: e.owner,
+          kind: 'event',
+          event: e,
+          attempt: 0,
+          enqueued: now,
         });
       }
     }

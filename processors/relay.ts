@@ -17,6 +17,13 @@ import { aggregateKey } from './derive.ts';
 import { EventFollower } from './follower.ts';
 
 const SCHEMA = 'ChangeRecord';
+
+/** Fields that never leave the event store: password and token hashes, sealed secrets, challenges. */
+const SECRET_FIELD = /(secret|password|hash|challenge|sealed)/i;
+export function redacted(data: unknown): unknown {
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) return data;
+  return Object.fromEntries(Object.entries(data).filter(([k]) => !SECRET_FIELD.test(k)));
+}
 const LEASE_MS = 10_000;
 
 export function relay(o: {
@@ -72,7 +79,7 @@ export function relay(o: {
             position: e.position,
             created: e.created,
             schema_version: o.registry.has(e.type) ? o.registry.currentVersion(e.type) : 1,
-            data: JSON.stringify(e.data),
+            data: JSON.stringify(redacted(e.data)),
             metadata: JSON.stringify(e.metadata ?? {}),
           }),
           headers: header,

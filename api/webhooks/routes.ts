@@ -46,7 +46,8 @@ const FIELDS = {
     type: 'object',
     maxProperties: 20,
     propertyNames: { pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" },
-    additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[^\\r\\n]*$' },
+    // Visible Latin-1 and tabs only: what HTTP/1.1 (and undici) can send as a header value.
+    additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[\\t\\x20-\\x7e\\x80-\\xff]*$' },
     description:
       'Header name → value, sent with every delivery. Webhook-*, Content-Type, User-Agent, Host and other framing headers are refused.',
   },

@@ -13,6 +13,7 @@ import {
   type WebhookEvent,
 } from '../../processors/derive.ts';
 import { jobId, matches, type SubscriptionFilter } from '../../processors/processor.ts';
+import { redacted } from '../../processors/relay.ts';
 
 const PRN = 'prn:::devices:/0123456789abcdef01234567';
 const OWNER = 'prn:::accounts:/alice';
@@ -251,5 +252,23 @@ describe('actor runtime (unit)', () => {
     ]);
     assert.deepEqual(second.changed.get('k1')!.seen, [1, 5, 6]);
     assert.equal(loads, 5);
+  });
+});
+
+describe('change relay records (unit)', () => {
+  it('leave out password and token hashes, sealed secrets and challenges', () => {
+    assert.deepEqual(
+      redacted({
+        account_id: 'a',
+        password_hash: 'scrypt$…',
+        token_hash: 'x',
+        secret_sealed: 'y',
+        previous_sealed: 'z',
+        secret_hash: 'h',
+        challenge: 'c',
+        nick: 'n',
+      }),
+      { account_id: 'a', nick: 'n' },
+    );
   });
 });

@@ -37,7 +37,7 @@ describe('webhook egress rules (unit)', () => {
   });
 
   it('refuses a URL whose name resolves to a private address, at saving and in the connector', async () => {
-    await assert.rejects(strict.checkReachable('https://localhost/hook'), /not a public address/);
+    await assert.rejects(strict.checkReachable('https://localhost/hook'), /public addresses only/);
     const { error } = await new Promise<{ error: Error | null }>((resolve) =>
       strict.lookup('localhost', {}, (error) => resolve({ error })),
     );
