@@ -102,7 +102,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
       CREATE TABLE IF NOT EXISTS attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
         event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT;
       CREATE INDEX IF NOT EXISTS attempts_sub ON attempts (subscription_id, started);
-      CREATE INDEX IF NOT EXISTS attempts_sub_status ON attempts (subscription_id, status, started);
+      DROP INDEX IF EXISTS attempts_sub_status;
+      CREATE INDEX IF NOT EXISTS attempts_failed ON attempts (subscription_id, status, started) WHERE status != 'succeeded';
       CREATE INDEX IF NOT EXISTS attempts_event ON attempts (owner, event_id);`);
     this.emitter.setMaxListeners(0);
     this.sql = {
@@ -210,17 +211,21 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
+    // Failure filters repeat the partial index's condition, so they use it; successes are counted
+    // as all attempts less failures, both from an index.
+    const failed = "subscription_id = ? AND status != 'succeeded'";
     const where =
       q.status === 'failed'
-        ? "subscription_id = ? AND status IN ('failed', 'dead_lettered')"
-        : q.status
-          ? 'subscription_id = ? AND status = ?'
-          : 'subscription_id = ?';
-    const args: (string | number)[] =
-      q.status && q.status !== 'failed' ? [subscription, q.status] : [subscription];
-    const total = (
-      this.db.prepare(`SELECT count(*) AS n FROM attempts WHERE ${where}`).get(...args) as { n: number }
-    ).n;
+        ? failed
+        : q.status === 'dead_lettered'
+          ? `${failed} AND status = 'dead_lettered'`
+          : q.status === 'succeeded'
+            ? "subscription_id = ? AND status = 'succeeded'"
+            : 'subscription_id = ?';
+    const args: (string | number)[] = [subscription];
+    const count = (w: string) =>
+      (this.db.prepare(`SELECT count(*) AS n FROM attempts WHERE ${w}`).get(subscription) as { n: number }).n;
+    const total = q.status === 'succeeded' ? count('subscription_id = ?') - count(failed) : count(where);
     const rows = this.db
       .prepare(`SELECT body FROM attempts WHERE ${where} ORDER BY started DESC, id DESC LIMIT ? OFFSET ?`)
       .all(...args, q.limit, q.skip) as { body: string }[];
