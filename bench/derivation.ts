@@ -125,6 +125,8 @@ async function derivation(bus: KafkaBus, redis: Redis, readStore: RedisReadStore
     metrics,
     concurrency: config.processorConcurrency,
     partitionsConcurrently: PARTITIONS,
+    // No subscription matches here: there are no jobs to hand off.
+    handOff: async () => {},
   });
   const rss: number[] = [];
   let first = 0;

@@ -7,15 +7,13 @@
 //   node bench/dispatch.ts [jobs]     (the distributed runs need `npm run infra:up`)
 //   HUB_BENCH_PRINT_ONLY=1            printed, docs untouched
 import { type ChildProcess, spawn } from 'node:child_process';
-import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
 import { Agent, request } from 'undici';
-import { seal } from '../api/auth/secrets.ts';
-import { webhookStream } from '../api/webhooks/subscriptions.ts';
 import { KafkaBus } from '../infra/bus/kafka.ts';
 import { MemoryBus } from '../infra/bus/memory.ts';
 import { type Bus, SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
@@ -28,7 +26,17 @@ import { API_VERSION } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
-import { fmt, isolatedDistributed, machine, percentile, startListening, writeSection } from './report.ts';
+import {
+  benchDevices,
+  benchSubscription,
+  benchUser,
+  fmt,
+  isolatedDistributed,
+  machine,
+  percentile,
+  startListening,
+  writeSection,
+} from './report.ts';
 
 const JOBS = Number(process.argv[2] ?? 60_000);
 const SUBSCRIPTIONS = 10;
@@ -89,31 +97,17 @@ async function dispatchRun(
   o: { bus: Bus; store: EventStore; deliveries: DeliveryStore; prefill: boolean },
 ): Promise<{ target: string; rate: number; p50: number; p99: number }> {
   const sealKey = randomBytes(32);
-  const subs = Array.from({ length: SUBSCRIPTIONS }, () => randomBytes(12).toString('hex'));
   const owner = `prn:::accounts:/bench-${randomBytes(3).toString('hex')}`;
-  for (const id of subs) {
-    await o.store.append(webhookStream(id), [
-      {
-        id: randomUUID(),
-        type: 'WebhookCreated',
-        data: {
-          webhook_id: id,
-          owner_prn: owner,
-          nick: 'bench',
-          url: `${receiver}/ok`,
-          description: '',
-          event_types: ['device.device_meta.updated'],
-          enabled: true,
-          devices: [],
-          user_meta_keys: [],
-          device_meta_keys: [],
-          custom_headers: {},
-          retry_policy: null,
-          secret_sealed: seal(sealKey, 'whsec_bench'),
-        },
-      },
-    ]);
-  }
+  const subs: string[] = [];
+  for (let i = 0; i < SUBSCRIPTIONS; i++)
+    subs.push(
+      await benchSubscription(o.store, {
+        owner,
+        url: `${receiver}/ok`,
+        eventType: 'device.device_meta.updated',
+        sealKey,
+      }),
+    );
   await o.bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 12 }]);
   const messages = Array.from({ length: JOBS }, (_, i) => {
     const now = Date.now();
@@ -231,40 +225,14 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
     return text ? JSON.parse(text) : undefined;
   };
   try {
-    const nick = `e2e${Date.now()}`;
-    const account = await call('POST', '/auth/accounts', {
-      email: `${nick}@example.com`,
-      nick,
-      password: 'bench-password',
-    });
-    await call('POST', new URL(account['redirect-uri']).pathname, {});
-    let link = '';
-    for (let i = 0; i < 200 && !link; i++) {
-      await new Promise((r) => setTimeout(r, 50));
-      try {
-        for (const f of readdirSync(join(dataDir, 'mail'))) {
-          const m = /(http\S+\/auth\/verify\?token=\S+)/.exec(
-            JSON.parse(readFileSync(join(dataDir, 'mail', f), 'utf8')).text,
-          );
-          if (m) link = m[1]!;
-        }
-      } catch {}
-    }
-    await request(link);
-    const { token } = await call('POST', '/auth/login', { username: nick, password: 'bench-password' });
+    const token = await benchUser(hub.url, dataDir);
     await call(
       'POST',
       '/webhooks/',
       { nick: 'e2e', url: `${receiver}/lat`, event_types: ['device.device_meta.updated'], enabled: true },
       token,
     );
-    const devices = await Promise.all(
-      Array.from({ length: E2E_DEVICES }, async () => {
-        const d = await call('POST', '/devices', {}, token);
-        const login = await call('POST', '/auth/login', { username: d.prn, password: d.secret });
-        return { id: d.id as string, token: login.token as string };
-      }),
-    );
+    const devices = await benchDevices(hub.url, token, E2E_DEVICES);
     await request(receiver); // drain
     const interval = 1000 / E2E_RATE;
     const started = performance.now();

@@ -1,8 +1,16 @@
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
-import { fmt, isolatedDistributed, machine, startListening, writeSection } from './report.ts';
+import {
+  benchDevices,
+  benchUser,
+  fmt,
+  isolatedDistributed,
+  machine,
+  startListening,
+  writeSection,
+} from './report.ts';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const DEVICES = 1000;
@@ -17,54 +25,9 @@ const BARE = `
   server.listen(0, '127.0.0.1', () => console.log('listening on http://127.0.0.1:' + server.address().port));
 `;
 
-async function json(url: string, method: string, body?: unknown, token?: string) {
-  const res = await fetch(url, {
-    method,
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  // biome-ignore lint/suspicious/noExplicitAny: bench reads arbitrary JSON
-  const data: any = await res.json();
-  if (!res.ok) throw new Error(`${method} ${url}: ${res.status} ${JSON.stringify(data)}`);
-  return data;
-}
-
 /** A user, verified through the emailed link, and 1,000 logged-in devices. */
 async function fleet(url: string, dataDir: string): Promise<{ id: string; token: string }[]> {
-  const nick = `bench${Date.now()}`;
-  const account = await json(`${url}/auth/accounts`, 'POST', {
-    email: `${nick}@example.com`,
-    nick,
-    password: 'bench-password',
-  });
-  await json(new URL(account['redirect-uri']).href, 'POST', {});
-  let link = '';
-  for (let i = 0; i < 200 && !link; i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    try {
-      for (const f of readdirSync(join(dataDir, 'mail'))) {
-        const m = /(http\S+\/auth\/verify\?token=\S+)/.exec(
-          JSON.parse(readFileSync(join(dataDir, 'mail', f), 'utf8')).text,
-        );
-        if (m) link = m[1]!;
-      }
-    } catch {}
-  }
-  await json(link, 'GET');
-  const { token } = await json(`${url}/auth/login`, 'POST', { username: nick, password: 'bench-password' });
-  const devices: { id: string; token: string }[] = [];
-  for (let i = 0; i < DEVICES; i += 50) {
-    devices.push(
-      ...(await Promise.all(
-        Array.from({ length: Math.min(50, DEVICES - i) }, async () => {
-          const d = await json(`${url}/devices`, 'POST', {}, token);
-          const login = await json(`${url}/auth/login`, 'POST', { username: d.prn, password: d.secret });
-          return { id: d.id as string, token: login.token as string };
-        }),
-      )),
-    );
-  }
-  return devices;
+  return benchDevices(url, await benchUser(url, dataDir), DEVICES);
 }
 
 interface Result {

@@ -2,10 +2,15 @@
 // docs/benchmarks.md between markers, so each benchmark updates its own table only.
 
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { seal } from '../api/auth/secrets.ts';
+import { webhookStream } from '../api/webhooks/subscriptions.ts';
 import { loadConfig } from '../infra/config.ts';
+import type { EventStore } from '../infra/eventstore/port.ts';
 
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
@@ -81,4 +86,95 @@ export async function startListening(
     child.once('exit', (code) => reject(new Error(`exited with ${code}`)));
   });
   return { child, url };
+}
+
+/** JSON over HTTP to a hub; `target` is a path on `url` or a whole URL. Throws on a non-2xx. */
+export async function callHub(url: string, method: string, target: string, body?: unknown, token?: string) {
+  const res = await fetch(new URL(target, url), {
+    method,
+    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} ${target}: ${res.status} ${text}`);
+  // biome-ignore lint/suspicious/noExplicitAny: benchmarks read arbitrary JSON
+  return (text ? JSON.parse(text) : undefined) as any;
+}
+
+/** A user registered, verified through the emailed link (read from the hub's mail folder) and
+ * logged in, as people do: its token. */
+export async function benchUser(url: string, dataDir: string): Promise<string> {
+  const nick = `bench${Date.now()}`;
+  const account = await callHub(url, 'POST', '/auth/accounts', {
+    email: `${nick}@example.com`,
+    nick,
+    password: 'bench-password',
+  });
+  await callHub(url, 'POST', account['redirect-uri'], {});
+  let link = '';
+  for (let i = 0; i < 200 && !link; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    try {
+      for (const f of readdirSync(join(dataDir, 'mail'))) {
+        const m = /(http\S+\/auth\/verify\?token=\S+)/.exec(
+          JSON.parse(readFileSync(join(dataDir, 'mail', f), 'utf8')).text,
+        );
+        if (m) link = m[1]!;
+      }
+    } catch {}
+  }
+  await callHub(url, 'GET', link);
+  return (await callHub(url, 'POST', '/auth/login', { username: nick, password: 'bench-password' })).token;
+}
+
+/** `count` devices of the user, each logged in with its own token. */
+export async function benchDevices(
+  url: string,
+  token: string,
+  count: number,
+): Promise<{ id: string; token: string }[]> {
+  const devices: { id: string; token: string }[] = [];
+  for (let i = 0; i < count; i += 50) {
+    devices.push(
+      ...(await Promise.all(
+        Array.from({ length: Math.min(50, count - i) }, async () => {
+          const d = await callHub(url, 'POST', '/devices', {}, token);
+          const login = await callHub(url, 'POST', '/auth/login', { username: d.prn, password: d.secret });
+          return { id: d.id as string, token: login.token as string };
+        }),
+      )),
+    );
+  }
+  return devices;
+}
+
+/** A subscription appended straight to the store (dispatcher benchmarks run without an API):
+ * its id. Its secret is sealed with `sealKey`, which the benchmark's dispatcher is given. */
+export async function benchSubscription(
+  store: EventStore,
+  o: { owner: string; url: string; eventType: string; sealKey: Buffer },
+): Promise<string> {
+  const id = randomBytes(12).toString('hex');
+  await store.append(webhookStream(id), [
+    {
+      id: randomUUID(),
+      type: 'WebhookCreated',
+      data: {
+        webhook_id: id,
+        owner_prn: o.owner,
+        nick: 'bench',
+        url: o.url,
+        description: '',
+        event_types: [o.eventType],
+        enabled: true,
+        devices: [],
+        user_meta_keys: [],
+        device_meta_keys: [],
+        custom_headers: {},
+        retry_policy: null,
+        secret_sealed: seal(o.sealKey, 'whsec_bench'),
+      },
+    },
+  ]);
+  return id;
 }

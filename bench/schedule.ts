@@ -4,7 +4,7 @@
 //
 //   node bench/schedule.ts [pending]     (the Redis run needs `npm run infra:up`)
 
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtempSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -13,8 +13,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { Registry } from 'prom-client';
-import { seal } from '../api/auth/secrets.ts';
-import { webhookStream } from '../api/webhooks/subscriptions.ts';
 import { MemoryBus } from '../infra/bus/memory.ts';
 import { TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
@@ -30,7 +28,7 @@ import { API_VERSION } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
-import { fmt, machine, writeSection } from './report.ts';
+import { benchSubscription, fmt, machine, writeSection } from './report.ts';
 
 const PENDING = Number(process.argv[2] ?? 100_000);
 const PROBES = 20;
@@ -50,28 +48,12 @@ async function run(name: string, deliveries: DeliveryStore) {
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
   const store = new SqliteEventStore(join(mkdtempSync(join(tmpdir(), 'hub-bench-')), 'events.sqlite'));
   const sealKey = randomBytes(32);
-  const sub = randomBytes(12).toString('hex');
-  await store.append(webhookStream(sub), [
-    {
-      id: randomUUID(),
-      type: 'WebhookCreated',
-      data: {
-        webhook_id: sub,
-        owner_prn: 'prn:::accounts:/bench',
-        nick: 'bench',
-        url,
-        description: '',
-        event_types: ['device.created'],
-        enabled: true,
-        devices: [],
-        user_meta_keys: [],
-        device_meta_keys: [],
-        custom_headers: {},
-        retry_policy: null,
-        secret_sealed: seal(sealKey, 'whsec_bench'),
-      },
-    },
-  ]);
+  const sub = await benchSubscription(store, {
+    owner: 'prn:::accounts:/bench',
+    url,
+    eventType: 'device.created',
+    sealKey,
+  });
   const job = (): Job => ({
     job_id: `job_${randomBytes(16).toString('hex')}`,
     subscription_id: sub,

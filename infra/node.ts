@@ -26,7 +26,12 @@ import { trailRoutes } from '../api/devices/trails.ts';
 import { profileRoutes } from '../api/profiles/routes.ts';
 import { webhookRoutes } from '../api/webhooks/routes.ts';
 import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
-import { type DeliveryStore, RedisDeliveryStore, SqliteDeliveryStore } from '../processors/deliveries.ts';
+import {
+  type DeliveryStore,
+  encodeJob,
+  RedisDeliveryStore,
+  SqliteDeliveryStore,
+} from '../processors/deliveries.ts';
 import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
@@ -90,12 +95,15 @@ export interface Stores {
   deliveries: DeliveryStore;
   /** Shared Redis connection (distributed profile). */
   redis: Redis | undefined;
+  /** The Avro schemas, loaded once per process. */
+  registry: SchemaRegistry;
   close(): Promise<void>;
 }
 
 /** The adapters of the profile, shared by every role of the process. */
 export async function openStores(config: Config): Promise<Stores> {
-  const store = new SchemaCheckedStore(await openEventStore(config), SchemaRegistry.load());
+  const registry = SchemaRegistry.load();
+  const store = new SchemaCheckedStore(await openEventStore(config), registry);
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
     const deliveries = new SqliteDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
@@ -110,6 +118,7 @@ export async function openStores(config: Config): Promise<Stores> {
       eventLog: new MemoryEventLog({ retentionMs: config.eventLogRetentionDays * 86_400_000 }),
       deliveries,
       redis: undefined,
+      registry,
       close: async () => {
         await deliveries.close();
         await readStore.close();
@@ -129,6 +138,7 @@ export async function openStores(config: Config): Promise<Stores> {
     eventLog: new RedisEventLog({ redis, retentionMs: config.eventLogRetentionDays * 86_400_000 }),
     deliveries: new RedisDeliveryStore(redis, { retentionMs: config.eventLogRetentionDays * 86_400_000 }),
     redis,
+    registry,
     close: async () => {
       redis.disconnect();
       await readStore.close();
@@ -231,7 +241,7 @@ export async function startNode(
   if (roles.includes('processor') || config.profile === 'embedded') {
     const embedded = config.profile === 'embedded';
     const bus = await busOfProcess();
-    const registry = SchemaRegistry.load();
+    const { registry } = stores;
     const changeRelay = relay({
       store,
       bus,
@@ -256,8 +266,18 @@ export async function startNode(
       metrics: new ProcessorMetrics(metrics.registry),
       concurrency: config.processorConcurrency,
       partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
-      handOff: embedded ? { checkpoints: stores.checkpoints, name: 'processor-handoff' } : undefined,
-      enqueue: embedded ? (jobs) => stores.deliveries.enqueue(jobs) : undefined,
+      handOff: embedded
+        ? (jobs) => stores.deliveries.enqueue(jobs)
+        : (jobs) =>
+            // Deliveries promise no order: the producer may keep several requests in flight.
+            bus.send(
+              TOPICS.deliveries,
+              jobs.map((j) => encodeJob(registry, j)),
+              { ordered: false },
+            ),
+      handOffCheckpoint: embedded
+        ? { checkpoints: stores.checkpoints, name: 'processor-handoff' }
+        : undefined,
     });
     await processor.start();
     changeRelay.start();
@@ -272,7 +292,7 @@ export async function startNode(
     const bus = await busOfProcess();
     const dispatcher = new Dispatcher({
       bus,
-      registry: SchemaRegistry.load(),
+      registry: stores.registry,
       deliveries: stores.deliveries,
       store,
       sealKey: keys.sealKey,

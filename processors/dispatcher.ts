@@ -15,12 +15,12 @@ import {
   webhookStream,
 } from '../api/webhooks/subscriptions.ts';
 import type { Bus, Consumer } from '../infra/bus/port.ts';
-import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
+import { TOPICS } from '../infra/bus/port.ts';
 import { load } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
-import type { AttemptRecord, DeliveryStore, Job, Outcome } from './deliveries.ts';
+import { type AttemptRecord, type DeliveryStore, decodeJob, type Job, type Outcome } from './deliveries.ts';
 import type { WebhookEvent } from './derive.ts';
 import { type Egress, EgressError } from './egress.ts';
 import { signatureHeader } from './signing.ts';
@@ -130,31 +130,7 @@ export class Dispatcher {
       topic: TOPICS.deliveries,
       partitionsConcurrently: 4,
       handle: async (messages) => {
-        const jobs = messages.map((m) => {
-          const version = Number(/\.v(\d+)$/.exec(m.headers[SCHEMA_HEADER] ?? '')?.[1] ?? 1);
-          const j = registry.decode('DeliveryJob', version, m.value) as {
-            job_id: string;
-            subscription_id: string;
-            owner: string;
-            kind: Job['kind'];
-            event: Omit<WebhookEvent, 'data'> & { data: string };
-          };
-          return {
-            job_id: j.job_id,
-            subscription_id: j.subscription_id,
-            owner: j.owner,
-            kind: j.kind,
-            event: {
-              ...j.event,
-              created: Number(j.event.created),
-              source_position: Number(j.event.source_position),
-              created_ms: Number(j.event.created_ms),
-              data: JSON.parse(j.event.data),
-            },
-            attempt: 0,
-            enqueued: Date.now(),
-          } satisfies Job;
-        });
+        const jobs = messages.map((m) => decodeJob(registry, m));
         await deliveries.enqueue(jobs); // durable: only now may the offsets move
       },
     });

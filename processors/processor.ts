@@ -5,7 +5,7 @@
 // replays the batch into the same events (same ids) and nothing is lost.
 import { createHash } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { Bus, Consumer, InMessage, OutMessage } from '../infra/bus/port.ts';
+import type { Bus, Consumer, InMessage } from '../infra/bus/port.ts';
 import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
 import type { CheckpointStore } from '../infra/checkpoints.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
@@ -77,7 +77,6 @@ export const jobId = (eventId: string, subscriptionId: string) =>
   `job_${createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex').slice(0, 32)}`;
 
 const CHANGE_SCHEMA = 'ChangeRecord';
-const JOB_SCHEMA = 'DeliveryJob';
 
 export class ProcessorMetrics {
   readonly derived: Counter<'type'>;
@@ -157,17 +156,15 @@ export interface ProcessorOptions {
   /** Device actors run at once per partition. */
   concurrency?: number;
   partitionsConcurrently?: number;
+  /** Hands delivery jobs to the dispatcher durably: the `deliveries` topic (distributed), or
+   * straight into the schedule (embedded: the in-process bus is memory only). */
+  handOff: (jobs: Job[]) => Promise<void>;
   /**
    * Embedded profile: actor states and the log live in memory and are rebuilt from the start of
    * the store at each start, but jobs handed off before must not go out twice. Changes at or below
    * this checkpoint are derived and logged without jobs; it moves as jobs are handed off.
    */
-  handOff?: { checkpoints: CheckpointStore; name: string };
-  /**
-   * Embedded profile: jobs go straight into the durable schedule (the in-process bus is memory
-   * only, and the hand-off checkpoint may move only past jobs that are stored).
-   */
-  enqueue?: (jobs: Job[]) => Promise<void>;
+  handOffCheckpoint?: { checkpoints: CheckpointStore; name: string };
 }
 
 export class StreamProcessor {
@@ -183,8 +180,8 @@ export class StreamProcessor {
   }
 
   async start(): Promise<void> {
-    const { bus, handOff } = this.o;
-    if (handOff) this.handOffFloor = this.handedOff = await handOff.checkpoints.get(handOff.name);
+    const { bus, handOffCheckpoint: cp } = this.o;
+    if (cp) this.handOffFloor = this.handedOff = await cp.checkpoints.get(cp.name);
     this.untrack = this.o.metrics.track(this.runtimes);
     this.consumer = await bus.consume({
       group: 'hub-processor',
@@ -259,40 +256,18 @@ export class StreamProcessor {
     const { out: events, changed } = await this.runtime(partition).run(batch);
     await this.o.log.append(events);
     const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
-    if (this.o.enqueue) await this.o.enqueue(jobs);
-    else
-      await this.o.bus.send(
-        TOPICS.deliveries,
-        jobs.map((j) => this.encodeJob(j)),
-        { ordered: false }, // deliveries promise no order
-      );
+    await this.o.handOff(jobs);
     metrics.jobs.inc(jobs.length);
     // Saved last: a crash before this derives the batch again, into the same ids.
     await this.o.states.save(changed);
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
     const last = batch[batch.length - 1]?.message.position ?? 0;
-    if (this.o.handOff && last > this.handedOff) {
+    const cp = this.o.handOffCheckpoint;
+    if (cp && last > this.handedOff) {
       this.handedOff = last;
-      await this.o.handOff.checkpoints.set(this.o.handOff.name, last);
+      await cp.checkpoints.set(cp.name, last);
     }
-  }
-
-  private encodeJob(j: Job): OutMessage {
-    const { registry } = this.o;
-    return {
-      key: j.subscription_id,
-      value: registry.encode(JOB_SCHEMA, {
-        job_id: j.job_id,
-        subscription_id: j.subscription_id,
-        owner: j.owner,
-        kind: j.kind,
-        attempt: 1,
-        not_before: 0,
-        event: { ...j.event, data: JSON.stringify(j.event.data) },
-      }),
-      headers: { [SCHEMA_HEADER]: `${JOB_SCHEMA}.v${registry.currentVersion(JOB_SCHEMA)}` },
-    };
   }
 
   private async jobsFor(events: WebhookEvent[]): Promise<Job[]> {

@@ -185,6 +185,14 @@ export function webhookRoutes(hub: HubContext) {
     return state;
   }
 
+  /** One attempt of the caller's subscription, or 404. */
+  async function ownedAttempt(ctx: Context): Promise<{ sub: Subscription; attempt: AttemptRecord }> {
+    const sub = await owned(ctx);
+    const attempt = await hub.deliveries.attempt(ctx.params.did!);
+    if (!attempt || attempt.subscription_id !== sub.id) throw notFound('No such delivery.');
+    return { sub, attempt };
+  }
+
   async function checked(f: SubscriptionFields): Promise<SubscriptionFields> {
     const problems = fieldProblems(f);
     try {
@@ -611,10 +619,7 @@ export function webhookRoutes(hub: HubContext) {
       middleware: read,
       responses: { 200: { description: 'The attempt.', schema: ATTEMPT } },
       handler: async (ctx) => {
-        const sub = await owned(ctx);
-        const a = await hub.deliveries.attempt(ctx.params.did!);
-        if (!a || a.subscription_id !== sub.id) throw notFound('No such delivery.');
-        ctx.body = a;
+        ctx.body = (await ownedAttempt(ctx)).attempt;
       },
     });
 
@@ -628,9 +633,7 @@ export function webhookRoutes(hub: HubContext) {
       middleware: write,
       responses: { 202: { description: 'The job queued.', schema: QUEUED } },
       handler: async (ctx) => {
-        const sub = await owned(ctx);
-        const a = await hub.deliveries.attempt(ctx.params.did!);
-        if (!a || a.subscription_id !== sub.id) throw notFound('No such delivery.');
+        const { sub, attempt: a } = await ownedAttempt(ctx);
         const event = JSON.parse(a.request.body) as WebhookEvent & { request_id?: string };
         delete event.request_id;
         const logged = await hub.eventLog.get(sub.ownerPrn, event.id);
