@@ -1,7 +1,8 @@
 // The dispatcher's durable state: pending jobs with their due time (new ones, and retries), and
 // the record of every attempt. Adapters: SQLite (embedded; a file of its own in HUB_DATA_DIR) and
-// Redis (distributed; shared by every dispatcher process). Jobs are claimed with a lease: a
-// dispatcher that dies mid-attempt leaves the job to be claimed again when the lease ends.
+// Redis (distributed; shared by every dispatcher process). Jobs are claimed with a lease that the
+// dispatcher renews while it holds them: one that dies mid-attempt leaves the job to be claimed
+// again when the lease ends.
 import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -98,8 +99,10 @@ export type StatusFilter = 'succeeded' | 'failed' | 'dead_lettered';
 export interface DeliveryStore {
   /** Adds jobs due now; a job id seen within the retention is left alone (a job sent twice). */
   enqueue(jobs: Job[]): Promise<void>;
-  /** Due jobs, each leased for `leaseMs` (claimed again after it unless finished). */
+  /** Due jobs, each leased for `leaseMs` (claimed again after it unless finished or renewed). */
   claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]>;
+  /** Extends the leases of claimed jobs to `until`; a job finished meanwhile is left alone. */
+  renew(jobIds: string[], until: number): Promise<void>;
   /** Records an attempt; the job is due again at `next`, or done when null. */
   finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void>;
   /** The earliest due time, if any job is pending. */
@@ -124,6 +127,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
   private sweptAt = 0;
+  /** Jobs claimed and not yet finished. */
+  private readonly leased = new Set<string>();
   /** Finished attempts waiting for the next group commit. */
   private finishing: {
     job: Job;
@@ -131,7 +136,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
     next: number | null;
     done: (err?: Error) => void;
   }[] = [];
-  private readonly sql: Record<'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease', StatementSync>;
+  private readonly sql: Record<
+    'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'renew',
+    StatementSync
+  >;
 
   constructor(path: string, o: { retentionMs: number }) {
     mkdirSync(dirname(path), { recursive: true });
@@ -159,6 +167,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
         'SELECT job_id, due, body FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
       ),
       lease: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?'),
+      renew: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ? AND due IS NOT NULL'),
     };
   }
 
@@ -183,14 +192,28 @@ export class SqliteDeliveryStore implements DeliveryStore {
     const rows = this.sql.due.all(now, limit) as { job_id: string; due: number; body: string }[];
     if (rows.length === 0) return [];
     this.db.exec('BEGIN');
-    for (const r of rows) this.sql.lease.run(now + leaseMs, r.job_id);
+    for (const r of rows) {
+      this.sql.lease.run(now + leaseMs, r.job_id);
+      this.leased.add(r.job_id);
+    }
     this.db.exec('COMMIT');
     return rows.map((r) => ({ job: JSON.parse(r.body) as Job, due: r.due }));
+  }
+
+  // The file is this process's alone, so the set of leased jobs is known here: a renewal skips
+  // jobs finished meanwhile (or waiting for the group commit, which is written after it anyway).
+  async renew(jobIds: string[], until: number): Promise<void> {
+    const held = jobIds.filter((id) => this.leased.has(id));
+    if (held.length === 0) return;
+    this.db.exec('BEGIN');
+    for (const id of held) this.sql.renew.run(until, id);
+    this.db.exec('COMMIT');
   }
 
   /** Group-committed: the attempts finished within one turn of the event loop share a transaction. */
   finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
     return new Promise((resolve, reject) => {
+      this.leased.delete(job.job_id);
       this.finishing.push({ job, attempt, next, done: (err) => (err ? reject(err) : resolve()) });
       if (this.finishing.length === 1) setImmediate(() => this.flushFinished());
     });
@@ -310,18 +333,23 @@ for i = 3, #ARGV, 2 do
 end
 return 0
 `;
+// Leases whose holder stopped renewing them come first, then due jobs; each moves to the leased
+// set, scored by the lease's end.
 const CLAIM = `
 local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local ids = redis.call('ZRANGEBYSCORE', 'hub:jobs:due', '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local out = {}
-for i = 1, #ids, 2 do
-  redis.call('ZADD', 'hub:jobs:due', now + lease, ids[i])
-  local body = redis.call('GET', 'hub:job:' .. ids[i])
-  if body then
-    table.insert(out, body)
-    table.insert(out, ids[i + 1])
-  else
-    redis.call('ZREM', 'hub:jobs:due', ids[i])
+for _, set in ipairs({'hub:jobs:leased', 'hub:jobs:due'}) do
+  local room = limit - #out / 2
+  if room <= 0 then break end
+  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'WITHSCORES', 'LIMIT', 0, room)
+  for i = 1, #ids, 2 do
+    redis.call('ZREM', set, ids[i])
+    local body = redis.call('GET', 'hub:job:' .. ids[i])
+    if body then
+      redis.call('ZADD', 'hub:jobs:leased', now + lease, ids[i])
+      table.insert(out, body)
+      table.insert(out, ids[i + 1])
+    end
   end
 end
 return out
@@ -334,7 +362,8 @@ type Scripted = Redis & {
 
 /**
  * Redis layout: each job `hub:job:<id>` (kept for the retention, so a job sent twice is known),
- * the schedule `hub:jobs:due` (score: due ms); each attempt `hub:att:<id>`, indexed per
+ * the schedule `hub:jobs:due` (score: due ms), the claimed jobs `hub:jobs:leased` (score: the
+ * lease's end; a job is in one of the two sets while pending); each attempt `hub:att:<id>`, indexed per
  * subscription (all, succeeded, failed, dead_lettered) and per event, all expiring with the retention.
  */
 export class RedisDeliveryStore implements DeliveryStore {
@@ -368,6 +397,13 @@ export class RedisDeliveryStore implements DeliveryStore {
     return out;
   }
 
+  // XX: only jobs still leased; a finish removed its job from the set in the same transaction
+  // that scheduled or completed it, so a renewal racing it changes nothing.
+  async renew(jobIds: string[], until: number): Promise<void> {
+    if (jobIds.length === 0) return;
+    await this.redis.zadd('hub:jobs:leased', 'XX', ...jobIds.flatMap((id) => [until, id]));
+  }
+
   async finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
     const p = this.redis.multi();
     if (attempt) {
@@ -385,6 +421,7 @@ export class RedisDeliveryStore implements DeliveryStore {
       }
     }
     p.set(`hub:job:${job.job_id}`, JSON.stringify(job), 'PX', this.retentionMs);
+    p.zrem('hub:jobs:leased', job.job_id);
     if (next === null) p.zrem('hub:jobs:due', job.job_id);
     else p.zadd('hub:jobs:due', next, job.job_id);
     const results = await p.exec();
@@ -394,13 +431,20 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   async nextDue(): Promise<number | undefined> {
-    const first = await this.redis.zrange('hub:jobs:due', '0', '0', 'WITHSCORES');
-    return first.length ? Number(first[1]) : undefined;
+    const [due, leased] = await Promise.all(
+      ['hub:jobs:due', 'hub:jobs:leased'].map((k) => this.redis.zrange(k, '0', '0', 'WITHSCORES')),
+    );
+    const firsts = [due!, leased!].filter((f) => f.length > 0).map((f) => Number(f[1]));
+    return firsts.length ? Math.min(...firsts) : undefined;
   }
 
   async pending(): Promise<{ count: number; oldestDue: number | undefined }> {
-    const [count, oldestDue] = await Promise.all([this.redis.zcard('hub:jobs:due'), this.nextDue()]);
-    return { count, oldestDue };
+    const [due, leased, oldestDue] = await Promise.all([
+      this.redis.zcard('hub:jobs:due'),
+      this.redis.zcard('hub:jobs:leased'),
+      this.nextDue(),
+    ]);
+    return { count: due + leased, oldestDue };
   }
 
   private async bodies(ids: string[]): Promise<AttemptRecord[]> {

@@ -33,10 +33,10 @@ export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 const PAUSED_RECHECK_MS = 5000;
 /** How long a job that found its subscription's queue here full waits, ms. */
 const BUSY_RECHECK_MS = 1000;
-/** A claimed job is this dispatcher's for this long: if it dies, another claims the job after. */
-export const LEASE_MS = 300_000;
-/** Jobs waiting here per subscription, as a multiple of its attempts in flight: with the
- * default 32 in flight and 10 s timeouts, the last waits at most 80 s, well within the lease. */
+/** A claimed job is this dispatcher's for this long, renewed every third of it while held here:
+ * if the process dies, another dispatcher claims the job once the lease runs out. */
+export const LEASE_MS = 30_000;
+/** Jobs waiting here per subscription, as a multiple of its attempts in flight. */
 const QUEUE_FACTOR = 8;
 
 export interface DispatcherOptions {
@@ -110,6 +110,7 @@ export class Dispatcher {
   private readonly cache = new Map<string, Cached>();
   private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
+  private renewer: NodeJS.Timeout | undefined;
 
   constructor(options: DispatcherOptions) {
     this.o = options;
@@ -137,16 +138,35 @@ export class Dispatcher {
     this.unsubscribe = deliveries.onEnqueue(() => this.wake?.());
     this.running = true;
     this.loopDone = this.loop();
+    this.renewer = setInterval(() => {
+      if (this.holding.size === 0) return;
+      this.o.deliveries.renew([...this.holding], Date.now() + LEASE_MS).catch((err) => {
+        this.o.logger.warn({ err: (err as Error).message }, 'dispatcher: leases not renewed');
+      });
+    }, LEASE_MS / 3);
   }
 
+  /** Stops taking work: waiting jobs go back to the schedule at once, attempts in flight finish
+   * (bounded by the attempt timeout) and are recorded. */
   async stop(): Promise<void> {
     await this.consumer?.stop();
     this.running = false;
     this.wake?.();
     await this.loopDone;
-    // Attempts in flight finish (bounded by the timeout); waiting jobs go back at their lease's end.
-    while (this.held > 0 && [...this.inFlight.values()].some((n) => n > 0))
-      await new Promise((r) => setTimeout(r, 20));
+    const back = [...this.waiting.values()].flat() as (Job & { due: number })[];
+    this.waiting.clear();
+    for (const job of back) this.holding.delete(job.job_id);
+    this.held -= back.length;
+    const now = Date.now();
+    await Promise.all(
+      back.map((job) =>
+        this.o.deliveries.finish(job, null, Math.min(job.due, now)).catch(() => {
+          // Not handed back: the lease runs out and another dispatcher claims it.
+        }),
+      ),
+    );
+    while (this.held > 0) await new Promise((r) => setTimeout(r, 20));
+    clearInterval(this.renewer);
     this.unsubscribe?.();
     await this.agent.close();
   }

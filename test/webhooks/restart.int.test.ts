@@ -96,17 +96,24 @@ describe('scheduled retries across process deaths (int)', function () {
       202,
     );
     await rx.waitFor(path, 1);
+    await deliveriesRecorded(hub, alice.token, created.body.id, 1);
     await kill(); // the retry is due in 2 s: only the durable schedule knows of it
     return { alice, id: created.body.id as string };
   }
 
-  /** The log shows the whole schedule: three failed attempts, then the dead letter. */
-  async function assertRanOut(hub: TestHub, token: string, id: string) {
+  async function deliveriesRecorded(hub: TestHub, token: string, id: string, n: number) {
     let log = await hub.call('GET', `/webhooks/${id}/deliveries`, { token });
-    for (let i = 0; i < 40 && log.body.total < 4; i++) {
+    for (let i = 0; i < 100 && log.body.total < n; i++) {
       await new Promise((r) => setTimeout(r, 100));
       log = await hub.call('GET', `/webhooks/${id}/deliveries`, { token });
     }
+    assert.ok(log.body.total >= n, `${log.body.total} of ${n} attempts recorded`);
+    return log;
+  }
+
+  /** The log shows the whole schedule: three failed attempts, then the dead letter. */
+  async function assertRanOut(hub: TestHub, token: string, id: string) {
+    const log = await deliveriesRecorded(hub, token, id, 4);
     assert.deepEqual(
       log.body.items.map((a: { attempt: number; status: string }) => [a.attempt, a.status]).reverse(),
       [

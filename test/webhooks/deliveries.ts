@@ -1,0 +1,125 @@
+// The delivery store contract: one suite, run once per adapter (SQLite, Redis). Times are passed
+// explicitly, so leases are checked without waiting for them.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import type { AttemptRecord, DeliveryStore, Job } from '../../processors/deliveries.ts';
+import { event } from '../processors/eventlog.ts';
+
+function job(subscription: string): Job {
+  const owner = 'prn:::accounts:/contract';
+  return {
+    job_id: `job_${randomBytes(8).toString('hex')}`,
+    subscription_id: subscription,
+    owner,
+    kind: 'event',
+    event: event(owner, 'device.created', 'd1', Math.floor(Date.now() / 1000)),
+    attempt: 0,
+    enqueued: Date.now(),
+  };
+}
+
+function attemptOf(j: Job, n: number, status: AttemptRecord['status']): AttemptRecord {
+  const at = new Date(Date.now() + n).toISOString();
+  return {
+    id: `del_${randomBytes(8).toString('hex')}`,
+    job_id: j.job_id,
+    subscription_id: j.subscription_id,
+    owner: j.owner,
+    event_id: j.event.id,
+    event_type: j.event.type,
+    kind: j.kind,
+    attempt: n,
+    status,
+    outcome: status === 'succeeded' ? '2xx' : '5xx',
+    response_code: status === 'succeeded' ? 200 : 500,
+    error: null,
+    duration_ms: 1,
+    scheduled_at: at,
+    started_at: at,
+    finished_at: at,
+    next_attempt_at: null,
+    request: { url: 'https://example.com/hook', headers: {}, body: '{}' },
+    response: null,
+  };
+}
+
+export function deliveryStoreContract(name: string, open: () => Promise<DeliveryStore>) {
+  describe(`delivery store contract: ${name}`, () => {
+    let store: DeliveryStore;
+    beforeEach(async () => {
+      store = await open();
+    });
+    afterEach(() => store.close());
+
+    it('enqueues once per job id, and claims due jobs with a lease', async () => {
+      const a = job('sub_a');
+      const b = job('sub_a');
+      await store.enqueue([a, b]);
+      await store.enqueue([a]); // sent twice by the processor
+      const t = Date.now() + 1;
+      assert.equal((await store.pending()).count, 2);
+      const claimed = await store.claim(t, 10, 1000);
+      assert.deepEqual(claimed.map((c) => c.job.job_id).sort(), [a.job_id, b.job_id].sort());
+      assert.deepEqual(await store.claim(t + 500, 10, 1000), [], 'leased jobs are not claimed again');
+      assert.equal((await store.pending()).count, 2, 'leased jobs are still pending');
+      const again = await store.claim(t + 1001, 10, 1000);
+      assert.equal(again.length, 2, 'a lease that ran out lets another dispatcher claim the job');
+    });
+
+    it('a renewed lease holds; a finish wins over a renewal racing it', async () => {
+      const a = job('sub_b');
+      const b = job('sub_b');
+      await store.enqueue([a, b]);
+      const t = Date.now() + 1;
+      assert.equal((await store.claim(t, 10, 1000)).length, 2);
+      await store.renew([a.job_id, b.job_id], t + 5000);
+      assert.deepEqual(await store.claim(t + 2000, 10, 1000), [], 'renewed leases hold past the first end');
+      await store.finish(a, attemptOf(a, 1, 'succeeded'), null);
+      await store.finish(b, attemptOf(b, 1, 'failed'), t + 60_000);
+      await store.renew([a.job_id, b.job_id], t + 10_000); // late: both finished meanwhile
+      assert.deepEqual(await store.claim(t + 30_000, 10, 1000), [], 'no job comes back from a late renewal');
+      assert.equal((await store.pending()).count, 1);
+      assert.equal(await store.nextDue(), t + 60_000);
+      const retry = await store.claim(t + 60_000, 10, 1000);
+      assert.deepEqual(
+        retry.map((c) => [c.job.job_id, c.due]),
+        [[b.job_id, t + 60_000]],
+      );
+    });
+
+    it('records attempts, lists them newest first with status filters', async () => {
+      const j = job(`sub_${randomBytes(4).toString('hex')}`);
+      await store.enqueue([j]);
+      await store.claim(Date.now() + 1, 10, 1000);
+      const first = attemptOf(j, 1, 'failed');
+      await store.finish({ ...j, attempt: 1 }, first, Date.now());
+      await store.claim(Date.now() + 1, 10, 1000);
+      const second = attemptOf(j, 2, 'dead_lettered');
+      await store.finish({ ...j, attempt: 2 }, second, null);
+      const all = await store.attempts(j.subscription_id, { limit: 10, skip: 0 });
+      assert.equal(all.total, 2);
+      assert.deepEqual(
+        all.items.map((a) => a.id),
+        [second.id, first.id],
+      );
+      assert.equal(
+        (await store.attempts(j.subscription_id, { status: 'failed', limit: 10, skip: 0 })).total,
+        2,
+      );
+      assert.deepEqual(
+        (await store.attempts(j.subscription_id, { status: 'dead_lettered', limit: 10, skip: 0 })).items,
+        [second],
+      );
+      assert.equal(
+        (await store.attempts(j.subscription_id, { status: 'succeeded', limit: 10, skip: 0 })).total,
+        0,
+      );
+      assert.deepEqual(await store.attempt(first.id), first);
+      assert.deepEqual(
+        (await store.attemptsOfEvent(j.owner, j.event.id)).map((a) => a.id),
+        [first.id, second.id],
+      );
+      assert.equal((await store.pending()).count, 0);
+    });
+  });
+}
