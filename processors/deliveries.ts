@@ -119,6 +119,13 @@ export interface DeliveryStore {
   close(): Promise<void>;
 }
 
+interface FinishedJob {
+  job: Job;
+  attempt: AttemptRecord | null;
+  next: number | null;
+  done: (err?: Error) => void;
+}
+
 const filterKey = (a: AttemptRecord): StatusFilter[] =>
   a.status === 'succeeded' ? ['succeeded'] : a.status === 'failed' ? ['failed'] : ['failed', 'dead_lettered'];
 
@@ -130,12 +137,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   /** Jobs claimed and not yet finished. */
   private readonly leased = new Set<string>();
   /** Finished attempts waiting for the next group commit. */
-  private finishing: {
-    job: Job;
-    attempt: AttemptRecord | null;
-    next: number | null;
-    done: (err?: Error) => void;
-  }[] = [];
+  private finishing: FinishedJob[] = [];
   private readonly sql: Record<
     'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'renew',
     StatementSync
@@ -355,9 +357,36 @@ end
 return out
 `;
 
+// One call for a batch of finished jobs: ARGV now, retention, then per job seven fields: job id,
+// job body, next due ('' when done), attempt id ('' when none), attempt body, started ms, the
+// attempt's index keys (space-separated).
+const FINISH = `
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 3, #ARGV, 7 do
+  local job, next, att = ARGV[i], ARGV[i + 2], ARGV[i + 3]
+  if att ~= '' then
+    redis.call('SET', 'hub:att:' .. att, ARGV[i + 4], 'PX', ttl)
+    for key in string.gmatch(ARGV[i + 6], '%S+') do
+      redis.call('ZADD', key, ARGV[i + 5], att)
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+  redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl)
+  redis.call('ZREM', 'hub:jobs:leased', job)
+  if next == '' then
+    redis.call('ZREM', 'hub:jobs:due', job)
+  else
+    redis.call('ZADD', 'hub:jobs:due', next, job)
+  end
+end
+return 0
+`;
+
 type Scripted = Redis & {
   hubJobsEnqueue(...args: (string | number)[]): Promise<number>;
   hubJobsClaim(...args: (string | number)[]): Promise<string[]>;
+  hubJobsFinish(...args: (string | number)[]): Promise<number>;
 };
 
 /**
@@ -371,11 +400,15 @@ export class RedisDeliveryStore implements DeliveryStore {
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
 
+  private finishing: FinishedJob[] = [];
+  private flushing: Promise<void> = Promise.resolve();
+
   constructor(redis: Redis, o: { retentionMs: number }) {
     this.redis = redis as Scripted;
-    if (!(redis as unknown as Partial<Scripted>).hubJobsClaim) {
+    if (!(redis as unknown as Partial<Scripted>).hubJobsFinish) {
       redis.defineCommand('hubJobsEnqueue', { numberOfKeys: 0, lua: ENQUEUE });
       redis.defineCommand('hubJobsClaim', { numberOfKeys: 0, lua: CLAIM });
+      redis.defineCommand('hubJobsFinish', { numberOfKeys: 0, lua: FINISH });
     }
     this.retentionMs = o.retentionMs;
     this.emitter.setMaxListeners(0);
@@ -404,30 +437,42 @@ export class RedisDeliveryStore implements DeliveryStore {
     await this.redis.zadd('hub:jobs:leased', 'XX', ...jobIds.flatMap((id) => [until, id]));
   }
 
-  async finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
-    const p = this.redis.multi();
-    if (attempt) {
-      const started = Date.parse(attempt.started_at);
-      p.set(`hub:att:${attempt.id}`, JSON.stringify(attempt), 'PX', this.retentionMs);
-      const keys = [
-        `hub:atts:${attempt.subscription_id}`,
-        ...filterKey(attempt).map((s) => `hub:atts:${attempt.subscription_id}:${s}`),
-        `hub:atts-evt:${attempt.owner}:${attempt.event_id}`,
-      ];
-      for (const key of keys) {
-        p.zadd(key, started, attempt.id);
-        p.zremrangebyscore(key, '-inf', `(${Date.now() - this.retentionMs}`);
-        p.pexpire(key, this.retentionMs);
+  /** Group-committed: the jobs finished within one turn of the event loop share one script call. */
+  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.finishing.push({ job, attempt, next, done: (err) => (err ? reject(err) : resolve()) });
+      if (this.finishing.length === 1)
+        setImmediate(() => {
+          this.flushing = this.flushFinished();
+        });
+    });
+  }
+
+  private async flushFinished(): Promise<void> {
+    const batch = this.finishing;
+    this.finishing = [];
+    const args: (string | number)[] = [Date.now(), this.retentionMs];
+    for (const { job, attempt, next } of batch) {
+      args.push(job.job_id, JSON.stringify(job), next ?? '');
+      if (!attempt) args.push('', '', 0, '');
+      else {
+        const sub = attempt.subscription_id;
+        const keys = [
+          `hub:atts:${sub}`,
+          ...filterKey(attempt).map((status) => `hub:atts:${sub}:${status}`),
+          `hub:atts-evt:${attempt.owner}:${attempt.event_id}`,
+        ];
+        args.push(attempt.id, JSON.stringify(attempt), Date.parse(attempt.started_at), keys.join(' '));
       }
     }
-    p.set(`hub:job:${job.job_id}`, JSON.stringify(job), 'PX', this.retentionMs);
-    p.zrem('hub:jobs:leased', job.job_id);
-    if (next === null) p.zrem('hub:jobs:due', job.job_id);
-    else p.zadd('hub:jobs:due', next, job.job_id);
-    const results = await p.exec();
-    const failed = results?.find(([err]) => err);
-    if (failed) throw failed[0];
-    if (next !== null) this.emitter.emit('enqueue');
+    let failure: Error | undefined;
+    try {
+      await this.redis.hubJobsFinish(...args);
+    } catch (err) {
+      failure = err as Error;
+    }
+    for (const f of batch) f.done(failure);
+    if (!failure && batch.some((f) => f.next !== null)) this.emitter.emit('enqueue');
   }
 
   async nextDue(): Promise<number | undefined> {
@@ -477,6 +522,8 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   async close(): Promise<void> {
+    while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
+    await this.flushing;
     this.emitter.removeAllListeners();
   }
 }
