@@ -100,10 +100,18 @@ async function main(argv: string[]): Promise<number> {
 async function runRoles(config: Config, roles: Role[]): Promise<number> {
   const node = await startNode(config, roles);
   // Printed whatever the log level: scripts and people look for this line.
-  if (node.url) process.stdout.write(`Device Hub (${config.profile}) listening on ${node.url}\n`);
+  process.stdout.write(`Device Hub (${config.profile}) ${roles.join(', ')}: listening on ${node.url}\n`);
+  // Drain: stop taking work, finish or hand back what is in flight, commit offsets, exit 0; past
+  // the bound, exit 1 (what was not finished is redone by another process: at least once).
   const stop = async (signal: string) => {
-    node.logger.info({ signal }, 'shutting down');
+    const started = Date.now();
+    node.logger.info({ signal, boundMs: config.shutdownTimeoutMs }, 'draining');
+    setTimeout(() => {
+      node.logger.error({ boundMs: config.shutdownTimeoutMs }, 'drain unfinished within the bound; exiting');
+      process.exit(1);
+    }, config.shutdownTimeoutMs).unref();
     await node.stop();
+    node.logger.info({ ms: Date.now() - started }, 'drained; exiting');
     process.exit(0);
   };
   process.once('SIGTERM', () => void stop('SIGTERM'));

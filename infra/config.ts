@@ -73,8 +73,13 @@ export const knobs = {
     '`embedded`: one process, no external services, data in HUB_DATA_DIR. `distributed`: PostgreSQL or EventStoreDB, Kafka and Redis, each role its own process.',
     oneOf<Profile>('embedded', 'distributed'),
   ),
-  host: knob('HUB_HOST', '127.0.0.1', 'Address the HTTP API listens on.', text),
-  port: knob('HUB_PORT', '8080', 'Port the HTTP API listens on (0 picks a free one).', int(0, 65535)),
+  host: knob('HUB_HOST', '127.0.0.1', 'Address this process serves HTTP on.', text),
+  port: knob(
+    'HUB_PORT',
+    '8080',
+    'Port this process serves HTTP on: the API (api role) and /metrics, /healthz, /readyz (every role); 0 picks a free one.',
+    int(0, 65535),
+  ),
   dataDir: knob(
     'HUB_DATA_DIR',
     '.hub/data',
@@ -345,8 +350,8 @@ export const knobs = {
   ),
   shutdownTimeoutMs: knob(
     'HUB_SHUTDOWN_TIMEOUT_MS',
-    '10000',
-    'On SIGTERM, how long in-flight work may take before the process exits anyway.',
+    '25000',
+    'On SIGTERM or SIGINT, the bound of the drain: HTTP requests in flight get half of it, webhook attempts their own timeout; past it the process exits 1.',
     int(0, 600_000),
   ),
 };

@@ -24,6 +24,7 @@ import { loadDeviceCa } from '../api/devices/ca.ts';
 import { deviceRoutes } from '../api/devices/routes.ts';
 import { trailRoutes } from '../api/devices/trails.ts';
 import { profileRoutes } from '../api/profiles/routes.ts';
+import type { Routes } from '../api/routes.ts';
 import { webhookRoutes } from '../api/webhooks/routes.ts';
 import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
 import {
@@ -309,6 +310,9 @@ export async function startNode(
     closers.push(() => dispatcher.stop());
   }
 
+  // Every role serves HTTP on HUB_PORT: the API role its routes, every role the operations
+  // endpoints (/metrics, /healthz, /readyz), so each process is scraped and probed alike.
+  let mount: Array<(routes: Routes) => void> = [];
   if (roles.includes('api')) {
     const hub: HubContext = {
       config,
@@ -329,38 +333,28 @@ export async function startNode(
       }),
       publicUrl,
     };
-    const { app } = createApp({
-      config,
-      logger,
-      metrics,
-      readiness,
-      mount: [
-        authRoutes(hub),
-        appRoutes(hub),
-        profileRoutes(hub),
-        deviceRoutes(hub),
-        trailRoutes(hub),
-        callbackRoutes(hub),
-        webhookRoutes(hub),
-      ],
-    });
-    const server: Server = createServer(app.callback());
-    server.keepAliveTimeout = 65_000;
-    server.listen(config.port, config.host);
-    await once(server, 'listening');
-    const { port } = server.address() as AddressInfo;
-    url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
-    logger.info(
-      { url, profile: config.profile, roles },
-      `Device Hub (${config.profile}) listening on ${url}`,
-    );
-    closers.push(() => closeServer(server, config.shutdownTimeoutMs));
-  } else {
-    logger.info(
-      { profile: config.profile, roles },
-      `Device Hub (${config.profile}) running ${roles.join(', ')}`,
-    );
+    mount = [
+      authRoutes(hub),
+      appRoutes(hub),
+      profileRoutes(hub),
+      deviceRoutes(hub),
+      trailRoutes(hub),
+      callbackRoutes(hub),
+      webhookRoutes(hub),
+    ];
   }
+  const { app } = createApp({ config, logger, metrics, readiness, mount });
+  const server: Server = createServer(app.callback());
+  server.keepAliveTimeout = 65_000;
+  server.listen(config.port, config.host);
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  logger.info(
+    { url, profile: config.profile, roles },
+    `Device Hub (${config.profile}) running ${roles.join(', ')}, listening on ${url}`,
+  );
+  closers.push(() => closeServer(server, config.shutdownTimeoutMs / 2));
 
   return {
     config,
