@@ -2,7 +2,8 @@
 # Real local infrastructure for development and tests: Redis, PostgreSQL and a single-node
 # KRaft Kafka broker, all on loopback, data under .hub/infra (git-ignored).
 #
-#   bash infra/local.sh up   [redis|postgres|kafka ...]   start (idempotent; installs what is missing as root)
+#   bash infra/local.sh up   [redis|postgres|kafka ...]   start (idempotent; installs what is missing as root,
+#                                                       promtool included)
 #   bash infra/local.sh down [redis|postgres|kafka ...]   stop (idempotent)
 #   bash infra/local.sh status
 #
@@ -142,7 +143,10 @@ status() {
 cmd="${1:-up}"; shift || true
 services=("$@"); [ ${#services[@]} -gt 0 ] || services=(redis postgres kafka)
 case "$cmd" in
-  up) for s in "${services[@]}"; do "${s}_up"; done ;;
+  up)
+    # promtool checks the alert rules and the Prometheus config (test/infra/dashboards.int.test.ts).
+    need promtool prometheus
+    for s in "${services[@]}"; do "${s}_up"; done ;;
   down) for s in "${services[@]}"; do "${s}_down"; done ;;
   status) status ;;
   *) die "usage: infra/local.sh up|down|status [redis|postgres|kafka ...]" ;;
