@@ -6,6 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import type { Registry as PromRegistry } from 'prom-client';
 import { createApp, type ReadinessCheck } from '../api/app.ts';
 import { appRoutes } from '../api/apps/routes.ts';
 import { captchaCheck } from '../api/auth/captcha.ts';
@@ -102,9 +103,9 @@ export interface Stores {
 }
 
 /** The adapters of the profile, shared by every role of the process. */
-export async function openStores(config: Config): Promise<Stores> {
+export async function openStores(config: Config, metrics?: PromRegistry): Promise<Stores> {
   const registry = SchemaRegistry.load();
-  const store = new SchemaCheckedStore(await openEventStore(config), registry);
+  const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
     const deliveries = new SqliteDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
@@ -155,7 +156,7 @@ export async function startNode(
 ): Promise<HubNode> {
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
-  const stores = await openStores(config);
+  const stores = await openStores(config, metrics.registry);
   const { store, readStore } = stores;
   const closers: Array<() => Promise<void>> = [() => stores.close()];
   const readiness: Record<string, ReadinessCheck> = {
@@ -396,8 +397,11 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
 /** Stops accepting, lets in-flight requests finish within the bound, then cuts what is left. */
 async function closeServer(server: Server, timeoutMs: number): Promise<void> {
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  // Keep-alive connections busy now become idle when their request ends: close them as they do.
+  const idle = setInterval(() => server.closeIdleConnections(), 50);
   server.closeIdleConnections();
   const timer = setTimeout(() => server.closeAllConnections(), timeoutMs);
   await closed;
+  clearInterval(idle);
   clearTimeout(timer);
 }

@@ -323,5 +323,7 @@ export class ProjectionMetrics {
 
   track(runner: ProjectionRunner): void {
     this.runners.add(runner);
+    // Exposed at 0 from the start: rate() and the alerts see a series before the first failure.
+    this.errors.inc({ projection: runner.name }, 0);
   }
 }

@@ -1,6 +1,8 @@
 // Wraps any adapter so that every appended event matches the Avro schema of its type (refused
 // with a SchemaError naming the field otherwise), records the schema version it was written
-// with, and is read back as the current version of its schema.
+// with, and is read back as the current version of its schema. Being the one wrapper every append
+// passes through, it also times appends (hub_eventstore_append_duration_seconds) when given a registry.
+import { Histogram, type Registry } from 'prom-client';
 import { SchemaError, type SchemaRegistry } from '../../schemas/registry.ts';
 import type {
   AppendResult,
@@ -10,6 +12,7 @@ import type {
   RecordedEvent,
   Subscription,
 } from './port.ts';
+import { WrongExpectedRevisionError } from './port.ts';
 
 export const SCHEMA_VERSION = 'schema_version';
 
@@ -18,10 +21,20 @@ export class SchemaCheckedStore implements EventStore {
   readonly exclusiveWriter: boolean;
   private readonly inner: EventStore;
   private readonly registry: SchemaRegistry;
+  private readonly appendDuration: Histogram<'outcome'> | undefined;
 
-  constructor(inner: EventStore, registry: SchemaRegistry) {
+  constructor(inner: EventStore, registry: SchemaRegistry, metrics?: Registry) {
     this.inner = inner;
     this.registry = registry;
+    this.appendDuration =
+      metrics &&
+      new Histogram({
+        name: 'hub_eventstore_append_duration_seconds',
+        help: 'Time to append one batch of events to the event store, by outcome: ok, conflict (expected revision), error.',
+        labelNames: ['outcome'],
+        buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5],
+        registers: [metrics],
+      });
     this.kind = inner.kind;
     this.exclusiveWriter = inner.exclusiveWriter === true;
   }
@@ -38,7 +51,15 @@ export class SchemaCheckedStore implements EventStore {
         metadata: { ...e.metadata, [SCHEMA_VERSION]: this.registry.currentVersion(e.type) },
       };
     });
-    return this.inner.append(stream, stamped, expected);
+    const end = this.appendDuration?.startTimer();
+    try {
+      const result = await this.inner.append(stream, stamped, expected);
+      end?.({ outcome: 'ok' });
+      return result;
+    } catch (err) {
+      end?.({ outcome: err instanceof WrongExpectedRevisionError ? 'conflict' : 'error' });
+      throw err;
+    }
   }
 
   async readStream(stream: string, fromRevision?: number, max?: number): Promise<RecordedEvent[]> {
