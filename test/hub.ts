@@ -1,6 +1,7 @@
 // A whole hub for end-to-end tests: a real node (every role, embedded unless told otherwise) on
 // an ephemeral port, with its logs and emails readable, and the account flows users go through.
 import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { type HubNode, type Role, startNode } from '../infra/node.ts';
@@ -130,5 +131,74 @@ export async function serviceAccount(hub: TestHub, adminToken: string, nick: str
     prn: r.body.prn,
     token: login.body.token,
     refresh: login.body.refresh_token,
+  };
+}
+
+// ---------------------------------------------------------------- roles as processes
+
+const ROOT = new URL('..', import.meta.url).pathname;
+
+export interface RoleProcess {
+  child: ChildProcess;
+  /** Where it serves HTTP: the API, or /metrics and the probes for the other roles. */
+  url: string;
+  output(): string;
+}
+
+/** `hub <command>` in its own process, resolved once it serves HTTP (every role does). */
+export async function spawnRole(command: string, env: Record<string, string>): Promise<RoleProcess> {
+  const child = spawn(process.execPath, ['bin/hub.ts', command], {
+    cwd: ROOT,
+    env: { ...process.env, HUB_PORT: '0', HUB_LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stderr!.on('data', (d) => {
+    out += d;
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
+      if (m) resolve(m[1]!);
+    });
+    child.once('exit', (code) =>
+      reject(new Error(`hub ${command} exited with ${code}: ${out.slice(-2000)}`)),
+    );
+  });
+  return { child, url, output: () => out };
+}
+
+/** Signals a process and waits for it to end: its exit code (null when killed by the signal) and how long it took. */
+export async function endProcess(
+  child: ChildProcess,
+  signal: NodeJS.Signals = 'SIGKILL',
+): Promise<{ code: number | null; ms: number }> {
+  const started = Date.now();
+  if (child.exitCode !== null || child.signalCode !== null) return { code: child.exitCode, ms: 0 };
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  child.kill(signal);
+  return { code: await exited, ms: Date.now() - started };
+}
+
+/** A hub seen through HTTP only (processes of their own), for the account helpers. */
+export function remoteHub(url: string, dataDir: string): TestHub {
+  const answers: string[] = [];
+  return {
+    url,
+    dataDir,
+    answers,
+    logs: () => [],
+    node: undefined as never,
+    stop: async () => {},
+    call: async (method, path, o = {}) => {
+      const r = await request(`${url}${path}`, {
+        method,
+        body: o.body,
+        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
+      });
+      answers.push(JSON.stringify(r.body));
+      return r;
+    },
   };
 }

@@ -3,7 +3,7 @@
 // SIGKILLed mid-stream; the relay SIGKILLed and restarted. After each, the owner's event log holds
 // exactly the events the changes derive, by id: none lost, none twice.
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { Kafka, logLevel } from 'kafkajs';
 import { KafkaBus } from '../../infra/bus/kafka.ts';
@@ -11,38 +11,16 @@ import { TOPICS } from '../../infra/bus/port.ts';
 import { createLogger } from '../../infra/telemetry.ts';
 import { eventId } from '../../processors/derive.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
-import { signup, startHub, type TestHub, type User } from '../hub.ts';
+import { endProcess, signup, spawnRole, startHub, type TestHub, type User } from '../hub.ts';
 import { assertDerived, assertJobs, everyEventType, jobsOf, logOf, subscribe } from './scenario.ts';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
 const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 
-/** `hub processor` in its own process, resolved once it has joined the group. */
-async function processor(): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ['bin/hub.ts', 'processor'], {
-    cwd: ROOT,
-    env: { ...process.env, HUB_PROFILE: 'distributed', HUB_LOG_LEVEL: 'info', HUB_PORT: '0' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stderr!.on('data', (d) => {
-    out += d;
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.stdout!.on('data', (d) => {
-      out += d;
-      if (out.includes('running processor')) resolve();
-    });
-    child.once('exit', (code) => reject(new Error(`hub processor exited with ${code}: ${out.slice(-2000)}`)));
-  });
-  return child;
-}
-
+/** `hub processor` in its own process, resolved once it serves (it has then joined the group). */
+const processor = async (): Promise<ChildProcess> =>
+  (await spawnRole('processor', { HUB_PROFILE: 'distributed' })).child;
 const kill = async (child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL') => {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill(signal);
-  await exited;
+  await endProcess(child, signal);
 };
 
 describe('stream processor on Kafka (int)', function () {

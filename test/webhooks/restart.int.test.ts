@@ -2,68 +2,19 @@
 // (distributed, on Kafka and Redis) SIGKILLed between two attempts, restarted, carries on with
 // the schedule; nothing is lost and the log shows every attempt.
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from '../harness.ts';
-import { signup, startHub, type TestHub } from '../hub.ts';
+import { endProcess, remoteHub, signup, spawnRole, startHub, type TestHub } from '../hub.ts';
 import { Receiver } from './receiver.ts';
 
-const ROOT = new URL('../..', import.meta.url).pathname;
 const WEBHOOK_ENV = { HUB_WEBHOOK_ALLOW_HTTP: 'true', HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8' };
-
-async function spawnHub(
-  command: string,
-  env: Record<string, string>,
-): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['bin/hub.ts', command], {
-    cwd: ROOT,
-    env: { ...process.env, HUB_PORT: '0', HUB_LOG_LEVEL: 'info', ...WEBHOOK_ENV, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stderr!.on('data', (d) => {
-    out += d;
-  });
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', (d) => {
-      out += d;
-      const m = /listening on (http:\/\/[\d.]+:\d+)/.exec(out);
-      if (m) resolve(m[1]!);
-      else if (out.includes(`running ${command}`)) resolve('');
-    });
-    child.once('exit', (code) =>
-      reject(new Error(`hub ${command} exited with ${code}: ${out.slice(-2000)}`)),
-    );
-  });
-  return { child, url };
-}
-
+const spawnHub = (command: string, env: Record<string, string>) =>
+  spawnRole(command, { ...WEBHOOK_ENV, ...env });
 const kill9 = async (child: ChildProcess) => {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGKILL');
-  await exited;
+  await endProcess(child, 'SIGKILL');
 };
-
-/** A hub seen through HTTP only, for the account helpers. */
-function remote(url: string, dataDir: string): TestHub {
-  return {
-    url,
-    dataDir,
-    answers: [],
-    logs: () => [],
-    node: undefined as never,
-    stop: async () => {},
-    call: (method, path, o = {}) =>
-      request(`${url}${path}`, {
-        method,
-        body: o.body,
-        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
-      }),
-  };
-}
 
 describe('scheduled retries across process deaths (int)', function () {
   this.timeout(120_000);
@@ -130,11 +81,11 @@ describe('scheduled retries across process deaths (int)', function () {
     let { child, url } = await spawnHub('start', { HUB_DATA_DIR: dataDir });
     children.push(child);
     const path = '/status/500/embedded-restart';
-    const { alice, id } = await scheduleAndKill(remote(url, dataDir), path, () => kill9(child));
+    const { alice, id } = await scheduleAndKill(remoteHub(url, dataDir), path, () => kill9(child));
     ({ child, url } = await spawnHub('start', { HUB_DATA_DIR: dataDir }));
     children.push(child);
     await rx.waitFor(path, 4, 20_000);
-    await assertRanOut(remote(url, dataDir), alice.token, id);
+    await assertRanOut(remoteHub(url, dataDir), alice.token, id);
   });
 
   it('distributed: the dispatcher SIGKILLed between attempts, another started, delivers every retry', async () => {
