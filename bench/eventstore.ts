@@ -13,7 +13,7 @@ import { loadConfig } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { PostgresEventStore } from '../infra/eventstore/postgres.ts';
 import { SqliteEventStore } from '../infra/eventstore/sqlite.ts';
-import { fmt, machine, percentile, writeSection } from './report.ts';
+import { fmt, machine, percentile, recordFigures, writeSection } from './report.ts';
 
 const SECONDS = Number(process.argv[2] ?? 3);
 const CONCURRENCY = [1, 16, 256];
@@ -181,6 +181,32 @@ Targets: embedded ≥ 20,000 durable events/s at 256 appenders; PostgreSQL ≥ 5
 ${table.join('\n')}
 `;
   writeSection('eventstore', body);
+  const at256 = (adapter: string) => rows.find((r) => r.adapter === adapter && r.appenders === 256);
+  recordFigures(
+    'eventstore',
+    (
+      [
+        ['embedded SQLite (synchronous=FULL)', 'embedded', 20_000],
+        ['PostgreSQL', 'distributed', 5_000],
+      ] as const
+    ).flatMap(([adapter, profile, target]) => {
+      const r = at256(adapter);
+      return r
+        ? [
+            {
+              benchmark: `event store appends, 256 appenders (${adapter})`,
+              profile,
+              value: r.eventsPerSecond,
+              unit: 'events/s',
+              ceiling: ceilings[adapter] ?? Number.NaN,
+              ceilingName: 'plain driver loop',
+              target: `≥ ${fmt(target)} events/s`,
+              met: r.eventsPerSecond >= target,
+            },
+          ]
+        : [];
+    }),
+  );
   console.log(body);
 }
 

@@ -8,6 +8,7 @@ import {
   fmt,
   isolatedDistributed,
   machine,
+  recordFigures,
   startListening,
   writeSection,
 } from './report.ts';
@@ -162,6 +163,26 @@ embedded store, so a metadata request reads nothing), request ids come from a co
 secrets are unsealed once.
 `;
   writeSection('ingestion', body);
+  recordFigures(
+    'ingestion',
+    results.slice(1).map((r) => {
+      const embedded = r.target.startsWith('embedded');
+      return {
+        benchmark: 'device-meta ingestion, 128 connections',
+        profile: embedded ? 'embedded' : 'distributed',
+        value: r.rps,
+        unit: `requests/s (p99 ${fmt(r.p99)} ms)`,
+        ceiling,
+        ceilingName: 'bare node:http server',
+        ...(embedded
+          ? {
+              target: '≥ 5,000 requests/s, p99 ≤ 50 ms, ≥ 30 % of the bare server',
+              met: r.rps >= 5000 && r.p99 <= 50 && r.rps >= 0.3 * ceiling,
+            }
+          : {}),
+      };
+    }),
+  );
   console.log(body);
 }
 

@@ -3,7 +3,7 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -177,4 +177,39 @@ export async function benchSubscription(
     },
   ]);
   return id;
+}
+
+/** One figure of a benchmark beside its ceiling, for the summary table of `npm run bench`. */
+export interface Figure {
+  benchmark: string;
+  profile: 'embedded' | 'distributed';
+  value: number;
+  unit: string;
+  ceiling: number;
+  ceilingName: string;
+  /** The issue's target, as text, and whether this run met it (none for figures without one). */
+  target?: string;
+  met?: boolean;
+}
+
+const FIGURES_DIR = new URL('../.hub/bench/', import.meta.url);
+
+/** Kept beside the section: bench/summary.ts puts every benchmark's figures in one table. */
+export function recordFigures(name: string, figures: Figure[]): void {
+  mkdirSync(FIGURES_DIR, { recursive: true });
+  writeFileSync(
+    new URL(`${name}.json`, FIGURES_DIR),
+    JSON.stringify({ machine: machine(), figures }, null, 1),
+  );
+}
+
+export function readFigures(): { name: string; machine: string; figures: Figure[] }[] {
+  let files: string[] = [];
+  try {
+    files = readdirSync(FIGURES_DIR).filter((f) => f.endsWith('.json'));
+  } catch {}
+  return files.sort().map((f) => ({
+    name: f.replace(/\.json$/, ''),
+    ...JSON.parse(readFileSync(new URL(f, FIGURES_DIR), 'utf8')),
+  }));
 }
