@@ -139,6 +139,19 @@ describe('graceful shutdown of every role under load (int)', function () {
     }
     assert.ok(accepted.size > RATE * 5, `${accepted.size} writes accepted of ${sent} (${refused} refused)`);
 
+    // Every role serves its own metrics.
+    const ownMetric = {
+      api: 'hub_http_request_duration_seconds_count',
+      projector: 'hub_projection_events_applied_total',
+      processor: 'hub_processor_changes_total',
+      dispatcher: 'hub_webhook_attempts_total',
+    };
+    for (const [role, metric] of Object.entries(ownMetric)) {
+      const r = await fetch(`${roles.get(role)!.url}/metrics`);
+      assert.equal(r.status, 200, `${role} serves /metrics`);
+      assert.match(await r.text(), new RegExp(`^${metric}`, 'm'), `${role} exposes ${metric}`);
+    }
+
     // Every accepted write reaches the receiver.
     const seqOf = (body: string) => JSON.parse(body).data.changed.seq as string | undefined;
     const deadline = Date.now() + 90_000;
