@@ -39,6 +39,8 @@ const oneOf =
     return raw as T;
   };
 const text: Parser<string> = (raw) => raw;
+/** A PEM block; `\n` escapes (one-line environment values) become newlines. */
+const pem: Parser<string> = (raw) => raw.replace(/\\n/g, '\n');
 const list: Parser<string[]> = (raw) =>
   raw
     .split(',')
@@ -207,7 +209,7 @@ export const knobs = {
     'HUB_JWT_PRIVATE_KEY',
     '',
     'ES256 private key (PKCS#8 PEM) that signs tokens. Empty: generated on first start (embedded: kept in HUB_DATA_DIR/keys).',
-    text,
+    pem,
   ),
   admins: knob('HUB_ADMINS', '', 'Comma-separated nicks of the admin accounts.', list),
   serviceDomain: knob(
@@ -291,9 +293,9 @@ export const knobs = {
     'HUB_DEVICE_CA_CERT',
     '',
     'PEM certificate of the CA that signs device certificates. Empty: generated on first start.',
-    text,
+    pem,
   ),
-  deviceCaKey: knob('HUB_DEVICE_CA_KEY', '', 'PEM (PKCS#8) private key of that CA.', text),
+  deviceCaKey: knob('HUB_DEVICE_CA_KEY', '', 'PEM (PKCS#8) private key of that CA.', pem),
   metaMaxKeys: knob(
     'HUB_META_MAX_KEYS',
     '200',

@@ -6,13 +6,14 @@
 import { createPrivateKey, X509Certificate } from 'node:crypto';
 import { accessSync, constants, existsSync, readFileSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
-import { fromPem } from '../api/auth/keys.ts';
+import { fromPem, jwtKeyFile } from '../api/auth/keys.ts';
+import { deviceCaFile } from '../api/devices/ca.ts';
 import { TOPICS } from './bus/port.ts';
 import { type Config, ConfigError, knobs, loadConfig } from './config.ts';
 
@@ -454,7 +455,7 @@ async function mailCheck(config: Config, timeoutMs: number): Promise<CheckResult
 async function keysCheck(config: Config): Promise<CheckResult> {
   if (config.jwtPrivateKey) {
     try {
-      const pem = config.jwtPrivateKey.replace(/\\n/g, '\n');
+      const pem = config.jwtPrivateKey;
       const key = createPrivateKey(pem);
       if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1')
         throw new Error('it is not an EC P-256 (ES256) key');
@@ -475,7 +476,7 @@ async function keysCheck(config: Config): Promise<CheckResult> {
       'HUB_JWT_PRIVATE_KEY is not set: a key generated once and shared through Redis signs tokens (development only); set an ES256 PKCS#8 PEM',
     );
   }
-  const file = resolve(config.dataDir, 'keys', 'jwt-es256.pem');
+  const file = resolve(jwtKeyFile(config.dataDir));
   if (!existsSync(file)) return result('keys', 'ok', `signing key generated at the first start into ${file}`);
   try {
     const { kid } = await fromPem(readFileSync(file, 'utf8'));
@@ -494,8 +495,8 @@ function deviceCaCheck(config: Config): CheckResult {
   const key = config.deviceCaKey;
   if (cert && key) {
     try {
-      const x509 = new X509Certificate(cert.replace(/\\n/g, '\n'));
-      const privateKey = createPrivateKey(key.replace(/\\n/g, '\n'));
+      const x509 = new X509Certificate(cert);
+      const privateKey = createPrivateKey(key);
       if (
         privateKey.asymmetricKeyType !== 'ec' ||
         privateKey.asymmetricKeyDetails?.namedCurve !== 'prime256v1'
@@ -539,10 +540,10 @@ function deviceCaCheck(config: Config): CheckResult {
       'HUB_DEVICE_CA_CERT/KEY are not set: a CA generated once and shared through Redis signs device certificates (development only)',
     );
   }
-  const dir = resolve(config.dataDir, 'keys');
-  return existsSync(join(dir, 'device-ca.pem'))
-    ? result('device-ca', 'ok', `device CA ${join(dir, 'device-ca.pem')}`)
-    : result('device-ca', 'ok', `device CA generated at the first start into ${dir}`);
+  const file = resolve(deviceCaFile(config.dataDir));
+  return existsSync(file)
+    ? result('device-ca', 'ok', `device CA ${file}`)
+    : result('device-ca', 'ok', `device CA generated at the first start into ${dirname(file)}`);
 }
 
 function publicUrlCheck(config: Config): CheckResult {

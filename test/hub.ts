@@ -42,16 +42,21 @@ export async function startHub(
     dataDir: config.dataDir,
     logs: logs.lines,
     answers,
-    call: async (method, path, o = {}) => {
-      const r = await request(`${node.url}${path}`, {
-        method,
-        body: o.body,
-        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
-      });
-      answers.push(JSON.stringify(r.body));
-      return r;
-    },
+    call: caller(node.url, answers),
     stop: () => node.stop(),
+  };
+}
+
+/** JSON requests against a hub at `url`, each answer kept in `answers`. */
+function caller(url: string, answers: string[]): TestHub['call'] {
+  return async (method, path, o = {}) => {
+    const r = await request(`${url}${path}`, {
+      method,
+      body: o.body,
+      headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
+    });
+    answers.push(JSON.stringify(r.body));
+    return r;
   };
 }
 
@@ -191,14 +196,6 @@ export function remoteHub(url: string, dataDir: string): TestHub {
     logs: () => [],
     node: undefined as never,
     stop: async () => {},
-    call: async (method, path, o = {}) => {
-      const r = await request(`${url}${path}`, {
-        method,
-        body: o.body,
-        headers: { ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), ...o.headers },
-      });
-      answers.push(JSON.stringify(r.body));
-      return r;
-    },
+    call: caller(url, answers),
   };
 }

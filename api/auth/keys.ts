@@ -4,7 +4,7 @@
 // shared through Redis, with a warning.
 import { createHash, createPrivateKey, createPublicKey, hkdfSync, type KeyObject } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { exportJWK, exportPKCS8, generateKeyPair, type JWK } from 'jose';
 import type { Logger } from '../../infra/telemetry.ts';
@@ -38,14 +38,17 @@ export async function fromPem(pem: string): Promise<Keys> {
   return { privateKey, publicPem, jwk: { ...jwk, kid, alg: 'ES256', use: 'sig' }, kid, hmacKey, sealKey };
 }
 
+/** Where the embedded profile keeps the key it generated. */
+export const jwtKeyFile = (dataDir: string) => join(dataDir, 'keys', 'jwt-es256.pem');
+
 export async function loadKeys(
   options: { configured: string; dataDir?: string; redis?: Redis },
   logger: Logger,
 ): Promise<Keys> {
-  if (options.configured) return fromPem(options.configured.replace(/\\n/g, '\n'));
+  if (options.configured) return fromPem(options.configured);
   if (options.dataDir) {
-    const dir = join(options.dataDir, 'keys');
-    const file = join(dir, 'jwt-es256.pem');
+    const file = jwtKeyFile(options.dataDir);
+    const dir = dirname(file);
     try {
       return await fromPem(readFileSync(file, 'utf8'));
     } catch {

@@ -86,25 +86,28 @@ async function generate(): Promise<{ cert: string; key: string }> {
   };
 }
 
+/** Where the embedded profile keeps the CA certificate it generated (its key beside it). */
+export const deviceCaFile = (dataDir: string) => join(dataDir, 'keys', 'device-ca.pem');
+
 export async function loadDeviceCa(o: {
   certPem: string;
   keyPem: string;
   dataDir?: string;
   redis?: Redis;
 }): Promise<DeviceCa> {
-  if (o.certPem && o.keyPem) return fromPem(o.certPem.replace(/\\n/g, '\n'), o.keyPem.replace(/\\n/g, '\n'));
+  if (o.certPem && o.keyPem) return fromPem(o.certPem, o.keyPem);
   if (o.dataDir) {
     const dir = join(o.dataDir, 'keys');
     try {
       return await fromPem(
-        readFileSync(join(dir, 'device-ca.pem'), 'utf8'),
+        readFileSync(deviceCaFile(o.dataDir), 'utf8'),
         readFileSync(join(dir, 'device-ca.key'), 'utf8'),
       );
     } catch {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       const { cert, key } = await generate();
       writeFileSync(join(dir, 'device-ca.key'), key, { mode: 0o600 });
-      writeFileSync(join(dir, 'device-ca.pem'), cert);
+      writeFileSync(deviceCaFile(o.dataDir), cert);
       return fromPem(cert, key);
     }
   }
