@@ -1,24 +1,32 @@
-// Derivation throughput of the stream processor on Kafka: a `changes` topic prefilled with the
-// changes of 10,000 devices (each created, then reporting metadata), consumed by one processor
-// (actors with their state in Redis, every derived event logged in Redis, subscriptions matched),
-// beside the ceiling measured in the same run: a plain kafkajs consumer loop reading the same
-// topic and doing nothing else.
+// Derivation throughput of the stream processor, on both profiles: a `changes` topic prefilled
+// with the changes of 10,000 devices (each created, then reporting metadata), consumed by one
+// processor (actors, every derived event logged, subscriptions matched), beside the ceiling
+// measured in the same run: a plain consumer loop reading the same topic and doing nothing else.
+//   embedded:    the in-process bus, actors and event log in memory (one partition, as `hub start`)
+//   distributed: Kafka, actor states and the event log in Redis
 //
-//   node bench/derivation.ts [changes]      (needs `npm run infra:up`)
+//   node bench/derivation.ts [changes]      (the distributed run needs `npm run infra:up`)
 //   HUB_BENCH_PRINT_ONLY=1                  printed, docs untouched
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import { Registry } from 'prom-client';
 import { KafkaBus } from '../infra/bus/kafka.ts';
-import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
+import { MemoryBus } from '../infra/bus/memory.ts';
+import { type Bus, SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
+import { MemoryReadStore } from '../infra/readstore/memory.ts';
 import { RedisReadStore } from '../infra/readstore/redis.ts';
 import { createLogger } from '../infra/telemetry.ts';
-import { RedisActorStates } from '../processors/actors.ts';
+import { type ActorStates, MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
 import type { DeviceActor } from '../processors/derive.ts';
-import { RedisEventLog } from '../processors/eventlog.ts';
-import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
+import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
+import {
+  ProcessorMetrics,
+  projectedSubscriptions,
+  StreamProcessor,
+  type Subscriptions,
+} from '../processors/processor.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import { fmt, machine, recordFigures, writeSection } from './report.ts';
 
@@ -30,7 +38,7 @@ const logger = createLogger('warn');
 const prefix = `bench-${Date.now()}-`;
 const registry = SchemaRegistry.load();
 
-async function prefill(bus: KafkaBus): Promise<void> {
+async function prefill(bus: Bus): Promise<void> {
   const owner = `prn:::accounts:/bench-${randomBytes(3).toString('hex')}`;
   const ids = Array.from({ length: DEVICES }, () => randomBytes(12).toString('hex'));
   const header = { [SCHEMA_HEADER]: 'ChangeRecord.v1' };
@@ -87,8 +95,36 @@ async function prefill(bus: KafkaBus): Promise<void> {
   );
 }
 
-/** A plain kafkajs consumer reading the topic, nothing else: the ceiling. */
-async function ceiling(): Promise<number> {
+/** A plain consumer of the in-process bus reading the topic, nothing else: the embedded ceiling. */
+async function memoryCeiling(): Promise<number> {
+  const bus = new MemoryBus({ logger, capacity: CHANGES + DEVICES });
+  await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+  await prefill(bus);
+  let count = 0;
+  let first = 0;
+  let consumer: { stop(): Promise<void> } | undefined;
+  const rate = await new Promise<number>((resolve) => {
+    void bus
+      .consume({
+        group: 'ceiling',
+        topic: TOPICS.changes,
+        handle: async (messages) => {
+          first ||= performance.now();
+          count += messages.length;
+          if (count >= CHANGES) resolve(CHANGES / ((performance.now() - first) / 1000));
+        },
+      })
+      .then((c) => {
+        consumer = c;
+      });
+  });
+  await consumer?.stop();
+  await bus.close();
+  return rate;
+}
+
+/** A plain kafkajs consumer reading the topic, nothing else: the distributed ceiling. */
+async function kafkaCeiling(): Promise<number> {
   const kafka = new Kafka({ clientId: 'bench', brokers: config.kafkaBrokers, logLevel: logLevel.NOTHING });
   const consumer = kafka.consumer({
     groupId: `${prefix}ceiling`,
@@ -113,23 +149,30 @@ async function ceiling(): Promise<number> {
   return rate;
 }
 
-async function derivation(bus: KafkaBus, redis: Redis, readStore: RedisReadStore) {
+async function derivation(
+  bus: Bus,
+  parts: {
+    states: ActorStates<DeviceActor>;
+    log: EventLog;
+    subscriptions: Subscriptions;
+    partitionsConcurrently: number;
+  },
+  /** In-process consumers start at once: time from the start (Kafka: from the first change consumed, after the group join). */
+  timeFromStart = false,
+) {
   const metrics = new ProcessorMetrics(new Registry());
   const processor = new StreamProcessor({
     bus,
     registry,
-    states: new RedisActorStates<DeviceActor>(redis, `${prefix}device`),
-    log: new RedisEventLog({ redis, retentionMs: 86_400_000 }),
-    subscriptions: projectedSubscriptions(readStore),
+    ...parts,
     logger,
     metrics,
     concurrency: config.processorConcurrency,
-    partitionsConcurrently: PARTITIONS,
     // No subscription matches here: there are no jobs to hand off.
     handOff: async () => {},
   });
   const rss: number[] = [];
-  let first = 0;
+  let first = timeFromStart ? performance.now() : 0;
   let derived = 0;
   await processor.start();
   const elapsed = await new Promise<number>((resolve) => {
@@ -150,7 +193,44 @@ async function derivation(bus: KafkaBus, redis: Redis, readStore: RedisReadStore
   return { rate: CHANGES / elapsed, elapsed, derived, rss: Math.max(...rss) };
 }
 
-async function main() {
+interface Run {
+  profile: 'embedded' | 'distributed';
+  name: string;
+  ceilingName: string;
+  rate: number;
+  ceiling: number;
+  elapsed: number;
+  derived: number;
+  rss: number;
+}
+
+async function embeddedRun(): Promise<Run> {
+  const plain = await memoryCeiling();
+  process.stderr.write(`embedded ceiling: ${fmt(plain)} changes/s\n`);
+  const bus = new MemoryBus({ logger, capacity: CHANGES + DEVICES });
+  await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+  await prefill(bus);
+  const run = await derivation(
+    bus,
+    {
+      states: new MemoryActorStates<DeviceActor>(),
+      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      subscriptions: projectedSubscriptions(new MemoryReadStore()),
+      partitionsConcurrently: 1,
+    },
+    true,
+  );
+  await bus.close();
+  return {
+    profile: 'embedded',
+    name: 'in-process bus, actors and event log in memory',
+    ceilingName: 'plain in-process bus consumer loop',
+    ceiling: plain,
+    ...run,
+  };
+}
+
+async function distributedRun(): Promise<Run> {
   const bus = new KafkaBus({ brokers: config.kafkaBrokers, clientId: 'bench', logger, prefix });
   const redis = new Redis(config.redisUrl, { enableAutoPipelining: false });
   const readStore = new RedisReadStore(config.redisUrl);
@@ -160,48 +240,71 @@ async function main() {
       { topic: TOPICS.deliveries, partitions: PARTITIONS },
     ]);
     await prefill(bus);
-    const plain = await ceiling();
-    process.stderr.write(`ceiling: ${fmt(plain)} changes/s\n`);
-    const run = await derivation(bus, redis, readStore);
-    const body = `## Webhook event derivation (distributed profile)
-
-\`node bench/derivation.ts ${CHANGES}\` on ${machine()}. A \`changes\` topic of ${PARTITIONS} partitions
-on one local Kafka 3.9 broker, prefilled with ${fmt(CHANGES)} changes of ${fmt(DEVICES)} devices (each created, then
-reporting metadata), is consumed by one stream processor in one process: device actors with their state
-in Redis, every derived event written to the account's event log in Redis, subscriptions matched. The
-ceiling, measured in the same run, is a plain kafkajs consumer reading the same topic and doing nothing.
-
-Target: ≥ 20,000 events/s on a 2-core machine with a single broker.
-
-| Run | Changes/s | Events derived | Share of ceiling |
-|---|---:|---:|---:|
-| stream processor (derive, log, match, save actor states) | ${fmt(run.rate)} | ${fmt(run.derived)} | ${fmt((100 * run.rate) / plain)} % |
-| ceiling: plain kafkajs consumer loop | ${fmt(plain)} | | 100 % |
-
-Every change derives one event here, so changes/s is events/s. ${fmt(CHANGES)} changes in ${run.elapsed.toFixed(1)} s;
-peak resident memory of the processor's process ${fmt(run.rss / 2 ** 20)} MiB.
-`;
-    if (process.env.HUB_BENCH_PRINT_ONLY) console.log(body);
-    else {
-      writeSection('derivation', body);
-      recordFigures('derivation', [
-        {
-          benchmark: 'webhook event derivation on Kafka',
-          profile: 'distributed',
-          value: run.rate,
-          unit: 'changes/s',
-          ceiling: plain,
-          ceilingName: 'plain kafkajs consumer loop',
-          target: '≥ 20,000 events/s',
-          met: run.rate >= 20_000,
-        },
-      ]);
-      console.log(body);
-    }
+    const plain = await kafkaCeiling();
+    process.stderr.write(`Kafka ceiling: ${fmt(plain)} changes/s\n`);
+    const run = await derivation(bus, {
+      states: new RedisActorStates<DeviceActor>(redis, `${prefix}device`),
+      log: new RedisEventLog({ redis, retentionMs: 86_400_000 }),
+      subscriptions: projectedSubscriptions(readStore),
+      partitionsConcurrently: PARTITIONS,
+    });
+    return {
+      profile: 'distributed',
+      name: `Kafka (${PARTITIONS} partitions), actor states and event log in Redis`,
+      ceilingName: 'plain kafkajs consumer loop',
+      ceiling: plain,
+      ...run,
+    };
   } finally {
     await bus.close();
     redis.disconnect();
     await readStore.close();
+  }
+}
+
+async function main() {
+  const runs = [await embeddedRun(), await distributedRun()];
+  const body = `## Webhook event derivation
+
+\`node bench/derivation.ts ${CHANGES}\` on ${machine()}. A \`changes\` topic prefilled with
+${fmt(CHANGES)} changes of ${fmt(DEVICES)} devices (each created, then reporting metadata) is consumed by one
+stream processor in one process: device actors, every derived event written to the account's event
+log, subscriptions matched. Embedded: the in-process bus with one partition (as \`hub start\` runs it),
+actors and event log in memory. Distributed: ${PARTITIONS} partitions on one local Kafka 3.9 broker, actor states
+and the event log in Redis. Each ceiling, measured in the same run, is a plain consumer of the same bus
+reading the same topic and doing nothing.
+
+Target: ≥ 20,000 events/s on a 2-core machine with a single broker.
+
+| Profile | Run | Changes/s | Events derived | Seconds | Peak RSS MiB | Ceiling changes/s | Share of ceiling |
+|---|---|---:|---:|---:|---:|---:|---:|
+${runs
+  .map(
+    (r) =>
+      `| ${r.profile} | ${r.name} | ${fmt(r.rate)} | ${fmt(r.derived)} | ${r.elapsed.toFixed(1)} | ${fmt(r.rss / 2 ** 20)} | ${fmt(r.ceiling)} (${r.ceilingName}) | ${fmt((100 * r.rate) / r.ceiling)} % |`,
+  )
+  .join('\n')}
+
+Every change derives one event here, so changes/s is events/s.
+`;
+  if (process.env.HUB_BENCH_PRINT_ONLY) console.log(body);
+  else {
+    writeSection('derivation', body);
+    recordFigures(
+      'derivation',
+      runs.map((r) => ({
+        benchmark:
+          r.profile === 'embedded' ? 'webhook event derivation' : 'webhook event derivation on Kafka',
+        profile: r.profile,
+        value: r.rate,
+        unit: 'changes/s',
+        ceiling: r.ceiling,
+        ceilingName: r.ceilingName,
+        target: '≥ 20,000 events/s',
+        met: r.rate >= 20_000,
+      })),
+    );
+    console.log(body);
   }
 }
 

@@ -32,8 +32,15 @@ const before = (a: WebhookEvent, b: WebhookEvent) =>
 const member = (e: WebhookEvent) =>
   `${String(e.source_position).padStart(16, '0')}${String(e.sequence).padStart(2, '0')}:${e.id}`;
 
+/** One owner's events, oldest first, from `items[head]`: dropping the oldest advances `head`,
+ * and the array is compacted only once most of it is dropped, so a full log drops in O(1). */
+interface OwnerLog {
+  items: WebhookEvent[];
+  head: number;
+}
+
 export class MemoryEventLog implements EventLog {
-  private readonly byOwner = new Map<string, WebhookEvent[]>(); // oldest first
+  private readonly byOwner = new Map<string, OwnerLog>();
   private readonly byId = new Map<string, WebhookEvent>();
   private readonly retentionMs: number;
   private readonly maxPerOwner: number;
@@ -48,33 +55,47 @@ export class MemoryEventLog implements EventLog {
     for (const e of events) {
       if (this.byId.has(e.id) || score(e) < horizon) continue;
       this.byId.set(e.id, e);
-      let list = this.byOwner.get(e.owner);
-      if (!list) {
-        list = [];
-        this.byOwner.set(e.owner, list);
+      let log = this.byOwner.get(e.owner);
+      if (!log) {
+        log = { items: [], head: 0 };
+        this.byOwner.set(e.owner, log);
       }
+      const { items } = log;
       // Appends arrive nearly in order: insert from the end.
-      let i = list.length;
-      while (i > 0 && before(list[i - 1]!, e) > 0) i--;
-      list.splice(i, 0, e);
-      let drop = 0;
-      while (drop < list.length && (list.length - drop > this.maxPerOwner || score(list[drop]!) < horizon))
-        drop++;
-      for (const old of list.splice(0, drop)) this.byId.delete(old.id);
+      let i = items.length;
+      while (i > log.head && before(items[i - 1]!, e) > 0) i--;
+      if (i === items.length) items.push(e);
+      else items.splice(i, 0, e);
+      while (
+        log.head < items.length &&
+        (items.length - log.head > this.maxPerOwner || score(items[log.head]!) < horizon)
+      ) {
+        this.byId.delete(items[log.head]!.id);
+        items[log.head++] = undefined as unknown as WebhookEvent; // let it be collected
+      }
+      if (log.head > 1024 && log.head * 2 > items.length) {
+        log.items = items.slice(log.head);
+        log.head = 0;
+      }
     }
   }
 
   async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {
     const horizon = Date.now() - this.retentionMs;
-    const hits = (this.byOwner.get(owner) ?? []).filter(
-      (e) =>
+    const log = this.byOwner.get(owner);
+    const hits: WebhookEvent[] = [];
+    // Newest first, as the port promises.
+    for (let i = (log?.items.length ?? 0) - 1; log && i >= log.head; i--) {
+      const e = log.items[i]!;
+      if (
         score(e) >= horizon &&
         (!q.type || e.type === q.type) &&
         (!q.resource_prn || e.resource_prn === q.resource_prn) &&
         (q.since === undefined || score(e) >= q.since) &&
-        (q.until === undefined || score(e) < q.until),
-    );
-    hits.reverse();
+        (q.until === undefined || score(e) < q.until)
+      )
+        hits.push(e);
+    }
     return { items: hits.slice(q.skip, q.skip + q.limit), total: hits.length };
   }
 
