@@ -22,7 +22,7 @@ describe('memory event log: the per-owner cap', () => {
     const now = Math.floor(Date.now() / 1000);
     const all: WebhookEvent[] = [];
     for (let batch = 0; batch < 20; batch++) {
-      const events = Array.from({ length: 500 }, () => event(owner, 'device.meta.updated', 'd1', now));
+      const events = Array.from({ length: 500 }, () => event(owner, 'device.device_meta.updated', 'd1', now));
       all.push(...events);
       // One late event per batch lands before the newest ones: the log inserts it in order.
       await log.append(events.length > 1 ? [...events.slice(0, -2), events.at(-1)!, events.at(-2)!] : events);
