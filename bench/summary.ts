@@ -31,7 +31,7 @@ const ratio = (f: Figure) =>
 const runs = readFigures();
 const figures = runs.flatMap((r) => r.figures);
 const redisSet = redisBenchmark();
-const replay = figures.find((f) => f.benchmark.startsWith('projection replay'));
+const replay = figures.find((f) => f.benchmark === 'projection replay PostgreSQL → Redis');
 if (replay && redisSet)
   figures.push({
     benchmark: 'projection replay: Redis writes (3 per event)',

@@ -71,10 +71,13 @@ export class MemoryReadStore implements ReadStore {
   async range(projection: string, generation: number, key: string, o: RangeOptions = {}): Promise<string[]> {
     const v = this.gen(projection, generation).data.get(key);
     if (!v || v instanceof Map) return [];
-    let entries = v.order.filter((e) => e.score >= (o.min ?? -Infinity) && e.score <= (o.max ?? Infinity));
-    if (o.reverse) entries = entries.slice().reverse();
-    const offset = o.offset ?? 0;
-    return entries.slice(offset, o.limit === undefined ? undefined : offset + o.limit).map((e) => e.member);
+    return v.range(
+      o.min ?? -Infinity,
+      o.max ?? Infinity,
+      o.reverse ?? false,
+      o.offset ?? 0,
+      o.limit ?? Infinity,
+    );
   }
 
   async count(
@@ -86,7 +89,7 @@ export class MemoryReadStore implements ReadStore {
   ): Promise<number> {
     const v = this.gen(projection, generation).data.get(key);
     if (!v || v instanceof Map) return 0;
-    return v.order.filter((e) => e.score >= min && e.score <= max).length;
+    return v.count(min, max);
   }
 
   async dump(projection: string, generation: number): Promise<Record<string, unknown>> {
@@ -97,7 +100,7 @@ export class MemoryReadStore implements ReadStore {
       out[key] =
         v instanceof Map
           ? Object.fromEntries([...v.keys()].sort().map((f) => [f, JSON.parse(v.get(f)!)]))
-          : v.order.map((e) => [e.member, e.score]);
+          : v.entries().map((e) => [e.member, e.score]);
     }
     return out;
   }
@@ -177,62 +180,145 @@ function applyWrite(data: Map<string, Value>, w: Write): void {
     case 'zadd': {
       let index = data.get(w.key);
       if (!index || index instanceof Map) {
-        index = { scores: new Map(), order: [] };
+        index = new SortedIndex();
         data.set(w.key, index);
       }
-      sortedInsert(index, w.member, w.score);
+      index.insert(w.member, w.score);
       return;
     }
     case 'zrem': {
       const index = data.get(w.key);
       if (!index || index instanceof Map) return;
-      sortedRemove(index, w.member);
-      if (index.order.length === 0) data.delete(w.key);
+      index.remove(w.member);
+      if (index.size === 0) data.delete(w.key);
       return;
     }
   }
 }
 
-/** A sorted index like Redis's sorted set: members ordered by (score, member). */
-interface SortedIndex {
-  scores: Map<string, number>;
-  /** Members in (score, member) order. */
-  order: { score: number; member: string }[];
+/** A sorted index like Redis's sorted set: members ordered by (score, member), kept in chunks of
+ * at most 2 × CHUNK sorted entries so that moving a member (a device's new update time) costs a
+ * binary search and a small splice, not a shift of the whole index. */
+const CHUNK = 256;
+
+interface Entry {
+  score: number;
+  member: string;
 }
 
-function compareEntries(a: { score: number; member: string }, b: { score: number; member: string }): number {
+/** A position in the index: entry `i` of chunk `c` (c = chunks.length at the end). */
+interface At {
+  c: number;
+  i: number;
+}
+
+function compareEntries(a: Entry, b: Entry): number {
   return a.score - b.score || (a.member < b.member ? -1 : a.member > b.member ? 1 : 0);
 }
 
-function sortedInsert(index: SortedIndex, member: string, score: number): void {
-  const previous = index.scores.get(member);
-  if (previous !== undefined) {
-    if (previous === score) return;
-    sortedRemove(index, member);
-  }
-  index.scores.set(member, score);
-  const entry = { score, member };
+/** First index in `list` for which `before(list[index])` is false (`list` sorted, `before` monotone). */
+function partition<T>(list: T[], before: (x: T) => boolean): number {
   let lo = 0;
-  let hi = index.order.length;
+  let hi = list.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    if (compareEntries(index.order[mid]!, entry) < 0) lo = mid + 1;
+    if (before(list[mid]!)) lo = mid + 1;
     else hi = mid;
   }
-  index.order.splice(lo, 0, entry);
+  return lo;
 }
 
-function sortedRemove(index: SortedIndex, member: string): void {
-  const score = index.scores.get(member);
-  if (score === undefined) return;
-  index.scores.delete(member);
-  const entry = { score, member };
-  let lo = 0;
-  let hi = index.order.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (compareEntries(index.order[mid]!, entry) < 0) lo = mid + 1;
-    else hi = mid;
+class SortedIndex {
+  readonly scores = new Map<string, number>();
+  private chunks: Entry[][] = [];
+
+  get size(): number {
+    return this.scores.size;
   }
-  index.order.splice(lo, 1);
+
+  /** The first position whose entry is not `before`. */
+  private seek(before: (e: Entry) => boolean): At {
+    const c = partition(this.chunks, (chunk) => before(chunk[chunk.length - 1]!));
+    return c === this.chunks.length ? { c, i: 0 } : { c, i: partition(this.chunks[c]!, before) };
+  }
+
+  insert(member: string, score: number): void {
+    const previous = this.scores.get(member);
+    if (previous === score) return;
+    if (previous !== undefined) this.remove(member);
+    this.scores.set(member, score);
+    const entry = { score, member };
+    if (this.chunks.length === 0) {
+      this.chunks.push([entry]);
+      return;
+    }
+    let { c, i } = this.seek((e) => compareEntries(e, entry) < 0);
+    if (c === this.chunks.length) {
+      c--;
+      i = this.chunks[c]!.length;
+    }
+    const chunk = this.chunks[c]!;
+    chunk.splice(i, 0, entry);
+    if (chunk.length > 2 * CHUNK) this.chunks.splice(c, 1, chunk.slice(0, CHUNK), chunk.slice(CHUNK));
+  }
+
+  remove(member: string): void {
+    const score = this.scores.get(member);
+    if (score === undefined) return;
+    this.scores.delete(member);
+    const entry = { score, member };
+    const { c, i } = this.seek((e) => compareEntries(e, entry) < 0);
+    const chunk = this.chunks[c]!;
+    chunk.splice(i, 1);
+    if (chunk.length === 0) this.chunks.splice(c, 1);
+  }
+
+  private rank(at: At): number {
+    let n = at.i;
+    for (let c = 0; c < at.c; c++) n += this.chunks[c]!.length;
+    return n;
+  }
+
+  /** How many members score within [min, max]. */
+  count(min: number, max: number): number {
+    if (min === -Infinity && max === Infinity) return this.size;
+    return Math.max(
+      0,
+      this.rank(this.seek((e) => e.score <= max)) - this.rank(this.seek((e) => e.score < min)),
+    );
+  }
+
+  /** Members scoring within [min, max], in order or reversed, skipping `offset`, at most `limit`. */
+  range(min: number, max: number, reverse: boolean, offset: number, limit: number): string[] {
+    const out: string[] = [];
+    let skip = offset;
+    if (!reverse) {
+      let { c, i } = this.seek((e) => e.score < min);
+      for (; c < this.chunks.length && out.length < limit; c++, i = 0) {
+        const chunk = this.chunks[c]!;
+        for (; i < chunk.length && out.length < limit; i++) {
+          if (chunk[i]!.score > max) return out;
+          if (skip > 0) skip--;
+          else out.push(chunk[i]!.member);
+        }
+      }
+      return out;
+    }
+    // Backwards from the last member scoring at most max.
+    const end = this.seek((e) => e.score <= max);
+    for (let c = end.c, i = end.i - 1; c >= 0 && out.length < limit; c--) {
+      const chunk = this.chunks[c];
+      for (; chunk && i >= 0 && out.length < limit; i--) {
+        if (chunk[i]!.score < min) return out;
+        if (skip > 0) skip--;
+        else out.push(chunk[i]!.member);
+      }
+      i = (this.chunks[c - 1]?.length ?? 0) - 1;
+    }
+    return out;
+  }
+
+  entries(): Entry[] {
+    return this.chunks.flat();
+  }
 }

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
-import type { ReadStore } from '../../infra/readstore/port.ts';
+import type { ReadStore, Write } from '../../infra/readstore/port.ts';
 import { ProjectionLagError, waitForPosition } from '../../projections/consistency.ts';
 import { ReplayRunningError, replayProjection } from '../../projections/replay.ts';
 import { type Projection, ProjectionRunner } from '../../projections/runner.ts';
@@ -76,6 +76,61 @@ export function readStoreContract(name: string, makeHarness: () => Promise<ReadS
       await rs.close();
       await store.close();
       await harness.cleanup();
+    });
+
+    it('keeps a large sorted index, its members moved at random, in (score, member) order for range and count', async () => {
+      const name = p();
+      // Deterministic pseudo-random moves over 3,000 members with many equal scores.
+      let seed = 42;
+      const rand = (n: number) => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed % n;
+      };
+      const model = new Map<string, number>();
+      const writes: Write[] = [];
+      for (let k = 0; k < 12_000; k++) {
+        const member = `m${rand(3000)}`;
+        if (rand(10) === 0) {
+          writes.push({ op: 'zrem', key: 'big', member });
+          model.delete(member);
+        } else {
+          const score = rand(500);
+          writes.push({ op: 'zadd', key: 'big', member, score });
+          model.set(member, score);
+        }
+      }
+      assert.equal(await rs.apply(name, 1, writes, 0, { position: 1, created: 1 }, false), 'ok');
+      const sorted = [...model]
+        .sort(([am, as], [bm, bs]) => as - bs || (am < bm ? -1 : am > bm ? 1 : 0))
+        .map(([m, sc]) => ({ m, sc }));
+      const expect = (min: number, max: number) =>
+        sorted.filter((e) => e.sc >= min && e.sc <= max).map((e) => e.m);
+      assert.deepEqual(await rs.range(name, 1, 'big'), expect(-Infinity, Infinity));
+      assert.equal(await rs.count(name, 1, 'big'), model.size);
+      for (const [min, max] of [
+        [0, 0],
+        [17, 250],
+        [250, 17],
+        [499, 499],
+        [100, 1000],
+        [-5, 3],
+      ] as const) {
+        assert.equal(
+          await rs.count(name, 1, 'big', min, max),
+          expect(min, max).length,
+          `count ${min}..${max}`,
+        );
+        assert.deepEqual(
+          await rs.range(name, 1, 'big', { min, max, offset: 7, limit: 600 }),
+          expect(min, max).slice(7, 607),
+          `range ${min}..${max}`,
+        );
+        assert.deepEqual(
+          await rs.range(name, 1, 'big', { min, max, reverse: true, offset: 3, limit: 700 }),
+          expect(min, max).reverse().slice(3, 703),
+          `reverse range ${min}..${max}`,
+        );
+      }
     });
 
     it('applies documents and indexes with the same semantics', async () => {
