@@ -4,7 +4,7 @@ import Koa from 'koa';
 import type { Config } from '../infra/config.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { HttpError } from './errors.ts';
-import { rateLimit, requestContext } from './http.ts';
+import { RateLimiter, rateLimit, requestContext } from './http.ts';
 import { Routes } from './routes.ts';
 
 export const VERSION: string = JSON.parse(
@@ -97,7 +97,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
   for (const mount of deps.mount ?? []) mount(routes);
 
   app.use(requestContext(logger, metrics));
-  app.use(rateLimit(config.rateLimitPerSecond, config.rateLimitBurst));
+  app.use(rateLimit(new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst)));
   app.use(routes.router.routes());
   app.use(routes.router.allowedMethods());
   return { app, routes };

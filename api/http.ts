@@ -71,26 +71,61 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
   };
 }
 
-/**
- * Token bucket per caller (the authenticated account, else the client address). In-process: each
- * API instance limits on its own, which bounds the whole by instances × rate. The map is capped.
- */
-export function rateLimit(perSecond: number, burst: number, maxCallers = 100_000): Middleware {
-  const buckets = new Map<string, { tokens: number; at: number }>();
-  return async (ctx, next) => {
-    if (perSecond <= 0) return next();
-    const key = ctx.state.caller ?? ctx.ip;
+declare module 'koa' {
+  interface DefaultState {
+    /** The process's rate limiter, for the middleware that learns who the caller is. */
+    rateLimiter?: RateLimiter;
+  }
+}
+
+/** Token buckets per caller key, capped in number (the oldest bucket goes first). In-process: each
+ * API instance limits on its own, which bounds the whole by instances × rate. */
+export class RateLimiter {
+  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly perSecond: number;
+  private readonly burst: number;
+  private readonly maxCallers: number;
+  constructor(perSecond: number, burst: number, maxCallers = 100_000) {
+    this.perSecond = perSecond;
+    this.burst = burst;
+    this.maxCallers = maxCallers;
+  }
+
+  /** Takes a token: 0 when allowed, else the seconds until one is back. */
+  take(key: string): number {
+    if (this.perSecond <= 0) return 0;
     const now = performance.now();
-    let bucket = buckets.get(key);
+    let bucket = this.buckets.get(key);
     if (!bucket) {
-      if (buckets.size >= maxCallers) buckets.delete(buckets.keys().next().value as string);
-      bucket = { tokens: burst, at: now };
-      buckets.set(key, bucket);
+      if (this.buckets.size >= this.maxCallers)
+        this.buckets.delete(this.buckets.keys().next().value as string);
+      bucket = { tokens: this.burst, at: now };
+      this.buckets.set(key, bucket);
     }
-    bucket.tokens = Math.min(burst, bucket.tokens + ((now - bucket.at) / 1000) * perSecond);
+    bucket.tokens = Math.min(this.burst, bucket.tokens + ((now - bucket.at) / 1000) * this.perSecond);
     bucket.at = now;
-    if (bucket.tokens < 1) throw tooManyRequests(Math.max(1, Math.ceil((1 - bucket.tokens) / perSecond)));
+    if (bucket.tokens < 1) return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perSecond));
     bucket.tokens -= 1;
+    return 0;
+  }
+}
+
+/** Charges `key` (429 with Retry-After when its bucket is empty). */
+export function chargeRateLimit(ctx: Context, key: string): void {
+  const wait = ctx.state.rateLimiter?.take(key) ?? 0;
+  if (wait > 0) throw tooManyRequests(wait);
+}
+
+/**
+ * Per-caller rate limit. A request with a bearer token is charged to its account once the token is
+ * verified (see authenticate), so that devices behind one address do not share a budget and a
+ * forged token cannot spend another account's; a request without one, or whose token fails, is
+ * charged to its client address.
+ */
+export function rateLimit(limiter: RateLimiter): Middleware {
+  return async (ctx, next) => {
+    ctx.state.rateLimiter = limiter;
+    if (!ctx.get('Authorization')) chargeRateLimit(ctx, `address:${ctx.ip}`);
     return next();
   };
 }

@@ -323,7 +323,7 @@ export const knobs = {
   rateLimitPerSecond: knob(
     'HUB_RATE_LIMIT_PER_SECOND',
     '500',
-    'Sustained requests per second per caller (account when authenticated, else client address); 0 disables.',
+    'Sustained requests per second per caller (the account once its token is verified, else the client address); 0 disables.',
     int(0, 1_000_000),
   ),
   rateLimitBurst: knob(
