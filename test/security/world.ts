@@ -1,0 +1,155 @@
+// A small world for the security tests: an embedded hub, an admin, two users, a service, and one
+// of every resource of the first user (devices, a step, an app, a webhook with an event and a
+// delivery), plus every secret handed out, for the leak checks.
+import assert from 'node:assert/strict';
+import { serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
+import { Receiver } from '../webhooks/receiver.ts';
+
+export interface Device {
+  id: string;
+  prn: string;
+  secret: string;
+  token: string;
+}
+
+export interface World {
+  hub: TestHub;
+  rx: Receiver;
+  root: User;
+  alice: User;
+  bob: User;
+  svc: User;
+  /** Alice's devices: d1 logs in (its token is "a device of the first"), d2 is the one attacked. */
+  d1: Device;
+  d2: Device;
+  /** Alice's token delegated to the service with read-only scopes: too few for any write. */
+  readOnly: string;
+  ids: { app: string; webhook: string; event: string; delivery: string; rev: string; bobWebhook: string };
+  /** Passwords, device secrets, webhook signing secrets, refresh tokens: never in a log line. */
+  secrets: string[];
+  stop(): Promise<void>;
+}
+
+const SA_SECRET = 'sa-admin-secret-for-tests';
+export const saBasic = (password = SA_SECRET) => ({
+  authorization: `Basic ${Buffer.from(`saadmin:${password}`).toString('base64')}`,
+});
+
+async function device(hub: TestHub, owner: User): Promise<Device> {
+  const r = await hub.call('POST', '/devices', { token: owner.token, body: {} });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const login = await hub.call('POST', '/auth/login', {
+    body: { username: r.body.prn, password: r.body.secret },
+  });
+  assert.equal(login.status, 200, JSON.stringify(login.body));
+  return { id: r.body.id, prn: r.body.prn, secret: r.body.secret, token: login.body.token };
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const found = await probe();
+    if (found !== undefined) return found;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function buildWorld(env: Record<string, string> = {}): Promise<World> {
+  const rx = await new Receiver().start();
+  const hub = await startHub({
+    HUB_SA_ADMIN_SECRET: SA_SECRET,
+    HUB_WEBHOOK_ALLOW_HTTP: 'true',
+    HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+    HUB_RATE_LIMIT_PER_SECOND: '0',
+    ...env,
+  });
+  const root = await signup(hub, 'root');
+  const alice = await signup(hub, 'alice');
+  const bob = await signup(hub, 'bob');
+  const svc = await serviceAccount(hub, root.token, 'reporting');
+  const d1 = await device(hub, alice);
+  const d2 = await device(hub, alice);
+
+  const code = await hub.call('POST', '/auth/code', {
+    token: alice.token,
+    body: { service: svc.prn, scopes: 'devices.readonly profiles.readonly apps.readonly webhooks.readonly' },
+  });
+  assert.equal(code.status, 200, JSON.stringify(code.body));
+  const swapped = await hub.call('POST', '/auth/token', {
+    token: svc.token,
+    body: { 'access-code': code.body.code },
+  });
+  assert.equal(swapped.status, 200, JSON.stringify(swapped.body));
+
+  const app = await hub.call('POST', '/apps', {
+    token: alice.token,
+    body: { nick: 'alice-app', name: 'Alice app' },
+  });
+  assert.equal(app.status, 200, JSON.stringify(app.body));
+  const webhook = async (user: User) => {
+    const r = await hub.call('POST', '/webhooks/', {
+      token: user.token,
+      body: {
+        nick: `${user.nick}-hook`,
+        url: `${rx.url}/${user.nick}`,
+        event_types: ['device.device_meta.updated'],
+        enabled: true,
+      },
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body as { id: string; secret: string };
+  };
+  const aliceHook = await webhook(alice);
+  const bobHook = await webhook(bob);
+  const step = await hub.call('POST', `/trails/${d2.id}/steps`, {
+    token: alice.token,
+    body: { rev: 0, state: { '#spec': 'pantavisor-service-system@1' }, 'commit-msg': 'first' },
+  });
+  assert.equal(step.status, 200, JSON.stringify(step.body));
+  const meta = await hub.call('PATCH', `/devices/${d2.id}/device-meta`, {
+    token: d2.token,
+    body: { fw: '1.0' },
+  });
+  assert.equal(meta.status, 200, JSON.stringify(meta.body));
+  const event = await until('the device-meta event', async () => {
+    const r = await hub.call('GET', '/webhooks/events', { token: alice.token });
+    return r.body.items?.find((e: { type: string }) => e.type === 'device.device_meta.updated')?.id as string;
+  });
+  const delivery = await until('its delivery', async () => {
+    const r = await hub.call('GET', `/webhooks/${aliceHook.id}/deliveries`, { token: alice.token });
+    return r.body.items?.[0]?.id as string | undefined;
+  });
+
+  return {
+    hub,
+    rx,
+    root,
+    alice,
+    bob,
+    svc,
+    d1,
+    d2,
+    readOnly: swapped.body.token,
+    ids: {
+      app: app.body.id,
+      webhook: aliceHook.id,
+      event,
+      delivery,
+      rev: '0',
+      bobWebhook: bobHook.id,
+    },
+    secrets: [
+      ...[root, alice, bob, svc].flatMap((u) => [u.password, u.refresh]),
+      d1.secret,
+      d2.secret,
+      aliceHook.secret,
+      bobHook.secret,
+      SA_SECRET,
+    ],
+    stop: async () => {
+      await hub.stop();
+      await rx.stop();
+    },
+  };
+}
