@@ -9,11 +9,15 @@ export interface Received {
   headers: IncomingHttpHeaders;
   body: string;
   at: number;
+  /** The status answered; undefined while (or when) the request hangs. */
+  status?: number;
 }
 
 export class Receiver {
   readonly received: Received[] = [];
   private server!: Server;
+  /** Paths told to fail (500) or hang for a while, whatever their name says. */
+  private readonly modes = new Map<string, 'fail' | 'hang'>();
   url = '';
 
   async start(): Promise<this> {
@@ -22,12 +26,22 @@ export class Receiver {
       req.on('data', (c) => chunks.push(c));
       req.on('end', () => {
         const url = new URL(req.url!, 'http://x');
-        this.received.push({
+        const received: Received = {
           path: url.pathname,
           headers: req.headers,
           body: Buffer.concat(chunks).toString(),
           at: Date.now(),
+        };
+        this.received.push(received);
+        res.once('finish', () => {
+          received.status = res.statusCode;
         });
+        const mode = this.modes.get(url.pathname);
+        if (mode === 'hang') return;
+        if (mode === 'fail') {
+          res.writeHead(500, { 'content-type': 'text/plain' });
+          return res.end('failing for a while');
+        }
         const status = /^\/status\/(\d{3})/.exec(url.pathname)?.[1];
         if (url.pathname.startsWith('/hang')) return; // never answers
         if (url.pathname.startsWith('/redirect')) {
@@ -46,6 +60,12 @@ export class Receiver {
     await once(this.server, 'listening');
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
     return this;
+  }
+
+  /** Makes `path` answer 500, or hang, until told `ok` again. */
+  behave(path: string, mode: 'fail' | 'hang' | 'ok'): void {
+    if (mode === 'ok') this.modes.delete(path);
+    else this.modes.set(path, mode);
   }
 
   at(path: string): Received[] {

@@ -1,0 +1,246 @@
+// A distributed hub for the fault and drain tests: every role its own process on the real
+// PostgreSQL, Redis and Kafka (isolated: a Redis database, a PostgreSQL schema and Kafka names of
+// its own), a fleet under a steady load of device-meta writes, and the audit that compares what
+// was accepted with the event log and what the receivers got.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+import { request, testConfig } from '../harness.ts';
+import { endProcess, type RoleProcess, remoteHub, spawnRole, type TestHub, type User } from '../hub.ts';
+import type { Receiver } from '../webhooks/receiver.ts';
+
+export const ROLES = ['api', 'projector', 'processor', 'dispatcher'] as const;
+export type RoleName = (typeof ROLES)[number];
+
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1');
+  await new Promise((r) => server.once('listening', r));
+  const { port } = server.address() as { port: number };
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+export interface Cluster {
+  env: Record<string, string>;
+  roles: Map<RoleName, RoleProcess>;
+  api: string;
+  hub: TestHub;
+  /** Starts `role` again (the API on its port). */
+  restart(role: RoleName): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export async function startCluster(
+  name: string,
+  redisDb: number,
+  extra: Record<string, string> = {},
+): Promise<Cluster> {
+  const base = testConfig();
+  const id = randomBytes(4).toString('hex');
+  const redisUrl = `${base.redisUrl.replace(/\/\d*$/, '')}/${redisDb}`;
+  const redis = new Redis(redisUrl);
+  await redis.flushdb();
+  redis.disconnect();
+  const apiPort = await freePort();
+  const env = {
+    HUB_PROFILE: 'distributed',
+    HUB_REDIS_URL: redisUrl,
+    HUB_POSTGRES_URL: `${base.postgresUrl}${base.postgresUrl.includes('?') ? '&' : '?'}schema=${name}_${id}`,
+    HUB_KAFKA_PREFIX: `${name}-${id}-`,
+    HUB_DATA_DIR: mkdtempSync(join(tmpdir(), `hub-${name}-`)),
+    HUB_WEBHOOK_ALLOW_HTTP: 'true',
+    HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+    HUB_LOGIN_LIMIT_PER_MINUTE: '100000',
+    HUB_PUBLIC_URL: `http://127.0.0.1:${apiPort}`,
+    ...extra,
+  };
+  const roles = new Map<RoleName, RoleProcess>();
+  const start = async (role: RoleName) =>
+    roles.set(role, await spawnRole(role, { ...env, HUB_PORT: role === 'api' ? String(apiPort) : '0' }));
+  for (const role of ROLES) await start(role);
+  const api = roles.get('api')!.url;
+  return {
+    env,
+    roles,
+    api,
+    hub: remoteHub(api, env.HUB_DATA_DIR),
+    restart: async (role) => {
+      await start(role);
+    },
+    stop: async () => {
+      await Promise.all([...roles.values()].map((r) => endProcess(r.child, 'SIGKILL')));
+    },
+  };
+}
+
+export interface Fleet {
+  user: User;
+  devices: { id: string; token: string }[];
+}
+
+/** `count` devices of `user`, each logged in. */
+export async function fleet(hub: TestHub, user: User, count: number): Promise<Fleet> {
+  const devices: Fleet['devices'] = [];
+  for (let i = 0; i < count; i++) {
+    const d = await hub.call('POST', '/devices', { token: user.token, body: {} });
+    assert.ok(d.status < 300, JSON.stringify(d.body));
+    const login = await hub.call('POST', '/auth/login', {
+      body: { username: d.body.prn, password: d.body.secret },
+    });
+    assert.equal(login.status, 200, JSON.stringify(login.body));
+    devices.push({ id: d.body.id, token: login.body.token });
+  }
+  return { user, devices };
+}
+
+/** A subscription of `user` to device-meta updates at `url`. */
+export async function subscribe(hub: TestHub, user: User, url: string, extra: Record<string, unknown> = {}) {
+  const sub = await hub.call('POST', '/webhooks/', {
+    token: user.token,
+    body: {
+      nick: new URL(url).pathname.replaceAll('/', '-').slice(1),
+      url,
+      event_types: ['device.device_meta.updated'],
+      enabled: true,
+      ...extra,
+    },
+  });
+  assert.equal(sub.status, 201, JSON.stringify(sub.body));
+  return sub.body.id as string;
+}
+
+export interface Load {
+  /** Sequence numbers of the writes answered 200. */
+  accepted: Set<string>;
+  sent(): number;
+  refused(): number;
+  /** Resolves once writes are accepted again after `since` (a count of accepted writes). */
+  acceptingAgain(since: number, what: string, timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** One write every 1/rate s round-robin over the devices, each a new `seq` value. */
+export function steadyLoad(api: string, f: Fleet, rate: number): Load {
+  const accepted = new Set<string>();
+  let refused = 0;
+  let sent = 0;
+  let loading = true;
+  const run = (async () => {
+    const inflight: Promise<void>[] = [];
+    const started = Date.now();
+    while (loading) {
+      for (; sent < ((Date.now() - started) / 1000) * rate; sent++) {
+        const seq = String(sent);
+        const d = f.devices[sent % f.devices.length]!;
+        inflight.push(
+          request(`${api}/devices/${d.id}/device-meta`, {
+            method: 'PATCH',
+            body: { seq },
+            headers: { authorization: `Bearer ${d.token}` },
+          }).then(
+            (r) => {
+              if (r.status === 200) accepted.add(seq);
+              else refused++;
+            },
+            () => {
+              refused++; // not accepted: the API was down
+            },
+          ),
+        );
+      }
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    await Promise.all(inflight);
+  })();
+  return {
+    accepted,
+    sent: () => sent,
+    refused: () => refused,
+    acceptingAgain: async (since, what, timeoutMs = 30_000) => {
+      const deadline = Date.now() + timeoutMs;
+      while (accepted.size <= since + 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(accepted.size > since + 5, `writes are accepted again after ${what}`);
+    },
+    stop: async () => {
+      loading = false;
+      await run;
+    },
+  };
+}
+
+const seqOf = (body: string) => JSON.parse(body).data.changed.seq as string;
+
+/**
+ * The audit: every accepted write has exactly one event in the account's log; every receiver path
+ * got every one of those events at least once (waiting up to `timeoutMs`), and every delivery carries
+ * the logged event id of its write (so duplicates carry the same id). Returns the figures.
+ */
+export async function audit(
+  hub: TestHub,
+  user: User,
+  accepted: Set<string>,
+  rx: Receiver,
+  paths: string[],
+  timeoutMs = 90_000,
+): Promise<{ accepted: number; deliveries: number; duplicates: number; lost: number }> {
+  const deadline = Date.now() + timeoutMs;
+  for (const path of paths) {
+    for (;;) {
+      const delivered = new Set(
+        rx
+          .at(path)
+          .filter((r) => r.status !== undefined && r.status < 300)
+          .map((r) => seqOf(r.body)),
+      );
+      const missing = [...accepted].filter((s) => !delivered.has(s));
+      if (missing.length === 0) break;
+      if (Date.now() > deadline)
+        assert.fail(
+          `${path}: ${missing.length} of ${accepted.size} accepted writes not delivered (${missing.slice(0, 10)})`,
+        );
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  const logged = new Map<string, string>(); // seq → event id
+  for (let skip = 0; ; skip += 500) {
+    const page = await hub.call(
+      'GET',
+      `/webhooks/events?type=device.device_meta.updated&limit=500&skip=${skip}`,
+      {
+        token: user.token,
+      },
+    );
+    assert.equal(page.status, 200, JSON.stringify(page.body));
+    for (const e of page.body.items) {
+      const seq = e.data.changed.seq as string;
+      assert.ok(!logged.has(seq) || logged.get(seq) === e.id, `write ${seq} has one event id`);
+      logged.set(seq, e.id);
+    }
+    if (page.body.items.length < 500) break;
+  }
+  for (const seq of accepted) assert.ok(logged.has(seq), `write ${seq} is in the event log`);
+  let deliveries = 0;
+  let duplicates = 0;
+  for (const path of paths) {
+    const seen = new Set<string>();
+    for (const r of rx.at(path)) {
+      const body = JSON.parse(r.body);
+      const seq = body.data.changed.seq as string;
+      assert.equal(
+        body.id,
+        logged.get(seq),
+        `${path}: a delivery carries the logged event id of write ${seq}`,
+      );
+      deliveries++;
+      if (seen.has(seq)) duplicates++;
+      seen.add(seq);
+    }
+  }
+  return { accepted: accepted.size, deliveries, duplicates, lost: 0 };
+}
+
+export { endProcess };
