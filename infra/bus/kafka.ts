@@ -1,7 +1,15 @@
 // The Kafka bus of the distributed profile (kafkajs). One idempotent producer per process (acks
 // from all in-sync replicas, one request in flight, so a key's messages keep their order across
 // retries); consumer groups whose offsets move only past batches their handler finished.
-import { Kafka, type KafkaConfig, type KafkaMessage, logLevel, Partitioners, type Producer } from 'kafkajs';
+import {
+  Kafka,
+  type KafkaConfig,
+  type Consumer as KafkaConsumer,
+  type KafkaMessage,
+  logLevel,
+  Partitioners,
+  type Producer,
+} from 'kafkajs';
 import type { Logger } from '../telemetry.ts';
 import type { Bus, ConsumeOptions, Consumer, InMessage, OutMessage } from './port.ts';
 
@@ -16,6 +24,7 @@ export class KafkaBus implements Bus {
   /** Put before every topic and group name (HUB_KAFKA_PREFIX). */
   private readonly prefix: string;
   private readonly maxBatch: number;
+  private readonly log: Logger;
 
   constructor(o: {
     brokers: string[];
@@ -29,6 +38,7 @@ export class KafkaBus implements Bus {
     this.prefix = o.prefix ?? '';
     this.maxBatch = o.maxBatch ?? 1000;
     const log = o.logger.child({ component: 'kafka' });
+    this.log = log;
     this.kafka = new Kafka({
       clientId: o.clientId,
       brokers: o.brokers,
@@ -94,15 +104,69 @@ export class KafkaBus implements Bus {
 
   async send(topic: string, messages: OutMessage[], options: { ordered?: boolean } = {}): Promise<void> {
     if (messages.length === 0) return;
-    const producer = await this.connectedProducer(options.ordered ?? true);
-    await producer.send({
-      topic: this.prefix + topic,
-      acks: -1,
-      messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
-    });
+    const ordered = options.ordered ?? true;
+    const connected = this.connectedProducer(ordered);
+    const producer = await connected;
+    try {
+      await producer.send({
+        topic: this.prefix + topic,
+        acks: -1,
+        messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
+      });
+    } catch (err) {
+      // A producer that failed past its retries (a broker restart, say) may stay broken: an
+      // idempotent one keeps a producer id and sequence numbers the restarted broker may refuse.
+      // The caller sends the batch again (at least once), through a new producer.
+      if (ordered && this.producer === connected) this.producer = undefined;
+      if (!ordered && this.unordered === connected) this.unordered = undefined;
+      void producer.disconnect().catch(() => {});
+      throw err;
+    }
   }
 
   async consume(o: ConsumeOptions): Promise<Consumer> {
+    let current: KafkaConsumer | undefined;
+    let stopped = false;
+    const start = async (): Promise<void> => {
+      const consumer = await this.startConsumer(o);
+      current = consumer;
+      // kafkajs restarts a consumer after retriable failures only. After any other crash (seen
+      // after a broker restart) it would sit idle while the process looks healthy: start it anew.
+      consumer.on(consumer.events.CRASH, (e) => {
+        if (e.payload.restart || stopped || current !== consumer) return;
+        this.log.error(
+          { group: o.group, err: e.payload.error?.message },
+          'consumer crashed; starting it again',
+        );
+        setTimeout(async () => {
+          await consumer.disconnect().catch(() => {});
+          while (!stopped && current === consumer) {
+            try {
+              await start();
+            } catch (err) {
+              this.log.warn(
+                { group: o.group, err: (err as Error).message },
+                'consumer restart failed; retrying',
+              );
+              await new Promise((r) => setTimeout(r, 2000));
+            }
+          }
+        }, 1000);
+      });
+    };
+    await start();
+    const handle: Consumer = {
+      stop: async () => {
+        stopped = true;
+        this.consumers.delete(handle);
+        await current?.disconnect(); // finishes the running chunks and commits their offsets
+      },
+    };
+    this.consumers.add(handle);
+    return handle;
+  }
+
+  private async startConsumer(o: ConsumeOptions): Promise<KafkaConsumer> {
     // Offsets are committed at most once a second: a crash hands at most a second of finished
     // chunks to the next member again, which idempotent handlers accept.
     const consumer = this.kafka.consumer({
@@ -143,14 +207,7 @@ export class KafkaBus implements Bus {
         }
       },
     });
-    const handle: Consumer = {
-      stop: async () => {
-        this.consumers.delete(handle);
-        await consumer.disconnect(); // finishes the running chunks and commits their offsets
-      },
-    };
-    this.consumers.add(handle);
-    return handle;
+    return consumer;
   }
 
   private incoming(m: KafkaMessage, partition: number): InMessage {

@@ -166,6 +166,11 @@ describe('faults under load: nothing accepted is lost (int)', function () {
       duplicates: figures.duplicates,
       flaky_attempts_failed: flakyFailures,
       lost: figures.lost,
+      // Consumers that kafkajs gave up on and the bus started again (infra/bus/kafka.ts).
+      consumer_restarts: [...cluster.roles.values()].reduce(
+        (n, p) => n + (p.output().match(/consumer crashed; starting it again/g)?.length ?? 0),
+        0,
+      ),
     };
     process.stderr.write(`faults: ${JSON.stringify(report)}\n`);
     writeFileSync(
