@@ -36,7 +36,8 @@ const SOAK = Boolean(process.env.HUB_SOAK);
 const RATE = SOAK ? 150 : 50; // writes per second
 const ROUNDS = SOAK ? 3 : 1;
 const FAULT_MS = SOAK ? 8_000 : 2_500; // how long the receiver fails, then hangs
-const INFRA_RESTARTS = SOAK || Boolean(process.env.HUB_FAULTS_INFRA);
+/** HUB_FAULTS_INFRA=0 leaves out the Kafka and Redis restarts (for a run against shared servers). */
+const INFRA_RESTARTS = process.env.HUB_FAULTS_INFRA !== '0';
 const REDIS_DB = 13;
 const ROOT = new URL('../..', import.meta.url).pathname;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -95,8 +96,6 @@ describe('faults under load: nothing accepted is lost (int)', function () {
           await endProcess(cluster.roles.get(role)!.child, 'SIGKILL');
           await cluster.restart(role);
         });
-      // Known open bug (docs/reliability.md): after a broker or Redis restart the pipeline can stall
-      // for minutes on a fresh machine, so these run in the soak (and with HUB_FAULTS_INFRA=1) only.
       if (!INFRA_RESTARTS) continue;
       await fault('Kafka broker restarted', () => {
         infra('down', 'kafka');
