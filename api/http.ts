@@ -120,12 +120,13 @@ export function chargeRateLimit(ctx: Context, key: string): void {
  * Per-caller rate limit. A request with a bearer token is charged to its account once the token is
  * verified (see authenticate), so that devices behind one address do not share a budget and a
  * forged token cannot spend another account's; a request without one, or whose token fails, is
- * charged to its client address.
+ * charged to its client address (so is one with other credentials, such as Basic).
  */
 export function rateLimit(limiter: RateLimiter): Middleware {
   return async (ctx, next) => {
     ctx.state.rateLimiter = limiter;
-    if (!ctx.get('Authorization')) chargeRateLimit(ctx, `address:${ctx.ip}`);
+    // Basic (the operator callbacks) and anything else but a bearer token: the address pays.
+    if (!/^Bearer\s/i.test(ctx.get('Authorization'))) chargeRateLimit(ctx, `address:${ctx.ip}`);
     return next();
   };
 }

@@ -102,23 +102,21 @@ async function memoryCeiling(): Promise<number> {
   await prefill(bus);
   let count = 0;
   let first = 0;
-  let consumer: { stop(): Promise<void> } | undefined;
-  const rate = await new Promise<number>((resolve) => {
-    void bus
-      .consume({
-        group: 'ceiling',
-        topic: TOPICS.changes,
-        handle: async (messages) => {
-          first ||= performance.now();
-          count += messages.length;
-          if (count >= CHANGES) resolve(CHANGES / ((performance.now() - first) / 1000));
-        },
-      })
-      .then((c) => {
-        consumer = c;
-      });
+  let done!: (rate: number) => void;
+  const finished = new Promise<number>((resolve) => {
+    done = resolve;
   });
-  await consumer?.stop();
+  const consumer = await bus.consume({
+    group: 'ceiling',
+    topic: TOPICS.changes,
+    handle: async (messages) => {
+      first ||= performance.now();
+      count += messages.length;
+      if (count >= CHANGES) done(CHANGES / ((performance.now() - first) / 1000));
+    },
+  });
+  const rate = await finished;
+  await consumer.stop();
   await bus.close();
   return rate;
 }

@@ -6,7 +6,14 @@
 //
 // HUB_FUZZ_REQUESTS (default 10,000) and HUB_FUZZ_SEED (default 1) reproduce a run.
 import assert from 'node:assert/strict';
-import { buildWorld, saBasic, type World } from './world.ts';
+import {
+  buildWorld,
+  documentedOperations,
+  type Operation,
+  type Schema,
+  saBasic,
+  type World,
+} from './world.ts';
 
 const REQUESTS = Number(process.env.HUB_FUZZ_REQUESTS ?? 10_000);
 const SEED = Number(process.env.HUB_FUZZ_SEED ?? 1);
@@ -34,9 +41,6 @@ class Rng {
     return this.next() < p;
   }
 }
-
-// biome-ignore lint/suspicious/noExplicitAny: JSON Schema as found in the document
-type Schema = any;
 
 const HOSTILE_STRINGS = [
   '',
@@ -209,14 +213,6 @@ function mutate(value: unknown, schema: Schema, rng: Rng): { body: unknown; kind
 /** Appended by followers of the store (api/devices/publicity.ts), never by a request itself. */
 const BACKGROUND_TYPES = new Set(['DevicePublicProcessed', 'StepPublicitySet']);
 
-interface Operation {
-  method: string;
-  path: string;
-  bearer: boolean;
-  basic: boolean;
-  body?: Schema;
-}
-
 describe('fuzzing every endpoint from /openapi.json (e2e)', function () {
   this.timeout(600_000);
   let w: World;
@@ -224,16 +220,7 @@ describe('fuzzing every endpoint from /openapi.json (e2e)', function () {
 
   before(async () => {
     w = await buildWorld();
-    const doc = await w.hub.call('GET', '/openapi.json');
-    for (const [path, ops] of Object.entries(doc.body.paths as Record<string, Record<string, Schema>>))
-      for (const [method, op] of Object.entries(ops))
-        operations.push({
-          method: method.toUpperCase(),
-          path,
-          bearer: (op.security ?? []).some((s: object) => 'bearer' in s),
-          basic: (op.security ?? []).some((s: object) => 'basic' in s),
-          body: op.requestBody?.content?.['application/json']?.schema,
-        });
+    operations = await documentedOperations(w);
     // Scraping metrics is not a target (it changes with every request); the rest is.
     operations = operations.filter((o) => o.path !== '/metrics');
   });

@@ -10,7 +10,6 @@ describe('limits (e2e)', () => {
     hub = await startHub({
       HUB_RATE_LIMIT_PER_SECOND: '1',
       HUB_RATE_LIMIT_BURST: '30',
-      HUB_BODY_LIMIT_BYTES: '4096',
     });
   });
   after(() => hub.stop());
@@ -33,15 +32,19 @@ describe('limits (e2e)', () => {
     assert.equal((await hub.call('GET', '/devices', { token: b.token })).status, 200);
   });
 
-  it('charges requests whose token fails to the address, so guessing tokens is limited too', async () => {
+  it('charges requests whose token fails, or with other credentials, to the address: guessing is limited too', async () => {
     const statuses: number[] = [];
     for (let i = 0; i < 40; i++)
       statuses.push((await hub.call('GET', '/devices', { token: `forged.${i}.x` })).status);
     assert.ok(statuses.includes(401) && statuses.includes(429), statuses.join(' '));
     assert.ok(statuses.indexOf(429) > statuses.indexOf(401));
+    // Other credentials (Basic, the operator callbacks) are charged to the address as well.
+    const basic = { authorization: `Basic ${Buffer.from('saadmin:guess').toString('base64')}` };
+    assert.equal((await hub.call('PUT', '/callbacks/devices/x', { headers: basic })).status, 429);
   });
 
   it('answers a body above HUB_BODY_LIMIT_BYTES with 413 in the error shape, and changes nothing', async () => {
+    // A hub of its own: the first one's address budget is spent by now.
     const hub2 = await startHub({ HUB_BODY_LIMIT_BYTES: '4096' });
     try {
       const user = await signup(hub2, 'big-body');

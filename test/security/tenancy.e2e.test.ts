@@ -3,13 +3,7 @@
 // (for writes) by her token delegated with read-only scopes. Each is refused, leaks no secret, and
 // changes nothing; her own token, on the same paths, is answered.
 import assert from 'node:assert/strict';
-import { buildWorld, saBasic, type World } from './world.ts';
-
-interface Operation {
-  method: string;
-  path: string;
-  bearer: boolean;
-}
+import { buildWorld, documentedOperations, type Operation, saBasic, type World } from './world.ts';
 
 describe('tenancy (e2e)', function () {
   this.timeout(120_000);
@@ -18,17 +12,7 @@ describe('tenancy (e2e)', function () {
 
   before(async () => {
     w = await buildWorld();
-    const doc = await w.hub.call('GET', '/openapi.json');
-    for (const [path, ops] of Object.entries(
-      doc.body.paths as Record<string, Record<string, { security?: object[] }>>,
-    ))
-      for (const [method, op] of Object.entries(ops))
-        operations.push({
-          method: method.toUpperCase(),
-          path,
-          bearer: (op.security ?? []).some((s) => 'bearer' in s),
-        });
-    operations = operations.filter((o) => o.bearer && o.path.includes('{'));
+    operations = (await documentedOperations(w)).filter((o) => o.bearer && o.path.includes('{'));
   });
   after(() => w?.stop());
 

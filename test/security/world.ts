@@ -30,6 +30,37 @@ export interface World {
   stop(): Promise<void>;
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: JSON Schema as found in the document
+export type Schema = any;
+
+/** An operation of the served /openapi.json: what the security tests aim at. */
+export interface Operation {
+  method: string;
+  path: string;
+  bearer: boolean;
+  basic: boolean;
+  /** The JSON request body's schema, when it takes one. */
+  body?: Schema;
+}
+
+/** Every operation the hub documents in /openapi.json. */
+export async function documentedOperations(w: World): Promise<Operation[]> {
+  const doc = await w.hub.call('GET', '/openapi.json');
+  const out: Operation[] = [];
+  for (const [path, ops] of Object.entries(doc.body.paths as Record<string, Record<string, Schema>>))
+    for (const [method, op] of Object.entries(ops)) {
+      const security = (op.security ?? []) as object[];
+      out.push({
+        method: method.toUpperCase(),
+        path,
+        bearer: security.some((s) => 'bearer' in s),
+        basic: security.some((s) => 'basic' in s),
+        body: op.requestBody?.content?.['application/json']?.schema,
+      });
+    }
+  return out;
+}
+
 const SA_SECRET = 'sa-admin-secret-for-tests';
 export const saBasic = (password = SA_SECRET) => ({
   authorization: `Basic ${Buffer.from(`saadmin:${password}`).toString('base64')}`,
