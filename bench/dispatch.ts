@@ -177,6 +177,12 @@ async function dispatchRun(
     done = await attempts();
     if (done > 0) first ||= performance.now();
     if (Math.random() < 0.05) process.stderr.write(`${target}: ${fmt(done)} of ${fmt(JOBS)} delivered\n`);
+    if (Math.random() < 0.2) {
+      const d = dispatcher as any;
+      process.stderr.write(
+        `T ${((performance.now() - started) / 1000).toFixed(2)} done=${done} held=${d.held} inflight=${JSON.stringify([...d.inFlight.values()])} waiting=${JSON.stringify([...d.waiting.values()].map((q: any) => q.length))} pending=${JSON.stringify(await o.deliveries.pending())}\n`,
+      );
+    }
   }
   const seconds = (performance.now() - (o.prefill ? first : started)) / 1000;
   const hist = (await metrics.getSingleMetric('hub_webhook_attempt_duration_seconds')!.get()).values;
@@ -273,6 +279,7 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
     const devices = await benchDevices(hub.url, token, E2E_DEVICES);
     await request(receiver); // drain
     let failed = 0;
+    const refusals = new Map<string, number>(); // status → count
     const accepted = new Set<string>();
     const measuredFrom = Date.now() + E2E_WARMUP_SECONDS * 1000;
     const sent = await atFixedRate(`end to end, ${target}`, E2E_WARMUP_SECONDS + E2E_SECONDS, async (n) => {
@@ -280,7 +287,12 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
       const body = { t: String(Date.now()), n: String(n) };
       await call('PATCH', `/devices/${d.id}/device-meta`, body, d.token).then(
         () => accepted.add(body.n),
-        () => failed++,
+        (err: Error) => {
+          failed++;
+          const status =
+            /: (\d{3}) /.exec(err.message)?.[1] ?? (err as Error & { code?: string }).code ?? 'error';
+          refusals.set(status, (refusals.get(status) ?? 0) + 1);
+        },
       );
     });
     // Every accepted change must arrive: wait for the stragglers (retries included), at most a minute.
@@ -300,6 +312,7 @@ async function endToEnd(target: string, receiver: string, env: Record<string, st
       target,
       sent,
       failed,
+      refusals: [...refusals].map(([status, n]) => `${fmt(n)} × ${status}`).join(', ') || 'none',
       received: delivered.size,
       lost: [...accepted].filter((n) => !delivered.has(n)).length,
       p50: percentile(latencies, 50),
@@ -398,7 +411,7 @@ Targets: p99 ≤ 100 ms embedded, ≤ 250 ms on Kafka.
 
 | Profile | Changes sent | Refused | Delivered | Accepted, not delivered | p50 ms | p99 ms |
 |---|---:|---:|---:|---:|---:|---:|
-${e2e.map((r) => `| ${r.target} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.received)} | ${fmt(r.lost)} | ${fmt(r.p50)} | ${fmt(r.p99)} |`).join('\n')}
+${e2e.map((r) => `| ${r.target} | ${fmt(r.sent)} | ${fmt(r.failed)}${r.failed ? ` (${r.refusals})` : ''} | ${fmt(r.received)} | ${fmt(r.lost)} | ${fmt(r.p50)} | ${fmt(r.p99)} |`).join('\n')}
 | ceiling: the same rate of POSTs to the bare receiver (round trip) | | | | | ${fmt(bareRate.p50, 1)} | ${fmt(bareRate.p99, 1)} |
 `;
     if (process.env.HUB_BENCH_PRINT_ONLY || process.env.HUB_BENCH_EMBEDDED_ONLY) console.log(body);

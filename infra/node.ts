@@ -240,6 +240,7 @@ export async function startNode(
     }
     return pipelineBus;
   };
+  let dispatcher: Dispatcher | undefined;
   if (roles.includes('processor') || config.profile === 'embedded') {
     const embedded = config.profile === 'embedded';
     const bus = await busOfProcess();
@@ -269,7 +270,11 @@ export async function startNode(
       concurrency: config.processorConcurrency,
       partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
       handOff: embedded
-        ? (jobs) => stores.deliveries.enqueue(jobs)
+        ? async (jobs) => {
+            // Straight to this process's dispatcher (below) once it runs: it starts what it has room for.
+            if (dispatcher) await dispatcher.take(jobs);
+            else await stores.deliveries.enqueue(jobs);
+          }
         : (jobs) =>
             // Deliveries promise no order: the producer may keep several requests in flight.
             bus.send(
@@ -292,7 +297,7 @@ export async function startNode(
   // The dispatcher: delivery jobs into the durable schedule, and the schedule run.
   if (roles.includes('dispatcher') || config.profile === 'embedded') {
     const bus = await busOfProcess();
-    const dispatcher = new Dispatcher({
+    const running = new Dispatcher({
       bus,
       registry: stores.registry,
       deliveries: stores.deliveries,
@@ -307,8 +312,9 @@ export async function startNode(
       maxInFlightPerSubscription: config.webhookMaxInFlight,
       rotationWindowMs: config.webhookRotationWindowS * 1000,
     });
-    await dispatcher.start();
-    closers.push(() => dispatcher.stop());
+    await running.start();
+    dispatcher = running;
+    closers.push(() => running.stop());
   }
 
   // Every role serves HTTP on HUB_PORT: the API role its routes, every role the operations

@@ -97,8 +97,10 @@ export function decodeJob(registry: SchemaRegistry, m: InMessage): Job {
 export type StatusFilter = 'succeeded' | 'failed' | 'dead_lettered';
 
 export interface DeliveryStore {
-  /** Adds jobs due now; a job id seen within the retention is left alone (a job sent twice). */
-  enqueue(jobs: Job[]): Promise<void>;
+  /** Adds jobs due now; a job id seen within the retention is left alone (a job sent twice).
+   * With `hold`, the first `count` new jobs are claimed in the same write, leased until `until`,
+   * and returned: the dispatcher starts them at once instead of reading them back. */
+  enqueue(jobs: Job[], hold?: Hold): Promise<Job[]>;
   /** Due jobs, each leased for `leaseMs` (claimed again after it unless finished or renewed). */
   claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]>;
   /** Extends the leases of claimed jobs to `until`; a job finished meanwhile is left alone. */
@@ -117,6 +119,11 @@ export interface DeliveryStore {
   /** Called when jobs become due sooner than the caller may think (in this process). */
   onEnqueue(listener: () => void): () => void;
   close(): Promise<void>;
+}
+
+export interface Hold {
+  count: number;
+  until: number;
 }
 
 interface FinishedJob {
@@ -139,7 +146,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   /** Finished attempts waiting for the next group commit. */
   private finishing: FinishedJob[] = [];
   private readonly sql: Record<
-    'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'renew',
+    'insertJob' | 'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'renew',
     StatementSync
   >;
 
@@ -160,6 +167,9 @@ export class SqliteDeliveryStore implements DeliveryStore {
       CREATE INDEX IF NOT EXISTS attempts_event ON attempts (owner, event_id);`);
     this.emitter.setMaxListeners(0);
     this.sql = {
+      insertJob: this.db.prepare(
+        'INSERT OR IGNORE INTO jobs (job_id, due, body, created) VALUES (?, ?, ?, ?)',
+      ),
       insertAttempt: this.db.prepare(
         'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
@@ -173,21 +183,30 @@ export class SqliteDeliveryStore implements DeliveryStore {
     };
   }
 
-  async enqueue(jobs: Job[]): Promise<void> {
-    if (jobs.length === 0) return;
-    const insert = this.db.prepare(
-      'INSERT OR IGNORE INTO jobs (job_id, due, body, created) VALUES (?, ?, ?, ?)',
-    );
+  async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
+    if (jobs.length === 0) return [];
     const now = Date.now();
+    const held: Job[] = [];
     this.db.exec('BEGIN');
     try {
-      for (const j of jobs) insert.run(j.job_id, now, JSON.stringify(j), now);
+      for (const j of jobs) {
+        const holding = held.length < (hold?.count ?? 0);
+        const { changes } = this.sql.insertJob.run(
+          j.job_id,
+          holding ? hold!.until : now,
+          JSON.stringify(j),
+          now,
+        );
+        if (holding && changes === 1) held.push(j);
+      }
       this.db.exec('COMMIT');
     } catch (err) {
       this.db.exec('ROLLBACK');
       throw err;
     }
-    this.emitter.emit('enqueue');
+    for (const j of held) this.leased.add(j.job_id);
+    if (held.length < jobs.length) this.emitter.emit('enqueue');
+    return held;
   }
 
   async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
@@ -326,14 +345,22 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 }
 
+// ARGV: now, retention, how many new jobs to hold, the lease's end; then id and body per job.
+// Returns the ids of the jobs held (leased at once instead of scheduled).
 const ENQUEUE = `
-local due, ttl = ARGV[1], ARGV[2]
-for i = 3, #ARGV, 2 do
+local due, ttl, hold, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local held = {}
+for i = 5, #ARGV, 2 do
   if redis.call('SET', 'hub:job:' .. ARGV[i], ARGV[i + 1], 'NX', 'PX', ttl) then
-    redis.call('ZADD', 'hub:jobs:due', due, ARGV[i])
+    if #held < hold then
+      redis.call('ZADD', 'hub:jobs:leased', lease, ARGV[i])
+      table.insert(held, ARGV[i])
+    else
+      redis.call('ZADD', 'hub:jobs:due', due, ARGV[i])
+    end
   end
 end
-return 0
+return held
 `;
 // Leases whose holder stopped renewing them come first, then due jobs; each moves to the leased
 // set, scored by the lease's end.
@@ -384,7 +411,7 @@ return 0
 `;
 
 type Scripted = Redis & {
-  hubJobsEnqueue(...args: (string | number)[]): Promise<number>;
+  hubJobsEnqueue(...args: (string | number)[]): Promise<string[]>;
   hubJobsClaim(...args: (string | number)[]): Promise<string[]>;
   hubJobsFinish(...args: (string | number)[]): Promise<number>;
 };
@@ -414,12 +441,13 @@ export class RedisDeliveryStore implements DeliveryStore {
     this.emitter.setMaxListeners(0);
   }
 
-  async enqueue(jobs: Job[]): Promise<void> {
-    if (jobs.length === 0) return;
-    const args: (string | number)[] = [Date.now(), this.retentionMs];
+  async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
+    if (jobs.length === 0) return [];
+    const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.count ?? 0, hold?.until ?? 0];
     for (const j of jobs) args.push(j.job_id, JSON.stringify(j));
-    await this.redis.hubJobsEnqueue(...args);
-    this.emitter.emit('enqueue');
+    const ids = new Set(await this.redis.hubJobsEnqueue(...args));
+    if (ids.size < jobs.length) this.emitter.emit('enqueue');
+    return jobs.filter((j) => ids.has(j.job_id));
   }
 
   async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {

@@ -130,10 +130,7 @@ export class Dispatcher {
       group: 'hub-dispatcher',
       topic: TOPICS.deliveries,
       partitionsConcurrently: 4,
-      handle: async (messages) => {
-        const jobs = messages.map((m) => decodeJob(registry, m));
-        await deliveries.enqueue(jobs); // durable: only now may the offsets move
-      },
+      handle: (messages) => this.take(messages.map((m) => decodeJob(registry, m))),
     });
     this.unsubscribe = deliveries.onEnqueue(() => this.wake?.());
     this.running = true;
@@ -144,6 +141,16 @@ export class Dispatcher {
         this.o.logger.warn({ err: (err as Error).message }, 'dispatcher: leases not renewed');
       });
     }, LEASE_MS / 3);
+  }
+
+  /** New jobs (from the deliveries topic, or the embedded processor): stored, and so durable, when
+   * this resolves. The jobs this process has room for are held in the same write and started at
+   * once; the rest wait in the schedule for a claim. */
+  async take(jobs: Job[]): Promise<void> {
+    const now = Date.now();
+    const room = this.running ? Math.max(0, this.o.maxInFlight - this.held) : 0;
+    const held = await this.o.deliveries.enqueue(jobs, { count: room, until: now + LEASE_MS });
+    for (const job of held) this.accept(job, now);
   }
 
   /** Stops taking work: waiting jobs go back to the schedule at once, attempts in flight finish

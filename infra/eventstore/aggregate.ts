@@ -94,10 +94,54 @@ export interface Decided<T> {
 }
 
 /**
+ * Commands on one stream in this process run one at a time, in arrival order: a device reporting
+ * faster than the store answers queues here instead of racing itself into conflicts. Only
+ * appends from other processes are left to the expected-revision check.
+ */
+const queues = new WeakMap<EventStore, Map<string, Promise<unknown>>>();
+async function oneAtATime<T>(
+  store: EventStore,
+  stream: string,
+  run: (queued: boolean) => Promise<T>,
+): Promise<T> {
+  let byStream = queues.get(store);
+  if (!byStream) {
+    byStream = new Map();
+    queues.set(store, byStream);
+  }
+  const before = byStream.get(stream);
+  const queued = () => run(true);
+  const mine = before ? before.then(queued, queued) : run(false);
+  const tail = mine.catch(() => {});
+  byStream.set(stream, tail);
+  try {
+    return await mine;
+  } finally {
+    if (byStream.get(stream) === tail) byStream.delete(stream);
+  }
+}
+
+/**
  * Runs a command: load, decide, append at the revision read. A concurrent append makes it read
  * and decide again (up to `attempts` times); refusals are thrown by `decide` itself.
  */
-export async function handle<S, T>(
+export function handle<S, T>(
+  store: EventStore,
+  stream: string,
+  evolver: Evolver<S>,
+  decide: (state: S, revision: number) => Decided<T> | Promise<Decided<T>>,
+  attempts = 5,
+  cache: StateCache<S> = cacheOf(store, evolver),
+  /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
+  loaded?: Loaded<S>,
+): Promise<{ result: T; appended: AppendResult | undefined; state: S; after: S }> {
+  // A state loaded before waiting in the queue is stale by the time the command runs.
+  return oneAtATime(store, stream, (queued) =>
+    handleNow(store, stream, evolver, decide, attempts, cache, queued ? undefined : loaded),
+  );
+}
+
+async function handleNow<S, T>(
   store: EventStore,
   stream: string,
   evolver: Evolver<S>,

@@ -66,6 +66,28 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       assert.equal(again.length, 2, 'a lease that ran out lets another dispatcher claim the job');
     });
 
+    it('holds new jobs at enqueue: leased at once, never a job sent twice, the rest left due', async () => {
+      const seen = job('sub_h');
+      await store.enqueue([seen]);
+      const [a, b, c] = [job('sub_h'), job('sub_h'), job('sub_h')];
+      const t = Date.now();
+      const held = await store.enqueue([seen, a, b, c], { count: 2, until: t + 5000 });
+      assert.deepEqual(
+        held.map((j) => j.job_id),
+        [a.job_id, b.job_id],
+        'the first two new jobs; the one sent twice is not held',
+      );
+      assert.equal((await store.pending()).count, 4);
+      const due = await store.claim(t + 1000, 10, 1000);
+      assert.deepEqual(due.map((d) => d.job.job_id).sort(), [seen.job_id, c.job_id].sort());
+      for (const j of [a, seen, c]) await store.finish(j, attemptOf(j, 1, 'succeeded'), null);
+      assert.deepEqual(
+        (await store.claim(t + 6000, 10, 1000)).map((d) => d.job.job_id),
+        [b.job_id],
+        'a held job not finished is claimed once its lease ends',
+      );
+    });
+
     it('a renewed lease holds; a finish wins over a renewal racing it', async () => {
       const a = job('sub_b');
       const b = job('sub_b');
