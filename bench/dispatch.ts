@@ -177,12 +177,6 @@ async function dispatchRun(
     done = await attempts();
     if (done > 0) first ||= performance.now();
     if (Math.random() < 0.05) process.stderr.write(`${target}: ${fmt(done)} of ${fmt(JOBS)} delivered\n`);
-    if (Math.random() < 0.2) {
-      const d = dispatcher as any;
-      process.stderr.write(
-        `T ${((performance.now() - started) / 1000).toFixed(2)} done=${done} held=${d.held} inflight=${JSON.stringify([...d.inFlight.values()])} waiting=${JSON.stringify([...d.waiting.values()].map((q: any) => q.length))} pending=${JSON.stringify(await o.deliveries.pending())}\n`,
-      );
-    }
   }
   const seconds = (performance.now() - (o.prefill ? first : started)) / 1000;
   const hist = (await metrics.getSingleMetric('hub_webhook_attempt_duration_seconds')!.get()).values;
