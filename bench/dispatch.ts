@@ -21,7 +21,7 @@ import { loadConfig } from '../infra/config.ts';
 import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { createLogger } from '../infra/telemetry.ts';
-import { type DeliveryStore, RedisDeliveryStore, SqliteDeliveryStore } from '../processors/deliveries.ts';
+import { type DeliveryStore, RedisDeliveryStore, ThreadedDeliveryStore } from '../processors/deliveries.ts';
 import { API_VERSION } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
@@ -331,12 +331,12 @@ async function main() {
     // Embedded: the in-process bus, the SQLite schedule, the SQLite event store.
     const dir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
     const embeddedStore = await openEventStore(loadConfig({ HUB_DATA_DIR: dir }));
-    const embeddedDeliveries = new SqliteDeliveryStore(join(dir, 'deliveries.sqlite'), {
+    const embeddedDeliveries = new ThreadedDeliveryStore(join(dir, 'deliveries.sqlite'), {
       retentionMs: 86_400_000,
     });
     const memory = new MemoryBus({ logger });
     rows.push(
-      await dispatchRun('embedded (in-process bus, SQLite schedule)', rx.url, {
+      await dispatchRun('embedded (in-process bus, SQLite schedule on its own thread)', rx.url, {
         bus: memory,
         store: embeddedStore,
         deliveries: embeddedDeliveries,

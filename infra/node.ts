@@ -32,7 +32,7 @@ import {
   type DeliveryStore,
   encodeJob,
   RedisDeliveryStore,
-  SqliteDeliveryStore,
+  ThreadedDeliveryStore,
 } from '../processors/deliveries.ts';
 import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
@@ -108,7 +108,7 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
   const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
-    const deliveries = new SqliteDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
+    const deliveries = new ThreadedDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
       retentionMs: config.eventLogRetentionDays * 86_400_000,
     });
     return {

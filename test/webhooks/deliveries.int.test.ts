@@ -1,9 +1,13 @@
-// The delivery store contract on both adapters: SQLite (embedded) and the real Redis.
+// The delivery store contract on every adapter: SQLite, SQLite on its own thread (embedded), and the real Redis.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { RedisDeliveryStore, SqliteDeliveryStore } from '../../processors/deliveries.ts';
+import {
+  RedisDeliveryStore,
+  SqliteDeliveryStore,
+  ThreadedDeliveryStore,
+} from '../../processors/deliveries.ts';
 import { testConfig } from '../harness.ts';
 import { deliveryStoreContract } from './deliveries.ts';
 
@@ -13,6 +17,14 @@ deliveryStoreContract(
   'SQLite',
   async () =>
     new SqliteDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+      retentionMs: RETENTION_MS,
+    }),
+);
+
+deliveryStoreContract(
+  'SQLite on its own thread',
+  async () =>
+    new ThreadedDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
       retentionMs: RETENTION_MS,
     }),
 );
