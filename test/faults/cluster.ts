@@ -118,6 +118,8 @@ export interface Load {
   accepted: Set<string>;
   sent(): number;
   refused(): number;
+  /** The refused writes by answer: an HTTP status, or `down` when no answer came. */
+  refusals(): Record<string, number>;
   /** Resolves once writes are accepted again after `since` (a count of accepted writes). */
   acceptingAgain(since: number, what: string, timeoutMs?: number): Promise<void>;
   stop(): Promise<void>;
@@ -127,6 +129,11 @@ export interface Load {
 export function steadyLoad(api: string, f: Fleet, rate: number): Load {
   const accepted = new Set<string>();
   let refused = 0;
+  const refusals: Record<string, number> = {};
+  const refuse = (why: string) => {
+    refused++;
+    refusals[why] = (refusals[why] ?? 0) + 1;
+  };
   let sent = 0;
   let loading = true;
   const run = (async () => {
@@ -144,11 +151,9 @@ export function steadyLoad(api: string, f: Fleet, rate: number): Load {
           }).then(
             (r) => {
               if (r.status === 200) accepted.add(seq);
-              else refused++;
+              else refuse(String(r.status));
             },
-            () => {
-              refused++; // not accepted: the API was down
-            },
+            () => refuse('down'), // not accepted: the API was down
           ),
         );
       }
@@ -160,6 +165,7 @@ export function steadyLoad(api: string, f: Fleet, rate: number): Load {
     accepted,
     sent: () => sent,
     refused: () => refused,
+    refusals: () => ({ ...refusals }),
     acceptingAgain: async (since, what, timeoutMs = 30_000) => {
       const deadline = Date.now() + timeoutMs;
       while (accepted.size <= since + 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));

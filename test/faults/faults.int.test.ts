@@ -160,7 +160,12 @@ describe('faults under load: nothing accepted is lost (int)', function () {
       soak: SOAK,
       rate: RATE,
       faults,
-      writes: { sent: load.sent(), accepted: figures.accepted, refused: load.refused() },
+      writes: {
+        sent: load.sent(),
+        accepted: figures.accepted,
+        refused: load.refused(),
+        refusals: load.refusals(),
+      },
       deliveries: figures.deliveries,
       duplicates: figures.duplicates,
       flaky_attempts_failed: flakyFailures,
