@@ -135,57 +135,46 @@ export function handle<S, T>(
   /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
   loaded?: Loaded<S>,
 ): Promise<{ result: T; appended: AppendResult | undefined; state: S; after: S }> {
-  // A state loaded before waiting in the queue is stale by the time the command runs.
-  return oneAtATime(store, stream, (queued) =>
-    handleNow(store, stream, evolver, decide, attempts, cache, queued ? undefined : loaded),
-  );
-}
-
-async function handleNow<S, T>(
-  store: EventStore,
-  stream: string,
-  evolver: Evolver<S>,
-  decide: (state: S, revision: number) => Decided<T> | Promise<Decided<T>>,
-  attempts = 5,
-  cache: StateCache<S> = cacheOf(store, evolver),
-  /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
-  loaded?: Loaded<S>,
-): Promise<{ result: T; appended: AppendResult | undefined; state: S; after: S }> {
-  for (let attempt = 1; ; attempt++) {
-    const { state, revision } = attempt === 1 && loaded ? loaded : await load(store, stream, evolver, cache);
-    const { events, result } = await decide(state, revision);
-    if (events.length === 0) return { result, appended: undefined, state, after: state };
-    try {
-      const appended = await store.append(
-        stream,
-        events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data })),
-        revision < 0 ? 'no_stream' : revision,
-      );
-      // The state after the append, without reading it back (the store stamped `created` within
-      // this millisecond or so; the next load reads the stored events).
-      const now = appended.created ?? Date.now();
-      let after = state;
-      events.forEach((e, i) => {
-        after = evolver.evolve(after, {
-          id: '',
-          type: e.type,
-          data: e.data,
+  return oneAtATime(store, stream, async (queued) => {
+    // A state loaded before waiting in the queue is stale by the time the command runs.
+    if (queued) loaded = undefined;
+    for (let attempt = 1; ; attempt++) {
+      const { state, revision } =
+        attempt === 1 && loaded ? loaded : await load(store, stream, evolver, cache);
+      const { events, result } = await decide(state, revision);
+      if (events.length === 0) return { result, appended: undefined, state, after: state };
+      try {
+        const appended = await store.append(
           stream,
-          revision: revision + 1 + i,
-          position: appended.position - events.length + 1 + i,
-          created: now,
-          metadata: {},
+          events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data })),
+          revision < 0 ? 'no_stream' : revision,
+        );
+        // The state after the append, without reading it back (the store stamped `created` within
+        // this millisecond or so; the next load reads the stored events).
+        const now = appended.created ?? Date.now();
+        let after = state;
+        events.forEach((e, i) => {
+          after = evolver.evolve(after, {
+            id: '',
+            type: e.type,
+            data: e.data,
+            stream,
+            revision: revision + 1 + i,
+            position: appended.position - events.length + 1 + i,
+            created: now,
+            metadata: {},
+          });
         });
-      });
-      if (cache && store.exclusiveWriter)
-        cache.set(stream, { state: after, revision: appended.nextRevision });
-      return { result, appended, state, after };
-    } catch (err) {
-      cache.delete(stream); // someone else wrote: read it all again
-      if (!(err instanceof WrongExpectedRevisionError) || attempt >= attempts) throw err;
-      loaded = undefined;
+        if (cache && store.exclusiveWriter)
+          cache.set(stream, { state: after, revision: appended.nextRevision });
+        return { result, appended, state, after };
+      } catch (err) {
+        cache.delete(stream); // someone else wrote: read it all again
+        if (!(err instanceof WrongExpectedRevisionError) || attempt >= attempts) throw err;
+        loaded = undefined;
+      }
     }
-  }
+  });
 }
 
 // ---------------------------------------------------------------- unique names
