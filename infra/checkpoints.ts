@@ -1,6 +1,6 @@
 // Durable checkpoints of the processes that follow the event store with side effects (the
 // mailer, the relay): a JSON file per name in the embedded profile, Redis in the distributed one.
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 
@@ -22,6 +22,8 @@ export class MemoryCheckpoints implements CheckpointStore {
 
 export class FileCheckpoints implements CheckpointStore {
   private readonly dir: string;
+  /** Open files by name: a checkpoint moves with every batch, so each save is one write. */
+  private readonly files = new Map<string, number>();
   constructor(dir: string) {
     this.dir = dir;
     mkdirSync(dir, { recursive: true });
@@ -34,9 +36,21 @@ export class FileCheckpoints implements CheckpointStore {
     }
   }
   async set(name: string, position: number): Promise<void> {
-    const file = join(this.dir, `${name}.json`);
-    writeFileSync(`${file}.tmp`, JSON.stringify({ position }));
-    renameSync(`${file}.tmp`, file); // atomic: a crash leaves the old or the new checkpoint
+    let fd = this.files.get(name);
+    if (fd === undefined) {
+      const file = join(this.dir, `${name}.json`);
+      // Opened without truncating: until the first write lands, the file keeps the last checkpoint.
+      fd = existsSync(file) ? openSync(file, 'r+') : openSync(file, 'w');
+      this.files.set(name, fd);
+    }
+    // Padded to one fixed width and written in place at offset 0: a single write, never torn by
+    // a process crash, never leaving a longer older value behind.
+    writeSync(fd, JSON.stringify({ position }).padEnd(FileCheckpoints.WIDTH), 0);
+  }
+  private static readonly WIDTH = 64;
+  close(): void {
+    for (const fd of this.files.values()) closeSync(fd);
+    this.files.clear();
   }
 }
 

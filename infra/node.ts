@@ -108,6 +108,7 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
   const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
+    const checkpoints = new FileCheckpoints(join(config.dataDir, 'checkpoints'));
     const deliveries = new ThreadedDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
       retentionMs: config.eventLogRetentionDays * 86_400_000,
     });
@@ -116,7 +117,7 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
       readStore,
       lastWrites: new MemoryLastWrites(),
       limiter: new MemoryLimiter(),
-      checkpoints: new FileCheckpoints(join(config.dataDir, 'checkpoints')),
+      checkpoints,
       eventLog: new MemoryEventLog({ retentionMs: config.eventLogRetentionDays * 86_400_000 }),
       deliveries,
       redis: undefined,
@@ -125,6 +126,7 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
         await deliveries.close();
         await readStore.close();
         await store.close();
+        checkpoints.close();
       },
     };
   }

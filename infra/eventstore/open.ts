@@ -7,7 +7,10 @@ export async function openEventStore(config: Config): Promise<EventStore> {
   switch (config.eventStoreKind) {
     case 'sqlite': {
       const { SqliteEventStore } = await import('./sqlite.ts');
-      return new SqliteEventStore(join(config.dataDir, 'events.sqlite'), { synchronous: config.sqliteSync });
+      return new SqliteEventStore(join(config.dataDir, 'events.sqlite'), {
+        synchronous: config.sqliteSync,
+        writerThread: true,
+      });
     }
     case 'postgres': {
       const { PostgresEventStore } = await import('./postgres.ts');

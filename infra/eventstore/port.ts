@@ -74,9 +74,13 @@ export class WrongExpectedRevisionError extends Error {
 
 /** Some but not all of an append's event ids are stored already: neither a retry nor a new append. */
 export class DuplicateEventIdError extends Error {
+  readonly stream: string;
+  readonly id: string;
   constructor(stream: string, id: string) {
     super(`stream ${stream}: event id ${id} is stored already, but the rest of the append is not`);
     this.name = 'DuplicateEventIdError';
+    this.stream = stream;
+    this.id = id;
   }
 }
 

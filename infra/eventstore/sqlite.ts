@@ -5,18 +5,23 @@ import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import {
   type AppendResult,
   catchUpSubscription,
+  DuplicateEventIdError,
   type EventStore,
   type ExpectedRevision,
   type NewEvent,
+  type PendingAppend,
+  type Planned,
   planBatch,
   type RecordedEvent,
   type StoredId,
   type Subscription,
   serialise,
   type Waiting,
+  WrongExpectedRevisionError,
 } from './port.ts';
 
 const MIGRATIONS = [
@@ -51,14 +56,37 @@ export interface SqliteOptions {
   maxBatch?: number;
   /** How many of the newest events readAll serves from memory. */
   tailEvents?: number;
+  /**
+   * Commit on a thread of its own (what the hub runs): the commit's SQLite work then runs beside
+   * the HTTP work instead of between requests. Reads stay on the caller's thread.
+   */
+  writerThread?: boolean;
 }
+
+/** A planned append as it crosses from the writer's thread: errors travel as their arguments. */
+type WirePlan =
+  | Exclude<Planned, { kind: 'error' }>
+  | { kind: 'wrong'; args: [string, ExpectedRevision, number] }
+  | { kind: 'duplicate'; args: [string, string] }
+  | { kind: 'failed'; message: string };
+
+/** The outcome of one group commit: a plan per append, or one error for all of them. */
+type Committed = { plans: WirePlan[]; created: number } | { error: string };
 
 export class SqliteEventStore implements EventStore {
   readonly kind = 'sqlite';
   readonly exclusiveWriter = true;
+  /** Reads (and, without a writer thread, the writes too). */
   private readonly db: DatabaseSync;
+  private readonly path: string;
+  private readonly synchronous: 'full' | 'normal';
   private readonly queue: Waiting[] = [];
-  private flushing = false;
+  /**
+   * Batches posted to the writer thread, oldest first. The thread commits them in order, one
+   * transaction each, so a batch need not wait for the answer to the one before it.
+   */
+  private readonly committing: Waiting[][] = [];
+  private flushScheduled = false;
   private lastPosition: number;
   /**
    * The newest events, contiguous by position, parsed once at commit: every in-process follower
@@ -70,39 +98,28 @@ export class SqliteEventStore implements EventStore {
   private readonly tailEvents: number;
   private readonly appended = new EventEmitter();
   private readonly maxBatch: number;
-  /** Last revision of recently written streams: this process is the file's only writer. */
-  private readonly revisions = new Map<string, number>();
-  private static readonly MAX_CACHED_STREAMS = 100_000;
-  private readonly sql: {
-    insert: StatementSync;
-    revision: StatementSync;
-    byId: StatementSync;
-    readStream: StatementSync;
-    readAll: StatementSync;
-  };
+  private readonly writer: SqliteWriter | undefined;
+  private thread: Worker | undefined;
+  private readonly useThread: boolean;
+  private readonly sql: { readStream: StatementSync; readAll: StatementSync };
 
   constructor(path: string, options: SqliteOptions = {}) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
-    this.db = new DatabaseSync(path);
-    this.db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = ${options.synchronous === 'normal' ? 'NORMAL' : 'FULL'};
-                  PRAGMA busy_timeout = 5000;`);
-    migrate(this.db);
+    this.path = path;
+    this.synchronous = options.synchronous ?? 'full';
+    this.useThread = (options.writerThread ?? false) && path !== ':memory:';
+    this.db = openDatabase(path, this.synchronous);
     this.maxBatch = options.maxBatch ?? 1024;
     this.tailEvents = options.tailEvents ?? 20_000;
     this.appended.setMaxListeners(0);
     this.sql = {
-      insert: this.db.prepare(
-        'INSERT INTO events (position, stream, revision, id, type, data, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
-      ),
-      revision: this.db.prepare('SELECT max(revision) AS r FROM events WHERE stream = ?'),
-      byId: this.db.prepare('SELECT stream, revision, position, created FROM events WHERE id = ?'),
       readStream: this.db.prepare(
         'SELECT * FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?',
       ),
       readAll: this.db.prepare('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
     };
-    const head = this.db.prepare('SELECT coalesce(max(position), 0) AS p FROM events').get() as { p: number };
-    this.lastPosition = head.p;
+    this.lastPosition = headOf(this.db);
+    if (!this.useThread) this.writer = new SqliteWriter(this.db);
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
@@ -115,78 +132,75 @@ export class SqliteEventStore implements EventStore {
     }
     return new Promise((resolve, reject) => {
       this.queue.push({ stream, events: serialised, expected, resolve, reject });
-      if (!this.flushing) {
-        this.flushing = true;
-        setImmediate(() => this.flush());
-      }
+      this.scheduleFlush();
+    });
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled || this.queue.length === 0) return;
+    this.flushScheduled = true;
+    setImmediate(() => {
+      this.flushScheduled = false;
+      this.flush();
     });
   }
 
   /** One transaction for everything queued; new arrivals wait for the next one. */
   private flush(): void {
+    if (this.queue.length === 0) return;
     const batch = this.queue.splice(0, this.maxBatch);
-    try {
-      if (batch.length > 0) this.commit(batch);
-    } finally {
-      if (this.queue.length > 0) setImmediate(() => this.flush());
-      else this.flushing = false;
+    const pending = batch.map(({ stream, events, expected }) => ({ stream, events, expected }));
+    if (this.writer) {
+      this.settle(batch, this.writer.commit(pending));
+      return;
     }
+    const thread = this.writerThread();
+    thread.ref(); // a commit under way keeps the process alive; an idle writer does not
+    this.committing.push(batch);
+    thread.postMessage(pending);
   }
 
-  private commit(batch: Waiting[]): void {
-    try {
-      this.commitOrThrow(batch);
-    } catch (err) {
-      // Whatever failed (a lookup, the commit, a rollback), every caller of the batch hears of it.
-      for (const w of batch) w.reject(err as Error);
-    }
-  }
-
-  private commitOrThrow(batch: Waiting[]): void {
-    const stored = new Map<string, StoredId>();
-    for (const w of batch) {
-      for (const e of w.events) {
-        const row = this.sql.byId.get(e.id) as StoredId | undefined;
-        if (row) stored.set(e.id, row);
-      }
-    }
-    const revisionOf = (stream: string) => {
-      const cached = this.revisions.get(stream);
-      if (cached !== undefined) return cached;
-      const row = this.sql.revision.get(stream) as { r: number | null };
-      return row.r ?? -1;
+  private writerThread(): Worker {
+    if (this.thread) return this.thread;
+    const thread = new Worker(new URL(import.meta.url), {
+      workerData: { sqliteWriter: { path: this.path, synchronous: this.synchronous } },
+    });
+    thread.on('message', (committed: Committed) => {
+      const batch = this.committing.shift();
+      if (this.committing.length === 0) thread.unref();
+      if (batch) this.settle(batch, committed);
+    });
+    const gone = (err: Error) => {
+      if (this.thread !== thread) return;
+      this.thread = undefined;
+      // Whether the batches committed is unknown: their callers hear of the failure (a retry is
+      // idempotent by event id), and the tail starts again after what the file holds.
+      this.tail.length = 0;
+      if (this.db.isOpen) this.lastPosition = headOf(this.db);
+      for (const batch of this.committing.splice(0)) for (const w of batch) w.reject(err);
+      this.scheduleFlush();
     };
-    const now = Date.now();
-    const plans = planBatch(batch, revisionOf, stored, this.lastPosition, now);
-    let wrote = false;
-    try {
-      this.db.exec('BEGIN IMMEDIATE');
-      batch.forEach((w, i) => {
-        const plan = plans[i]!;
-        if (plan.kind !== 'write') return;
-        w.events.forEach((e, j) => {
-          this.sql.insert.run(
-            plan.firstPosition + j,
-            w.stream,
-            plan.firstRevision + j,
-            e.id,
-            e.type,
-            e.data as string,
-            (e.metadata as { json: string }).json,
-            now,
-          );
-          wrote = true;
-        });
-      });
-      this.db.exec('COMMIT');
-    } catch (err) {
-      if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      throw err;
+    thread.on('error', gone);
+    thread.on('exit', (code) => gone(new Error(`the event store's writer thread exited (${code})`)));
+    thread.unref();
+    this.thread = thread;
+    return thread;
+  }
+
+  /** Answers the callers of a committed batch and keeps the tail of the newest events. */
+  private settle(batch: Waiting[], committed: Committed): void {
+    if ('error' in committed) {
+      for (const w of batch) w.reject(new Error(committed.error));
+      this.scheduleFlush();
+      return;
     }
+    const { plans, created } = committed;
     const written: RecordedEvent[] = [];
+    let wrote = false;
     batch.forEach((w, i) => {
       const plan = plans[i]!;
       if (plan.kind !== 'write') return;
+      wrote = true;
       w.events.forEach((e, j) => {
         written.push({
           id: e.id,
@@ -196,25 +210,23 @@ export class SqliteEventStore implements EventStore {
           position: plan.firstPosition + j,
           data: JSON.parse(e.data as string),
           metadata: JSON.parse((e.metadata as { json: string }).json),
-          created: now,
+          created,
         });
       });
       this.lastPosition = plan.result.position;
-      this.revisions.delete(w.stream); // re-insert: the map's order is the eviction order
-      this.revisions.set(w.stream, plan.result.nextRevision);
     });
-    while (this.revisions.size > SqliteEventStore.MAX_CACHED_STREAMS) {
-      this.revisions.delete(this.revisions.keys().next().value as string);
-    }
     written.sort((a, b) => a.position - b.position);
     this.tail.push(...written);
     if (this.tail.length > this.tailEvents) this.tail.splice(0, this.tail.length - this.tailEvents);
     batch.forEach((w, i) => {
       const plan = plans[i]!;
-      if (plan.kind === 'error') w.reject(plan.error);
-      else w.resolve(plan.result);
+      if (plan.kind === 'write' || plan.kind === 'done') w.resolve(plan.result);
+      else if (plan.kind === 'wrong') w.reject(new WrongExpectedRevisionError(...plan.args));
+      else if (plan.kind === 'duplicate') w.reject(new DuplicateEventIdError(...plan.args));
+      else w.reject(new Error(plan.message));
     });
     if (wrote) this.appended.emit('append');
+    this.scheduleFlush();
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
@@ -247,11 +259,123 @@ export class SqliteEventStore implements EventStore {
   }
 
   async close(): Promise<void> {
-    while (this.flushing) await new Promise((r) => setImmediate(r));
+    while (this.committing.length > 0 || this.queue.length > 0 || this.flushScheduled) {
+      if (!this.flushScheduled) this.flush();
+      await new Promise((r) => setImmediate(r));
+    }
     this.appended.removeAllListeners();
+    const thread = this.thread;
+    this.thread = undefined;
+    await thread?.terminate();
     if (this.db.isOpen) this.db.close();
   }
 }
+
+/**
+ * The file's one writer: decides each group commit (planBatch) against the revisions and event
+ * ids it holds, and writes it in one transaction. Runs on the store's thread or a thread of its own.
+ */
+class SqliteWriter {
+  private readonly db: DatabaseSync;
+  private lastPosition: number;
+  /** Last revision of recently written streams: this is the file's only writer. */
+  private readonly revisions = new Map<string, number>();
+  private static readonly MAX_CACHED_STREAMS = 100_000;
+  private readonly sql: { insert: StatementSync; revision: StatementSync; byId: StatementSync };
+
+  constructor(db: DatabaseSync) {
+    this.db = db;
+    this.lastPosition = headOf(db);
+    this.sql = {
+      insert: db.prepare(
+        'INSERT INTO events (position, stream, revision, id, type, data, metadata, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+      ),
+      revision: db.prepare('SELECT max(revision) AS r FROM events WHERE stream = ?'),
+      byId: db.prepare('SELECT stream, revision, position, created FROM events WHERE id = ?'),
+    };
+  }
+
+  commit(batch: PendingAppend[]): Committed {
+    try {
+      return this.commitOrThrow(batch);
+    } catch (err) {
+      // Whatever failed (a lookup, the commit, a rollback), every caller of the batch hears of it.
+      return { error: (err as Error).message };
+    }
+  }
+
+  private commitOrThrow(batch: PendingAppend[]): Committed {
+    const stored = new Map<string, StoredId>();
+    for (const w of batch) {
+      for (const e of w.events) {
+        const row = this.sql.byId.get(e.id) as StoredId | undefined;
+        if (row) stored.set(e.id, { ...row });
+      }
+    }
+    const revisionOf = (stream: string) => {
+      const cached = this.revisions.get(stream);
+      if (cached !== undefined) return cached;
+      const row = this.sql.revision.get(stream) as { r: number | null };
+      return row.r ?? -1;
+    };
+    const now = Date.now();
+    const plans = planBatch(batch, revisionOf, stored, this.lastPosition, now);
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      batch.forEach((w, i) => {
+        const plan = plans[i]!;
+        if (plan.kind !== 'write') return;
+        w.events.forEach((e, j) => {
+          this.sql.insert.run(
+            plan.firstPosition + j,
+            w.stream,
+            plan.firstRevision + j,
+            e.id,
+            e.type,
+            e.data as string,
+            (e.metadata as { json: string }).json,
+            now,
+          );
+        });
+      });
+      this.db.exec('COMMIT');
+    } catch (err) {
+      if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      throw err;
+    }
+    batch.forEach((w, i) => {
+      const plan = plans[i]!;
+      if (plan.kind !== 'write') return;
+      this.lastPosition = plan.result.position;
+      this.revisions.delete(w.stream); // re-insert: the map's order is the eviction order
+      this.revisions.set(w.stream, plan.result.nextRevision);
+    });
+    while (this.revisions.size > SqliteWriter.MAX_CACHED_STREAMS) {
+      this.revisions.delete(this.revisions.keys().next().value as string);
+    }
+    return { plans: plans.map(toWire), created: now };
+  }
+}
+
+const toWire = (plan: Planned): WirePlan => {
+  if (plan.kind !== 'error') return plan;
+  const e = plan.error;
+  if (e instanceof WrongExpectedRevisionError)
+    return { kind: 'wrong', args: [e.stream, e.expected, e.actual] };
+  if (e instanceof DuplicateEventIdError) return { kind: 'duplicate', args: [e.stream, e.id] };
+  return { kind: 'failed', message: e.message };
+};
+
+function openDatabase(path: string, synchronous: 'full' | 'normal'): DatabaseSync {
+  const db = new DatabaseSync(path);
+  db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = ${synchronous === 'normal' ? 'NORMAL' : 'FULL'};
+           PRAGMA busy_timeout = 5000;`);
+  migrate(db);
+  return db;
+}
+
+const headOf = (db: DatabaseSync): number =>
+  (db.prepare('SELECT coalesce(max(position), 0) AS p FROM events').get() as { p: number }).p;
 
 function migrate(db: DatabaseSync): void {
   const { user_version: version } = db.prepare('PRAGMA user_version').get() as { user_version: number };
@@ -273,3 +397,11 @@ const toRecorded = (r: Row): RecordedEvent => ({
   metadata: JSON.parse(r.metadata),
   created: r.created,
 });
+
+// The writer thread of a SqliteEventStore: commits each batch posted to it and answers with the plans.
+if (!isMainThread && workerData?.sqliteWriter) {
+  const { path, synchronous } = workerData.sqliteWriter as { path: string; synchronous: 'full' | 'normal' };
+  const writer = new SqliteWriter(openDatabase(path, synchronous));
+  const port = parentPort!;
+  port.on('message', (batch: PendingAppend[]) => port.postMessage(writer.commit(batch)));
+}

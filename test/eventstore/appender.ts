@@ -7,7 +7,7 @@ import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
 const [kind, location, schema] = process.argv.slice(2);
 const store =
   kind === 'sqlite'
-    ? new SqliteEventStore(location!)
+    ? new SqliteEventStore(location!, { writerThread: true }) // as the hub runs it
     : new PostgresEventStore({ url: location!, schema: schema! });
 
 async function appender(n: number): Promise<never> {

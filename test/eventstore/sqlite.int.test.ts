@@ -11,3 +11,12 @@ eventStoreContract('embedded SQLite', async () => {
     cleanup: async () => rmSync(dir, { recursive: true, force: true }),
   };
 });
+
+// What the hub runs: commits on a writer thread, reads on the caller's.
+eventStoreContract('embedded SQLite, writer thread', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'hub-sqlite-'));
+  return {
+    open: async () => new SqliteEventStore(join(dir, 'events.sqlite'), { writerThread: true }),
+    cleanup: async () => rmSync(dir, { recursive: true, force: true }),
+  };
+});
