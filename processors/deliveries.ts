@@ -423,7 +423,8 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     return this.call('renew', jobIds, until);
   }
   finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
-    return this.call('finish', job, attempt, next);
+    // A finished job crosses as its id alone: the thread's store keeps no body for it.
+    return this.call('finish', next === null ? ({ job_id: job.job_id } as Job) : job, attempt, next);
   }
   nextDue(): Promise<number | undefined> {
     return this.call('nextDue');
@@ -613,7 +614,8 @@ export class RedisDeliveryStore implements DeliveryStore {
     this.finishing = [];
     const args: (string | number)[] = [Date.now(), this.retentionMs];
     for (const { job, attempt, next } of batch) {
-      args.push(job.job_id, JSON.stringify(job), next ?? '');
+      // A finished job's record only marks its id as seen (a job sent twice is known): no body.
+      args.push(job.job_id, next === null ? '' : JSON.stringify(job), next ?? '');
       if (!attempt) args.push('', '', 0, '');
       else {
         const sub = attempt.subscription_id;
