@@ -157,29 +157,35 @@ export class PostgresEventStore implements EventStore {
     let plans: ReturnType<typeof planBatch>;
     const now = Date.now(); // stamped here, so an append can answer when its events were stored
     try {
-      // READ COMMITTED whatever the server's default: max(position) must be read after the lock.
-      await client.query('BEGIN ISOLATION LEVEL READ COMMITTED');
-      await client.query('SELECT pg_advisory_xact_lock($1)', [APPEND_LOCK]);
+      // Four round trips per group commit: begin and lock (one simple query), what is stored
+      // (one statement), the insert with its notification, commit. READ COMMITTED whatever the
+      // server's default: max(position) must be read after the lock.
+      await client.query(
+        `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${APPEND_LOCK})`,
+      );
       const ids = batch.flatMap((w) => w.events.map((e) => e.id));
       const streams = [...new Set(batch.map((w) => w.stream))];
-      const stored = await client.query<StoredId & { id: string }>(
-        `SELECT id, stream, revision, position, (extract(epoch FROM created) * 1000)::bigint AS created
-         FROM hub_events WHERE id = ANY($1::text[])`,
-        [ids],
+      const known = await client.query<{
+        stored: StoredRow[];
+        revisions: Record<string, number>;
+        head: number;
+      }>(
+        `SELECT
+           (SELECT coalesce(json_agg(json_build_object('id', id, 'stream', stream, 'revision', revision,
+                      'position', position, 'created', (extract(epoch FROM created) * 1000)::bigint)), '[]')
+              FROM hub_events WHERE id = ANY($1::text[])) AS stored,
+           (SELECT coalesce(json_object_agg(stream, revision), '{}')
+              FROM (SELECT stream, max(revision) AS revision FROM hub_events
+                    WHERE stream = ANY($2::text[]) GROUP BY stream) r) AS revisions,
+           (SELECT coalesce(max(position), 0)::bigint FROM hub_events) AS head`,
+        [ids, streams],
       );
-      const revisions = await client.query<{ stream: string; revision: number }>(
-        'SELECT stream, max(revision) AS revision FROM hub_events WHERE stream = ANY($1::text[]) GROUP BY stream',
-        [streams],
-      );
-      const head = await client.query<{ p: number }>(
-        'SELECT coalesce(max(position), 0)::bigint AS p FROM hub_events',
-      );
-      const revisionByStream = new Map(revisions.rows.map((r) => [r.stream, r.revision]));
+      const { stored, revisions, head } = known.rows[0]!;
       plans = planBatch(
         batch,
-        (s) => revisionByStream.get(s) ?? -1,
-        new Map(stored.rows.map((r) => [r.id, r])),
-        head.rows[0]!.p,
+        (s) => revisions[s] ?? -1,
+        new Map(stored.map(({ id, ...row }) => [id, row])),
+        head,
         now,
       );
       const cols: [number[], string[], number[], string[], string[], string[], string[]] = [
@@ -205,13 +211,16 @@ export class PostgresEventStore implements EventStore {
         });
       });
       if (cols[0].length > 0) {
+        // The notification is delivered at commit, with the new head.
         await client.query(
-          `INSERT INTO hub_events (position, stream, revision, id, type, data, metadata, created)
-           SELECT *, to_timestamp($8::float8 / 1000)
-           FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::json[], $7::json[])`,
-          [...cols, now],
+          `WITH inserted AS (
+             INSERT INTO hub_events (position, stream, revision, id, type, data, metadata, created)
+             SELECT *, to_timestamp($8::float8 / 1000)
+             FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::json[], $7::json[])
+             RETURNING 1)
+           SELECT pg_notify($9, $10), (SELECT count(*) FROM inserted)`,
+          [...cols, now, CHANNEL, String(cols[0][cols[0].length - 1])],
         );
-        await client.query('SELECT pg_notify($1, $2)', [CHANNEL, String(cols[0][cols[0].length - 1])]);
       }
       await client.query('COMMIT');
     } catch (err) {
@@ -300,6 +309,8 @@ export class PostgresEventStore implements EventStore {
     await this.pool.end();
   }
 }
+
+type StoredRow = StoredId & { id: string };
 
 const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
 
