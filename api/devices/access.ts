@@ -8,8 +8,18 @@ import { DEVICE_PRN, type DeviceState, deviceStream, devices, type Viewer } from
 
 export interface DeviceAccess {
   cache: StateCache<DeviceState>;
-  /** The device a reference (id, PRN or the caller's nick for it) names, and how the caller sees it. 404 for anyone else's. */
-  resolve(ctx: Context, ref: string): Promise<{ device: DeviceState; viewer: Viewer }>;
+  /**
+   * The device a reference (id, PRN or the caller's nick for it) names, and how the caller sees it.
+   * 404 for anyone else's. `forOwnCommand`: the caller is about to run a command on its own
+   * device (a device reporting); the state may then come from this process's cache unread, since
+   * a device's PRN never changes and the command's append checks the stream's revision. Such a
+   * state is `unverified`: the command decides on it again if it would refuse or change nothing.
+   */
+  resolve(
+    ctx: Context,
+    ref: string,
+    options?: { forOwnCommand?: boolean },
+  ): Promise<{ device: DeviceState; viewer: Viewer; unverified?: boolean }>;
 }
 
 export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess {
@@ -18,9 +28,13 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
     !claims.act && admins.some((a) => a.toLowerCase() === claims.nick.toLowerCase());
   return {
     cache,
-    async resolve(ctx, ref) {
+    async resolve(ctx, ref, options) {
       const claims = ctx.state.auth!;
       let id = DEVICE_PRN.exec(ref)?.[1] ?? (/^[a-f0-9]{24}$/.test(ref) ? ref : '');
+      if (options?.forOwnCommand && id && claims.type === 'DEVICE' && !store.exclusiveWriter) {
+        const cached = cache.get(deviceStream(id))?.state;
+        if (cached?.prn === claims.sub) return { device: cached, viewer: 'device', unverified: true };
+      }
       if (!id && claims.type === 'USER') {
         const ownerId = await nameOwner(store, 'prn', claims.sub);
         if (ownerId) id = (await nameOwner(store, `devnick-${ownerId}`, ref.toLowerCase())) ?? '';

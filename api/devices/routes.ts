@@ -518,13 +518,13 @@ export function deviceRoutes(hub: HubContext) {
       handler: async (ctx, { body }) => {
         const claims = ctx.state.auth!;
         if (claims.type !== 'DEVICE') throw forbidden('Only the device itself reports device-meta.');
-        const { device, viewer } = await resolve(ctx, ctx.params.id!);
+        const { device, viewer, unverified } = await resolve(ctx, ctx.params.id!, { forOwnCommand: true });
         if (viewer !== 'device') throw forbidden('A device reports only its own metadata.');
-        if (device.garbage) throw notFound('No such device.');
         const updated = await update(
           ctx,
           device.id,
           (d) => {
+            if (d.garbage) throw notFound('No such device.'); // decided here: the state may be a cached one
             const { changed, removed } = metaPatch(d.deviceMeta, body);
             if (Object.keys(changed).length === 0 && removed.length === 0) return [];
             const merged = { ...d.deviceMeta, ...changed };
@@ -537,7 +537,7 @@ export function deviceRoutes(hub: HubContext) {
               },
             ];
           },
-          device,
+          unverified ? undefined : device,
         );
         ctx.body = deviceRecord(updated, 'device', secretOf(updated));
       },

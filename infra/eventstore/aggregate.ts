@@ -21,11 +21,11 @@ export interface Loaded<S> {
 }
 
 /**
- * Recently loaded states by stream, bounded. Only an optimisation: a load still reads the
- * stream's tail after the cached revision, so a state is never stale, also when another process
- * appended meanwhile. Streams with many events (a device's metadata) then cost one short read,
- * and none at all on a store this process alone writes to (it caches the state after its own
- * appends).
+ * Recently loaded states by stream, bounded. A load still reads the stream's tail after the
+ * cached revision, so what it returns is never stale, also when another process appended
+ * meanwhile: streams with many events (a device's metadata) then cost one short read, and none at
+ * all on a store this process alone writes to. Commands may decide on a cached state first (see
+ * handle), the append's expected revision checking it.
  */
 export class StateCache<S> {
   private readonly entries = new Map<string, Loaded<S>>();
@@ -124,6 +124,12 @@ async function oneAtATime<T>(
 /**
  * Runs a command: load, decide, append at the revision read. A concurrent append makes it read
  * and decide again (up to `attempts` times); refusals are thrown by `decide` itself.
+ *
+ * On a store other processes append to as well, the first decision may be taken on the state this
+ * process cached after its last command on the stream, without reading the stream's tail: the
+ * append's expected revision refuses it if the stream moved since. Such a decision stands only
+ * if it appends; one that refuses or changes nothing is taken again on a fresh read, so neither
+ * answer ever rests on a stale state.
  */
 export function handle<S, T>(
   store: EventStore,
@@ -138,11 +144,25 @@ export function handle<S, T>(
   return oneAtATime(store, stream, async (queued) => {
     // A state loaded before waiting in the queue is stale by the time the command runs.
     if (queued) loaded = undefined;
-    for (let attempt = 1; ; attempt++) {
-      const { state, revision } =
-        attempt === 1 && loaded ? loaded : await load(store, stream, evolver, cache);
-      const { events, result } = await decide(state, revision);
-      if (events.length === 0) return { result, appended: undefined, state, after: state };
+    let speculate = !store.exclusiveWriter;
+    for (let attempt = 1; ; ) {
+      const cached = speculate && !loaded ? cache.get(stream) : undefined;
+      const unverified = cached !== undefined;
+      const { state, revision } = loaded ?? cached ?? (await load(store, stream, evolver, cache));
+      loaded = undefined;
+      speculate = false;
+      let decided: Decided<T>;
+      try {
+        decided = await decide(state, revision);
+      } catch (err) {
+        if (!unverified) throw err;
+        continue; // refused on a state that may be stale: read what is newer, decide again
+      }
+      const { events, result } = decided;
+      if (events.length === 0) {
+        if (!unverified) return { result, appended: undefined, state, after: state };
+        continue;
+      }
       try {
         const appended = await store.append(
           stream,
@@ -165,13 +185,15 @@ export function handle<S, T>(
             metadata: {},
           });
         });
-        if (cache && store.exclusiveWriter)
-          cache.set(stream, { state: after, revision: appended.nextRevision });
+        cache.set(stream, { state: after, revision: appended.nextRevision });
         return { result, appended, state, after };
       } catch (err) {
-        cache.delete(stream); // someone else wrote: read it all again
-        if (!(err instanceof WrongExpectedRevisionError) || attempt >= attempts) throw err;
-        loaded = undefined;
+        // Someone else wrote: the next load reads what is newer than the cached state (where this
+        // process alone writes, the cache is the state itself: read it all again).
+        if (store.exclusiveWriter) cache.delete(stream);
+        if (!(err instanceof WrongExpectedRevisionError)) throw err;
+        // A speculation that missed is not an attempt: the next one reads the stream.
+        if (!unverified && attempt++ >= attempts) throw err;
       }
     }
   });

@@ -31,7 +31,12 @@ async function take(sub: AsyncIterable<RecordedEvent>, count: number, onEach?: (
   return out;
 }
 
-export function eventStoreContract(name: string, makeHarness: () => Promise<StoreHarness>): void {
+export function eventStoreContract(
+  name: string,
+  makeHarness: () => Promise<StoreHarness>,
+  /** Several processes append to the store (not so the embedded file, which has one writer). */
+  options: { sharedWriters: boolean },
+): void {
   describe(`event store contract: ${name}`, function () {
     this.timeout(120_000);
     let harness: StoreHarness;
@@ -193,6 +198,58 @@ export function eventStoreContract(name: string, makeHarness: () => Promise<Stor
         );
         assert.equal((await store.readStream(s)).length, 40);
       });
+
+      if (options.sharedWriters)
+        it('a command decided on a cached state that another writer moved past is decided again on the stored one', async () => {
+          const other = await harness.open(); // another process's store
+          let reads = 0;
+          const counted: EventStore = {
+            kind: store.kind,
+            append: (...a) => store.append(...a),
+            readStream: (...a) => {
+              reads++;
+              return store.readStream(...a);
+            },
+            readAll: (...a) => store.readAll(...a),
+            subscribe: (...a) => store.subscribe(...a),
+            head: () => store.head(),
+            close: () => store.close(),
+          };
+          try {
+            const s = stream();
+            const sum = {
+              initial: () => 0,
+              evolve: (n: number, e: RecordedEvent) => n + (e.data as { k: number }).k,
+            };
+            const add = (k: number) => (n: number) => ({
+              events: [{ type: 'Added', data: { k } }],
+              result: n + k,
+            });
+            await handle(counted, s, sum, add(1)); // this process now caches the state 1
+            const before = reads;
+            assert.equal((await handle(counted, s, sum, add(2))).result, 3);
+            assert.equal(reads, before, 'decided on the cached state, the stream unread');
+            await other.append(s, [ev('Added', { k: 10 })]);
+            // attempts = 1: the cached state's miss is not an attempt; the stored state is 13.
+            assert.equal((await handle(counted, s, sum, add(100), 1)).result, 113);
+            // A decision that changes nothing is never taken on a cached state alone ...
+            await other.append(s, [ev('Added', { k: 1000 })]);
+            assert.equal((await handle(counted, s, sum, (n) => ({ events: [], result: n }), 1)).result, 1113);
+            // ... nor is a refusal.
+            await other.append(s, [ev('Added', { k: -1113 })]);
+            const refuseUnlessZero = (n: number) => {
+              if (n !== 0) throw new Error(`refused at ${n}`);
+              return { events: [], result: n };
+            };
+            assert.equal((await handle(counted, s, sum, refuseUnlessZero, 1)).result, 0);
+            assert.deepEqual(
+              (await store.readStream(s)).map((e) => (e.data as { k: number }).k),
+              [1, 2, 10, 100, 1000, -1113],
+            );
+          } finally {
+            await other.close();
+          }
+        });
 
       it('a subscriber started mid-load sees every event exactly once, in order', async () => {
         const streams = Array.from({ length: 100 }, () => stream());

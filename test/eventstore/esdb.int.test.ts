@@ -6,10 +6,14 @@ import { eventStoreContract } from './contract.ts';
 // same contract as the others.
 const url = process.env.HUB_ESDB_URL;
 if (url) {
-  eventStoreContract('EventStoreDB', async () => {
-    void randomUUID;
-    return { open: async () => new EsdbEventStore(url), cleanup: async () => {} };
-  });
+  eventStoreContract(
+    'EventStoreDB',
+    async () => {
+      void randomUUID;
+      return { open: async () => new EsdbEventStore(url), cleanup: async () => {} };
+    },
+    { sharedWriters: true },
+  );
 } else {
   describe('event store contract: EventStoreDB', () => {
     it('is skipped: HUB_ESDB_URL is not set (no EventStoreDB server on this machine)', function () {
