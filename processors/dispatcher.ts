@@ -31,10 +31,8 @@ export const RESPONSE_BODY_LIMIT = 4096;
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
 const PAUSED_RECHECK_MS = 5000;
-/** How long a job that found its subscription's queue here full waits, ms: about the time the
- * queue takes to drain at the subscription's recent pace, within these bounds (a fast endpoint's
- * overflow comes back soon, a slow or hanging one's at most once a second). */
-const BUSY_RECHECK_MS = [50, 1000] as const;
+/** How long a job that found its subscription's queue here full waits, ms. */
+const BUSY_RECHECK_MS = 1000;
 /** A claimed job is this dispatcher's for this long, renewed every third of it while held here:
  * if the process dies, another dispatcher claims the job once the lease runs out. */
 export const LEASE_MS = 30_000;
@@ -103,8 +101,6 @@ export class Dispatcher {
   private loopDone: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
-  /** Recent attempt duration by subscription, ms (a moving average): how fast its queue drains. */
-  private readonly pace = new Map<string, number>();
   private readonly waiting = new Map<string, Job[]>(); // subscription → claimed jobs waiting
   private held = 0; // running + waiting
   private readonly holding = new Set<string>(); // job ids running or waiting here
@@ -224,9 +220,7 @@ export class Dispatcher {
     if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
     const queue = this.waiting.get(sub) ?? [];
     if (queue.length >= this.o.maxInFlightPerSubscription * QUEUE_FACTOR) {
-      const drain = QUEUE_FACTOR * (this.pace.get(sub) ?? BUSY_RECHECK_MS[1]);
-      const wait = Math.min(Math.max(drain, BUSY_RECHECK_MS[0]), BUSY_RECHECK_MS[1]);
-      void this.o.deliveries.finish(job, null, Date.now() + wait).catch(() => {});
+      void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
       return;
     }
     queue.push(Object.assign(job, { due }));
@@ -241,17 +235,13 @@ export class Dispatcher {
     while (queue && queue.length > 0 && (this.inFlight.get(sub) ?? 0) < this.o.maxInFlightPerSubscription) {
       const job = queue.shift()!;
       this.inFlight.set(sub, (this.inFlight.get(sub) ?? 0) + 1);
-      const started = performance.now();
       void this.run(job as Job & { due: number }).finally(() => {
-        const took = performance.now() - started;
-        this.pace.set(sub, 0.8 * (this.pace.get(sub) ?? took) + 0.2 * took);
         this.inFlight.set(sub, this.inFlight.get(sub)! - 1);
         this.holding.delete(job.job_id);
         this.held--;
         if (this.inFlight.get(sub) === 0 && !this.waiting.get(sub)?.length) {
           this.inFlight.delete(sub);
           this.waiting.delete(sub);
-          this.pace.delete(sub);
         }
         this.pump(sub);
         this.wake?.();
