@@ -13,10 +13,14 @@ function redisBenchmark(): number | undefined {
   const run = spawnSync(
     'redis-benchmark',
     ['-h', url.hostname, '-p', url.port || '6379', '-q', '-t', 'set', '-n', '300000', '-c', '50', '-P', '16'],
-    { encoding: 'utf8' },
+    // redis-benchmark retries a server that is down without end: bounded here.
+    { encoding: 'utf8', timeout: 60_000 },
   );
   const m = /SET: ([\d.]+) requests per second/.exec(`${run.stdout}`);
-  if (!m) process.stderr.write(`redis-benchmark did not run: ${run.error?.message ?? run.stderr}\n`);
+  if (!m)
+    process.stderr.write(
+      `redis-benchmark did not run: ${run.error?.message ?? (run.stderr || 'no answer from Redis (npm run infra:up)')}\n`,
+    );
   return m ? Number(m[1]) : undefined;
 }
 
