@@ -1,6 +1,6 @@
 // Durable checkpoints of the processes that follow the event store with side effects (the
 // mailer, the relay): a JSON file per name in the embedded profile, Redis in the distributed one.
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, constants, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 
@@ -38,9 +38,8 @@ export class FileCheckpoints implements CheckpointStore {
   async set(name: string, position: number): Promise<void> {
     let fd = this.files.get(name);
     if (fd === undefined) {
-      const file = join(this.dir, `${name}.json`);
-      // Opened without truncating: until the first write lands, the file keeps the last checkpoint.
-      fd = existsSync(file) ? openSync(file, 'r+') : openSync(file, 'w');
+      // Created if missing, never truncated: until the first write lands it keeps the last checkpoint.
+      fd = openSync(join(this.dir, `${name}.json`), constants.O_RDWR | constants.O_CREAT);
       this.files.set(name, fd);
     }
     // Padded to one fixed width and written in place at offset 0: a single write, never torn by

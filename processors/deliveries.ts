@@ -346,8 +346,6 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 }
 
-// ARGV: now, retention, how many new jobs to hold, the lease's end; then id and body per job.
-// Returns the ids of the jobs held (leased at once instead of scheduled).
 type Call = [id: number, method: keyof DeliveryStore, args: unknown[]];
 type Reply = [id: number, ok: boolean, value: unknown];
 
@@ -480,6 +478,8 @@ if (!isMainThread && workerData?.deliveryStore) {
   });
 }
 
+// ARGV: now, retention, how many new jobs to hold, the lease's end; then id and body per job.
+// Returns the ids of the jobs held (leased at once instead of scheduled).
 const ENQUEUE = `
 local due, ttl, hold, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local held = {}

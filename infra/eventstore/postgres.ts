@@ -181,9 +181,10 @@ export class PostgresEventStore implements EventStore {
         [ids, streams],
       );
       const { stored, revisions, head } = known.rows[0]!;
+      const revisionOf = new Map(Object.entries(revisions)); // stream names are data, not object keys
       plans = planBatch(
         batch,
-        (s) => revisions[s] ?? -1,
+        (s) => revisionOf.get(s) ?? -1,
         new Map(stored.map(({ id, ...row }) => [id, row])),
         head,
         now,

@@ -100,14 +100,12 @@ export class SqliteEventStore implements EventStore {
   private readonly maxBatch: number;
   private readonly writer: SqliteWriter | undefined;
   private thread: Worker | undefined;
-  private readonly useThread: boolean;
   private readonly sql: { readStream: StatementSync; readAll: StatementSync };
 
   constructor(path: string, options: SqliteOptions = {}) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
     this.path = path;
     this.synchronous = options.synchronous ?? 'full';
-    this.useThread = (options.writerThread ?? false) && path !== ':memory:';
     this.db = openDatabase(path, this.synchronous);
     this.maxBatch = options.maxBatch ?? 1024;
     this.tailEvents = options.tailEvents ?? 20_000;
@@ -119,7 +117,7 @@ export class SqliteEventStore implements EventStore {
       readAll: this.db.prepare('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
     };
     this.lastPosition = headOf(this.db);
-    if (!this.useThread) this.writer = new SqliteWriter(this.db);
+    if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
@@ -215,8 +213,7 @@ export class SqliteEventStore implements EventStore {
       });
       this.lastPosition = plan.result.position;
     });
-    written.sort((a, b) => a.position - b.position);
-    this.tail.push(...written);
+    this.tail.push(...written); // in position order: planBatch numbers a batch in its order
     if (this.tail.length > this.tailEvents) this.tail.splice(0, this.tail.length - this.tailEvents);
     batch.forEach((w, i) => {
       const plan = plans[i]!;
