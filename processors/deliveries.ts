@@ -99,11 +99,14 @@ export type StatusFilter = 'succeeded' | 'failed' | 'dead_lettered';
 
 export interface DeliveryStore {
   /** Adds jobs due now; a job id seen within the retention is left alone (a job sent twice).
-   * With `hold`, the first `count` new jobs are claimed in the same write, leased until `until`,
-   * and returned: the dispatcher starts them at once instead of reading them back. */
+   * With `hold`, the listed jobs that are new are claimed in the same write, leased until
+   * `until`, and returned: the dispatcher starts them at once instead of reading them back. */
   enqueue(jobs: Job[], hold?: Hold): Promise<Job[]>;
-  /** Due jobs, each leased for `leaseMs` (claimed again after it unless finished or renewed). */
-  claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]>;
+  /** Due jobs, oldest first, each leased for `leaseMs` (claimed again after it unless finished or
+   * renewed); with `rooms`, no more of a subscription's jobs than its room. Jobs passed over stay
+   * due, unless a long run of them hid every other job: then they are pushed back a second, so a
+   * slow subscription's backlog cannot hide the jobs of others. */
+  claim(now: number, limit: number, leaseMs: number, rooms?: Rooms): Promise<{ job: Job; due: number }[]>;
   /** Extends the leases of claimed jobs to `until`; a job finished meanwhile is left alone. */
   renew(jobIds: string[], until: number): Promise<void>;
   /** Records an attempt; the job is due again at `next`, or done when null. */
@@ -122,8 +125,19 @@ export interface DeliveryStore {
   close(): Promise<void>;
 }
 
+/** How many jobs of each subscription a claim may take: `of` for those listed, else `otherwise`. */
+export interface Rooms {
+  of: Record<string, number>;
+  otherwise: number;
+}
+
+/** A claim looks at most this many due jobs per job it may take before giving up on the rest. */
+const CLAIM_SCAN_FACTOR = 8;
+/** How far a claim pushes back the jobs it passed over when they hid every other job, ms. */
+export const PASSED_OVER_MS = 1000;
+
 export interface Hold {
-  count: number;
+  ids: string[];
   until: number;
 }
 
@@ -137,6 +151,25 @@ interface FinishedJob {
 const filterKey = (a: AttemptRecord): StatusFilter[] =>
   a.status === 'succeeded' ? ['succeeded'] : a.status === 'failed' ? ['failed'] : ['failed', 'dead_lettered'];
 
+/** The rows a claim takes, oldest first, within each subscription's room; and the rows it passed
+ * over, to push back, when they filled the whole scan and left nothing to take. */
+function pick<R>(rows: R[], limit: number, scan: number, rooms: Rooms | undefined, subOf: (r: R) => string) {
+  if (!rooms) return { taken: rows.slice(0, limit), passed: [] };
+  const room = new Map(Object.entries(rooms.of));
+  const taken: R[] = [];
+  const skipped: R[] = [];
+  for (const r of rows) {
+    if (taken.length >= limit) break;
+    const sub = subOf(r);
+    const left = room.get(sub) ?? rooms.otherwise;
+    if (left > 0) {
+      room.set(sub, left - 1);
+      taken.push(r);
+    } else skipped.push(r);
+  }
+  return { taken, passed: taken.length === 0 && rows.length >= scan ? skipped : [] };
+}
+
 export class SqliteDeliveryStore implements DeliveryStore {
   private readonly db: DatabaseSync;
   private readonly retentionMs: number;
@@ -147,7 +180,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   /** Finished attempts waiting for the next group commit. */
   private finishing: FinishedJob[] = [];
   private readonly sql: Record<
-    'insertJob' | 'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'renew',
+    'insertJob' | 'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'passOver' | 'renew',
     StatementSync
   >;
 
@@ -158,18 +191,25 @@ export class SqliteDeliveryStore implements DeliveryStore {
     // WAL with synchronous=NORMAL: every commit survives a crash of the process (retries survive
     // restarts); a power loss may lose the last moments of attempt records.
     this.db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-      CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL) STRICT;
-      CREATE INDEX IF NOT EXISTS jobs_due ON jobs (due) WHERE due IS NOT NULL;
+      CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL, sub TEXT) STRICT;
       CREATE TABLE IF NOT EXISTS attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
         event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT;
       CREATE INDEX IF NOT EXISTS attempts_sub ON attempts (subscription_id, started);
       DROP INDEX IF EXISTS attempts_sub_status;
       CREATE INDEX IF NOT EXISTS attempts_failed ON attempts (subscription_id, status, started) WHERE status != 'succeeded';
       CREATE INDEX IF NOT EXISTS attempts_event ON attempts (owner, event_id);`);
+    // Files from before jobs named their subscription in a column of their own.
+    if (
+      !(this.db.prepare('PRAGMA table_info(jobs)').all() as { name: string }[]).some((c) => c.name === 'sub')
+    )
+      this.db.exec('ALTER TABLE jobs ADD COLUMN sub TEXT');
+    // A claim reads due jobs' subscriptions from the index alone.
+    this.db.exec(`DROP INDEX IF EXISTS jobs_due;
+      CREATE INDEX IF NOT EXISTS jobs_due_sub ON jobs (due, sub) WHERE due IS NOT NULL;`);
     this.emitter.setMaxListeners(0);
     this.sql = {
       insertJob: this.db.prepare(
-        'INSERT OR IGNORE INTO jobs (job_id, due, body, created) VALUES (?, ?, ?, ?)',
+        'INSERT OR IGNORE INTO jobs (job_id, due, body, created, sub) VALUES (?, ?, ?, ?, ?)',
       ),
       insertAttempt: this.db.prepare(
         'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
@@ -177,9 +217,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
       reschedule: this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE job_id = ?'),
       complete: this.db.prepare('UPDATE jobs SET due = NULL WHERE job_id = ?'),
       due: this.db.prepare(
-        'SELECT job_id, due, body FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
+        'SELECT job_id, due, sub FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
       ),
-      lease: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?'),
+      lease: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ? RETURNING body'),
+      passOver: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?'),
       renew: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ? AND due IS NOT NULL'),
     };
   }
@@ -188,15 +229,17 @@ export class SqliteDeliveryStore implements DeliveryStore {
     if (jobs.length === 0) return [];
     const now = Date.now();
     const held: Job[] = [];
+    const holds = new Set(hold?.ids);
     this.db.exec('BEGIN');
     try {
       for (const j of jobs) {
-        const holding = held.length < (hold?.count ?? 0);
+        const holding = holds.has(j.job_id);
         const { changes } = this.sql.insertJob.run(
           j.job_id,
           holding ? hold!.until : now,
           JSON.stringify(j),
           now,
+          j.subscription_id,
         );
         if (holding && changes === 1) held.push(j);
       }
@@ -210,16 +253,25 @@ export class SqliteDeliveryStore implements DeliveryStore {
     return held;
   }
 
-  async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
-    const rows = this.sql.due.all(now, limit) as { job_id: string; due: number; body: string }[];
+  async claim(
+    now: number,
+    limit: number,
+    leaseMs: number,
+    rooms?: Rooms,
+  ): Promise<{ job: Job; due: number }[]> {
+    const scan = rooms ? limit * CLAIM_SCAN_FACTOR : limit;
+    const rows = this.sql.due.all(now, scan) as { job_id: string; due: number; sub: string | null }[];
     if (rows.length === 0) return [];
+    const { taken, passed } = pick(rows, limit, scan, rooms, (r) => r.sub ?? '');
     this.db.exec('BEGIN');
-    for (const r of rows) {
-      this.sql.lease.run(now + leaseMs, r.job_id);
+    const out = taken.map((r) => {
+      const { body } = this.sql.lease.get(now + leaseMs, r.job_id) as { body: string };
       this.leased.add(r.job_id);
-    }
+      return { job: JSON.parse(body) as Job, due: r.due };
+    });
+    for (const r of passed) this.sql.passOver.run(now + PASSED_OVER_MS, r.job_id);
     this.db.exec('COMMIT');
-    return rows.map((r) => ({ job: JSON.parse(r.body) as Job, due: r.due }));
+    return out;
   }
 
   // The file is this process's alone, so the set of leased jobs is known here: a renewal skips
@@ -414,8 +466,8 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     return jobs.length === 0 ? Promise.resolve([]) : this.call('enqueue', jobs, hold);
   }
-  claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
-    return this.call('claim', now, limit, leaseMs);
+  claim(now: number, limit: number, leaseMs: number, rooms?: Rooms): Promise<{ job: Job; due: number }[]> {
+    return this.call('claim', now, limit, leaseMs, rooms);
   }
   renew(jobIds: string[], until: number): Promise<void> {
     return this.call('renew', jobIds, until);
@@ -478,14 +530,14 @@ if (!isMainThread && workerData?.deliveryStore) {
   });
 }
 
-// ARGV: now, retention, how many new jobs to hold, the lease's end; then id and body per job.
-// Returns the ids of the jobs held (leased at once instead of scheduled).
+// ARGV: now, retention, the lease's end; then per job its id, its body and whether to hold it
+// ('1' or ''). Returns the ids of the jobs held (leased at once instead of scheduled).
 const ENQUEUE = `
-local due, ttl, hold, lease = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local due, ttl, lease = ARGV[1], ARGV[2], ARGV[3]
 local held = {}
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 3 do
   if redis.call('SET', 'hub:job:' .. ARGV[i], ARGV[i + 1], 'NX', 'PX', ttl) then
-    if #held < hold then
+    if ARGV[i + 2] == '1' then
       redis.call('ZADD', 'hub:jobs:leased', lease, ARGV[i])
       table.insert(held, ARGV[i])
     else
@@ -496,21 +548,46 @@ end
 return held
 `;
 // Leases whose holder stopped renewing them come first, then due jobs; each moves to the leased
-// set, scored by the lease's end.
+// set, scored by the lease's end. ARGV: now, limit, lease ms, how many jobs to look at, the room
+// of a subscription not listed (-1: no rooms), how far to push back jobs passed over; then pairs
+// of subscription and room. A job passed over stays where it is, unless the jobs passed over
+// filled the whole look and none was taken: then they are pushed back.
 const CLAIM = `
-local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, limit, lease, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local otherwise, later = tonumber(ARGV[5]), tonumber(ARGV[6])
+local room = {}
+for i = 7, #ARGV, 2 do room[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local out = {}
+local taken = 0
 for _, set in ipairs({'hub:jobs:leased', 'hub:jobs:due'}) do
-  local room = limit - #out / 2
-  if room <= 0 then break end
-  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'WITHSCORES', 'LIMIT', 0, room)
+  if taken >= limit then break end
+  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'WITHSCORES', 'LIMIT', 0, scan)
+  local passed = {}
+  local before = taken
   for i = 1, #ids, 2 do
-    redis.call('ZREM', set, ids[i])
+    if taken >= limit then break end
     local body = redis.call('GET', 'hub:job:' .. ids[i])
-    if body then
-      redis.call('ZADD', 'hub:jobs:leased', now + lease, ids[i])
-      table.insert(out, body)
-      table.insert(out, ids[i + 1])
+    if not body then
+      redis.call('ZREM', set, ids[i])
+    else
+      local sub = otherwise < 0 and '' or string.match(body, '^{"subscription_id":"([^"]*)"') or ''
+      local left = otherwise < 0 and 1 or room[sub] or otherwise
+      if left > 0 then
+        room[sub] = left - 1
+        taken = taken + 1
+        redis.call('ZREM', set, ids[i])
+        redis.call('ZADD', 'hub:jobs:leased', now + lease, ids[i])
+        table.insert(out, body)
+        table.insert(out, ids[i + 1])
+      else
+        table.insert(passed, ids[i])
+      end
+    end
+  end
+  if taken == before and #ids >= scan * 2 then
+    for _, id in ipairs(passed) do
+      redis.call('ZREM', set, id)
+      redis.call('ZADD', 'hub:jobs:due', now + later, id)
     end
   end
 end
@@ -542,6 +619,11 @@ for i = 3, #ARGV, 7 do
 end
 return 0
 `;
+
+/** A job as Redis keeps it: its subscription first, where the claim script reads it. */
+function redisBody({ subscription_id, ...rest }: Job): string {
+  return JSON.stringify({ subscription_id, ...rest });
+}
 
 type Scripted = Redis & {
   hubJobsEnqueue(...args: (string | number)[]): Promise<string[]>;
@@ -576,15 +658,25 @@ export class RedisDeliveryStore implements DeliveryStore {
 
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     if (jobs.length === 0) return [];
-    const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.count ?? 0, hold?.until ?? 0];
-    for (const j of jobs) args.push(j.job_id, JSON.stringify(j));
+    const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.until ?? 0];
+    const holds = new Set(hold?.ids);
+    for (const j of jobs) args.push(j.job_id, redisBody(j), holds.has(j.job_id) ? '1' : '');
     const ids = new Set(await this.redis.hubJobsEnqueue(...args));
     if (ids.size < jobs.length) this.emitter.emit('enqueue');
     return jobs.filter((j) => ids.has(j.job_id));
   }
 
-  async claim(now: number, limit: number, leaseMs: number): Promise<{ job: Job; due: number }[]> {
-    const flat = await this.redis.hubJobsClaim(now, limit, leaseMs);
+  async claim(
+    now: number,
+    limit: number,
+    leaseMs: number,
+    rooms?: Rooms,
+  ): Promise<{ job: Job; due: number }[]> {
+    const args: (string | number)[] = rooms
+      ? [now, limit, leaseMs, limit * CLAIM_SCAN_FACTOR, rooms.otherwise, PASSED_OVER_MS]
+      : [now, limit, leaseMs, limit, -1, 0];
+    for (const [sub, room] of Object.entries(rooms?.of ?? {})) args.push(sub, room);
+    const flat = await this.redis.hubJobsClaim(...args);
     const out: { job: Job; due: number }[] = [];
     for (let i = 0; i < flat.length; i += 2)
       out.push({ job: JSON.parse(flat[i]!) as Job, due: Number(flat[i + 1]) });
@@ -615,7 +707,7 @@ export class RedisDeliveryStore implements DeliveryStore {
     const args: (string | number)[] = [Date.now(), this.retentionMs];
     for (const { job, attempt, next } of batch) {
       // A finished job's record only marks its id as seen (a job sent twice is known): no body.
-      args.push(job.job_id, next === null ? '' : JSON.stringify(job), next ?? '');
+      args.push(job.job_id, next === null ? '' : redisBody(job), next ?? '');
       if (!attempt) args.push('', '', 0, '');
       else {
         const sub = attempt.subscription_id;

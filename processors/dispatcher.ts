@@ -2,8 +2,8 @@
 // offsets are committed once they are stored), and runs the schedule: claims due jobs, signs and
 // POSTs each to its subscription, records the attempt, and schedules the retry or dead-letters.
 // A slow or failing endpoint holds only its own subscription's slots: each subscription has a
-// bounded number of attempts in flight and of jobs waiting here; what exceeds them goes back to
-// the schedule for a second. Connections are pooled per origin (undici).
+// bounded number of attempts in flight and of jobs waiting here; jobs beyond them are left in the
+// schedule until its queue drains. Connections are pooled per origin (undici).
 import { randomBytes } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { Agent, errors, request } from 'undici';
@@ -20,7 +20,14 @@ import { load } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
-import { type AttemptRecord, type DeliveryStore, decodeJob, type Job, type Outcome } from './deliveries.ts';
+import {
+  type AttemptRecord,
+  type DeliveryStore,
+  decodeJob,
+  type Job,
+  type Outcome,
+  type Rooms,
+} from './deliveries.ts';
 import type { WebhookEvent } from './derive.ts';
 import { type Egress, EgressError } from './egress.ts';
 import { signatureHeader } from './signing.ts';
@@ -102,7 +109,10 @@ export class Dispatcher {
   private wake: (() => void) | undefined;
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
   private readonly waiting = new Map<string, Job[]>(); // subscription → claimed jobs waiting
-  private held = 0; // running + waiting
+  private held = 0; // running + waiting (+ recording)
+  private reserved = 0; // held by enqueues not yet answered
+  private readonly reservedOf = new Map<string, number>(); // the same, by subscription
+  private starved = false; // the last claim found due jobs only of subscriptions with full queues
   private readonly holding = new Set<string>(); // job ids running or waiting here
   /** Attempt ids: a random prefix per process and a counter (unique without a syscall each). */
   private readonly idPrefix = randomBytes(7).toString('hex');
@@ -144,13 +154,49 @@ export class Dispatcher {
   }
 
   /** New jobs (from the deliveries topic, or the embedded processor): stored, and so durable, when
-   * this resolves. The jobs this process has room for are held in the same write and started at
-   * once; the rest wait in the schedule for a claim. */
+   * this resolves. The jobs this process has room for, within each subscription's queue, are held
+   * in the same write and started at once; the rest wait in the schedule for a claim. (Held beyond
+   * its subscription's queue, a job would only go back to the schedule for a second.) */
   async take(jobs: Job[]): Promise<void> {
     const now = Date.now();
-    const room = this.running ? Math.max(0, this.o.maxInFlight - this.held) : 0;
-    const held = await this.o.deliveries.enqueue(jobs, { count: room, until: now + LEASE_MS });
+    const ids: string[] = [];
+    const chosen = new Map<string, number>(); // subscription → jobs held for it by this enqueue
+    let room = this.running ? this.o.maxInFlight - this.held - this.reserved : 0;
+    for (const job of jobs) {
+      if (room <= 0) break;
+      const sub = job.subscription_id;
+      const mine = chosen.get(sub) ?? 0;
+      if (this.queued(sub) + mine >= this.queueLimit) continue;
+      chosen.set(sub, mine + 1);
+      ids.push(job.job_id);
+      room--;
+    }
+    // Reserved while the write is under way, so a claim meanwhile leaves room for them.
+    const reserve = (sign: 1 | -1) => {
+      this.reserved += sign * ids.length;
+      for (const [sub, n] of chosen) {
+        const left = (this.reservedOf.get(sub) ?? 0) + sign * n;
+        if (left > 0) this.reservedOf.set(sub, left);
+        else this.reservedOf.delete(sub);
+      }
+    };
+    reserve(1);
+    let held: Job[];
+    try {
+      held = await this.o.deliveries.enqueue(jobs, { ids, until: now + LEASE_MS });
+    } finally {
+      reserve(-1);
+    }
     for (const job of held) this.accept(job, now);
+  }
+
+  /** Jobs of a subscription waiting here, or being held for it by an enqueue. */
+  private queued(sub: string): number {
+    return (this.waiting.get(sub)?.length ?? 0) + (this.reservedOf.get(sub) ?? 0);
+  }
+
+  private get queueLimit(): number {
+    return this.o.maxInFlightPerSubscription * QUEUE_FACTOR;
   }
 
   /** Stops taking work: waiting jobs go back to the schedule at once, attempts in flight finish
@@ -192,18 +238,24 @@ export class Dispatcher {
   private async loop(): Promise<void> {
     while (this.running) {
       try {
-        const free = this.o.maxInFlight - this.held;
+        const free = this.o.maxInFlight - this.held - this.reserved;
         // Claim in batches: while most slots are busy, wait for a sixteenth of them to free.
         if (free <= 0 || (this.held > 0 && free < Math.min(64, this.o.maxInFlight / 16))) {
           await this.sleep(1000); // woken when a slot frees
           continue;
         }
-        const claimed = await this.o.deliveries.claim(Date.now(), Math.min(free, 500), LEASE_MS);
+        const now = Date.now();
+        const claimed = await this.o.deliveries.claim(now, Math.min(free, 500), LEASE_MS, this.rooms());
+        this.starved = false;
         if (claimed.length === 0) {
           // Sleep until the next due job, at most a second (jobs other processes schedule), and
-          // wake early for jobs enqueued or rescheduled here.
+          // wake early for jobs enqueued or rescheduled here. Jobs due and not claimed belong to
+          // subscriptions whose queues here are full: wake when one has drained by half.
           const next = await this.o.deliveries.nextDue();
-          await this.sleep(next === undefined ? 1000 : Math.min(Math.max(next - Date.now(), 1), 1000));
+          this.starved = next !== undefined && next <= now;
+          await this.sleep(
+            next === undefined || this.starved ? 1000 : Math.min(Math.max(next - Date.now(), 1), 1000),
+          );
           continue;
         }
         for (const { job, due } of claimed) this.accept(job, due);
@@ -214,12 +266,20 @@ export class Dispatcher {
     }
   }
 
+  /** What a claim may take of each subscription: the room left in its queue here. */
+  private rooms(): Rooms {
+    const of: Record<string, number> = {};
+    for (const sub of [...this.waiting.keys(), ...this.reservedOf.keys()])
+      of[sub] = Math.max(0, this.queueLimit - this.queued(sub));
+    return { of, otherwise: this.queueLimit };
+  }
+
   /** A claimed job: started at once if its subscription has a free slot, else waits here. */
   private accept(job: Job, due: number): void {
     const sub = job.subscription_id;
     if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
     const queue = this.waiting.get(sub) ?? [];
-    if (queue.length >= this.o.maxInFlightPerSubscription * QUEUE_FACTOR) {
+    if (queue.length >= this.queueLimit) {
       void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
       return;
     }
@@ -230,21 +290,30 @@ export class Dispatcher {
     this.pump(sub);
   }
 
+  /** Starts the subscription's waiting jobs its free slots allow. A slot frees when the attempt's
+   * answer is in: the next attempt need not wait for the record's write, the job stays held (and
+   * its lease renewed) until the write is done. */
   private pump(sub: string): void {
     const queue = this.waiting.get(sub);
     while (queue && queue.length > 0 && (this.inFlight.get(sub) ?? 0) < this.o.maxInFlightPerSubscription) {
       const job = queue.shift()!;
       this.inFlight.set(sub, (this.inFlight.get(sub) ?? 0) + 1);
-      void this.run(job as Job & { due: number }).finally(() => {
+      let slot = true;
+      const release = () => {
+        if (!slot) return;
+        slot = false;
         this.inFlight.set(sub, this.inFlight.get(sub)! - 1);
-        this.holding.delete(job.job_id);
-        this.held--;
         if (this.inFlight.get(sub) === 0 && !this.waiting.get(sub)?.length) {
           this.inFlight.delete(sub);
           this.waiting.delete(sub);
         }
         this.pump(sub);
-        this.wake?.();
+      };
+      void this.run(job as Job & { due: number }, release).finally(() => {
+        release();
+        this.holding.delete(job.job_id);
+        this.held--;
+        if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
       });
     }
   }
@@ -271,13 +340,14 @@ export class Dispatcher {
     return entry;
   }
 
-  private async run(job: Job & { due: number }): Promise<void> {
+  private async run(job: Job & { due: number }, release: () => void): Promise<void> {
     const { deliveries, logger } = this.o;
     try {
       const found = await this.subscription(job.subscription_id);
       if (!found || found.sub.deleted) return await deliveries.finish(job, null, null); // deleted: nothing more
       if (!found.sub.enabled) return await deliveries.finish(job, null, Date.now() + PAUSED_RECHECK_MS);
       const attempt = await this.attempt(job, found);
+      release();
       job.attempt = attempt.attempt;
       await deliveries.finish(
         job,

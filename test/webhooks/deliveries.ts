@@ -66,26 +66,50 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       assert.equal(again.length, 2, 'a lease that ran out lets another dispatcher claim the job');
     });
 
-    it('holds new jobs at enqueue: leased at once, never a job sent twice, the rest left due', async () => {
+    it('holds the listed new jobs at enqueue: leased at once, never a job sent twice, the rest left due', async () => {
       const seen = job('sub_h');
       await store.enqueue([seen]);
       const [a, b, c] = [job('sub_h'), job('sub_h'), job('sub_h')];
       const t = Date.now();
-      const held = await store.enqueue([seen, a, b, c], { count: 2, until: t + 5000 });
+      const held = await store.enqueue([seen, a, b, c], {
+        ids: [seen.job_id, a.job_id, c.job_id],
+        until: t + 5000,
+      });
       assert.deepEqual(
         held.map((j) => j.job_id),
-        [a.job_id, b.job_id],
-        'the first two new jobs; the one sent twice is not held',
+        [a.job_id, c.job_id],
+        'the listed new jobs; the one sent twice is not held',
       );
       assert.equal((await store.pending()).count, 4);
       const due = await store.claim(t + 1000, 10, 1000);
-      assert.deepEqual(due.map((d) => d.job.job_id).sort(), [seen.job_id, c.job_id].sort());
-      for (const j of [a, seen, c]) await store.finish(j, attemptOf(j, 1, 'succeeded'), null);
+      assert.deepEqual(due.map((d) => d.job.job_id).sort(), [seen.job_id, b.job_id].sort());
+      for (const j of [a, seen, b]) await store.finish(j, attemptOf(j, 1, 'succeeded'), null);
       assert.deepEqual(
         (await store.claim(t + 6000, 10, 1000)).map((d) => d.job.job_id),
-        [b.job_id],
+        [c.job_id],
         'a held job not finished is claimed once its lease ends',
       );
+    });
+
+    it("claims within each subscription's room; passes over the rest, pushed back only when they hid every other job", async () => {
+      const slow = Array.from({ length: 10 }, () => job('sub_slow'));
+      await store.enqueue(slow);
+      await new Promise((r) => setTimeout(r, 5));
+      const next = job('sub_next');
+      await store.enqueue([next]);
+      const t = Date.now() + 1;
+      const first = await store.claim(t, 5, 1000, { of: { sub_slow: 2 }, otherwise: 5 });
+      assert.deepEqual(
+        first.map((c) => c.job.subscription_id),
+        ['sub_slow', 'sub_slow', 'sub_next'],
+        'two of the subscription with room for two, then the job behind them',
+      );
+      assert.ok((await store.nextDue())! <= t, 'the eight passed over are still due');
+      // One job wanted, so eight looked at: all of a subscription with no room.
+      assert.deepEqual(await store.claim(t, 1, 1000, { of: { sub_slow: 0 }, otherwise: 5 }), []);
+      assert.deepEqual(await store.claim(t, 10, 1000), [], 'the run that hid every other job is pushed back');
+      const later = await store.claim(t + 1000, 20, 1000, { of: {}, otherwise: 20 });
+      assert.equal(later.filter((c) => slow.some((j) => j.job_id === c.job.job_id)).length, 10);
     });
 
     it('a renewed lease holds; a finish wins over a renewal racing it', async () => {
