@@ -97,6 +97,8 @@ export function retryAfterS(header: string | undefined, now = Date.now()): numbe
 interface Cached {
   sub: Subscription;
   secrets: string[];
+  /** The URL checked against the egress rules, or why it may not be called. */
+  url: URL | EgressError;
   at: number;
 }
 
@@ -333,11 +335,29 @@ export class Dispatcher {
     const sealed = [state.secretSealed];
     if (state.previousSealed && now < overlapEnds(state)) sealed.push(state.previousSealed);
     const same = hit && hit.secrets.length === sealed.length && hit.sub.secretSealed === state.secretSealed;
+    if (same && hit.sub === state) {
+      hit.at = now; // the very state read before: nothing to work out again
+      return hit;
+    }
     const secrets = same ? hit.secrets : sealed.map((s) => unseal(this.o.sealKey, s));
-    const entry = { sub: state, secrets, at: now };
+    const entry = { sub: state, secrets, url: this.checked(state.url), at: now };
     this.cache.set(id, entry);
     if (this.cache.size > 10_000) this.cache.delete(this.cache.keys().next().value as string);
     return entry;
+  }
+
+  /** A subscription's URL by the egress rules that need no lookup: scheme, and a literal address. */
+  private checked(raw: string): URL | EgressError {
+    try {
+      const url = this.o.egress.checkUrl(raw);
+      const host = url.hostname.replace(/^\[|\]$/g, '');
+      if (/^[\d.]+$|:/.test(host) && !this.o.egress.allows(host))
+        throw new EgressError(`${host} is not a public address`);
+      return url;
+    } catch (err) {
+      if (err instanceof EgressError) return err;
+      throw err;
+    }
   }
 
   private async run(job: Job & { due: number }, release: () => void): Promise<void> {
@@ -360,7 +380,7 @@ export class Dispatcher {
     }
   }
 
-  private async attempt(job: Job & { due: number }, { sub, secrets }: Cached): Promise<AttemptRecord> {
+  private async attempt(job: Job & { due: number }, { sub, secrets, url }: Cached): Promise<AttemptRecord> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     const timestamp = Math.floor(Date.now() / 1000);
@@ -381,10 +401,7 @@ export class Dispatcher {
     this.metrics.inFlight.inc();
     const timer = this.metrics.duration.startTimer();
     try {
-      const url = this.o.egress.checkUrl(sub.url);
-      const host = url.hostname.replace(/^\[|\]$/g, '');
-      if (/^[\d.]+$|:/.test(host) && !this.o.egress.allows(host))
-        throw new EgressError(`${host} is not a public address`);
+      if (url instanceof EgressError) throw url;
       const res = await request(url, {
         method: 'POST',
         headers,
