@@ -346,14 +346,11 @@ export class Dispatcher {
     return entry;
   }
 
-  /** A subscription's URL by the egress rules that need no lookup: scheme, and a literal address. */
+  /** A subscription's URL by the egress rules that need no lookup (the connector's lookup checks
+   * a name's addresses at every connection). */
   private checked(raw: string): URL | EgressError {
     try {
-      const url = this.o.egress.checkUrl(raw);
-      const host = url.hostname.replace(/^\[|\]$/g, '');
-      if (/^[\d.]+$|:/.test(host) && !this.o.egress.allows(host))
-        throw new EgressError(`${host} is not a public address`);
-      return url;
+      return this.o.egress.checkTarget(raw).url;
     } catch (err) {
       if (err instanceof EgressError) return err;
       throw err;

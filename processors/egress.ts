@@ -91,17 +91,26 @@ export class Egress {
     return !FORBIDDEN.check(address, family);
   }
 
-  /** Resolves the URL's host and throws EgressError unless every address is allowed. */
-  async checkReachable(raw: string): Promise<void> {
+  /** The checks that need no lookup: the URL's own rules, and its host when that is an address.
+   * Throws EgressError. */
+  checkTarget(raw: string): { url: URL; address: boolean } {
     const url = this.checkUrl(raw);
     const host = url.hostname.replace(/^\[|\]$/g, '');
-    const addresses = isIP(host)
-      ? [host]
-      : await new Promise<string[]>((resolve, reject) =>
-          lookup(host, { all: true }, (err, found) =>
-            err ? reject(new EgressError('does not resolve')) : resolve(found.map((a) => a.address)),
-          ),
-        );
+    if (!isIP(host)) return { url, address: false };
+    if (!this.allows(host)) throw new EgressError(`${host} is not a public address`);
+    return { url, address: true };
+  }
+
+  /** Resolves the URL's host and throws EgressError unless every address is allowed. */
+  async checkReachable(raw: string): Promise<void> {
+    const { url, address } = this.checkTarget(raw);
+    if (address) return;
+    const host = url.hostname;
+    const addresses = await new Promise<string[]>((resolve, reject) =>
+      lookup(host, { all: true }, (err, found) =>
+        err ? reject(new EgressError('does not resolve')) : resolve(found.map((a) => a.address)),
+      ),
+    );
     // Which address it was stays out of the answer: it would tell what internal names resolve to.
     if (addresses.some((a) => !this.allows(a)))
       throw new EgressError('does not resolve to public addresses only');
