@@ -47,9 +47,11 @@ redis_up() {
   need redis-server redis-server
   if port_open "$REDIS_PORT"; then say "redis already up on $REDIS_PORT"; return; fi
   mkdir -p "$DATA/redis"
+  # Append-only, fsynced every second. Rewritten from 1 GB, not Redis's 64 MB: the hub appends about
+  # 6 KB per change to it, and a rewrite every few seconds took a core away (docs/reliability.md).
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$DATA/redis" --daemonize yes \
     --pidfile "$DATA/redis/redis.pid" --logfile "$DATA/redis/redis.log" \
-    --appendonly yes --appendfsync everysec --save "" >/dev/null
+    --appendonly yes --appendfsync everysec --save "" --auto-aof-rewrite-min-size 1gb >/dev/null
   wait_port "$REDIS_PORT" redis 10
   say "redis up on 127.0.0.1:$REDIS_PORT"
 }
