@@ -5,6 +5,7 @@ import autocannon from 'autocannon';
 import {
   benchDevices,
   benchUser,
+  flushRedisDb,
   fmt,
   isolatedDistributed,
   machine,
@@ -146,6 +147,7 @@ async function main() {
         await isolatedDistributed(5),
       )),
     );
+    await flushRedisDb(5);
   } catch (err) {
     process.stderr.write(`distributed run skipped: ${(err as Error).message} (npm run infra:up)\n`);
   }
@@ -173,20 +175,25 @@ Targets: embedded ≥ 5,000 requests/s with p99 ≤ 50 ms, and at least 30 % of 
 
 ${table.join('\n')}
 
-Where the time goes (measured on the embedded hub under this load): its main thread is the limit,
-at about 90 % of a core (three quarters user, a quarter kernel) with its event loop turning every
-~14 ms; the SQLite writer thread takes about 11 %, the load generator about 30 %, and a fifth of the
-machine stays idle. Requests that change nothing answer within 1 ms inside the hub, requests that
-append within one or two turns of the loop (the group commit). Writing responses to sockets takes
-about 15 % of the main thread, most of it in the kernel waking the idle client on the other core (an
-interprocessor wake-up, \`perf\` shows); Koa with its router and middleware about as much. The floor
-row is the same hub on \`GET /devices/{id}\`, which appends nothing: the 30 % share leaves the
-metadata path (body, decision, append, projection, derivation) about a quarter of a GET's cost on top
-of it, and today it costs about as much again as a GET. Kept because measured: the SQLite writer on a
-thread of its own (+5 %: 6,584 against 6,253 requests/s, the mean of three runs each), checkpoints
-written in place (one write instead of a write and a rename), verified tokens cached until they
-expire, aggregate states cached (authoritative on the embedded store, so a metadata request reads
-nothing), request ids from a counter, device secrets unsealed once.
+Where the time goes (measured on the embedded hub under this load, with \`perf\` and V8's profiler):
+its main thread is the limit, at 99 % of a core while the machine is about 70 % busy in all (the
+load generator about 35 %, the SQLite writer thread about 10 %). A PATCH that changes nothing costs
+that thread about 114 µs (84 in user space, 30 in the kernel), a GET 67 µs (51 and 16). A third of
+the difference is the body (reading, parsing, the schema check) and the command's own steps
+(state, decision, the queue per stream); most of the rest is in the kernel: writing a response to
+the loopback wakes the load generator on the other core, and that wake-up alone is 15 % of the main
+thread (\`perf\`: \`_raw_spin_unlock_irqrestore\` under \`tcp_v4_rcv\`, in the hub's \`write\`). It
+costs more the slower the hub is, the generator being asleep more often when a response comes.
+Requests that append wait for the group commit on the writer thread: when all 128 connections
+append at once (every request changing the map), the main thread idles 20–30 % waiting for
+commits and the rate falls to about 6,000/s. Koa with its router and middleware is about a fifth
+of the main thread. The floor row is the same hub on \`GET /devices/{id}\`, which appends nothing.
+Kept because measured: the SQLite writer on a thread of its own (+5 %: 6,584 against 6,253
+requests/s, the mean of three runs each), checkpoints written in place (one write instead of a write
+and a rename), verified tokens cached until they expire, aggregate states cached (authoritative on
+the embedded store, so a metadata request reads nothing), request ids from a counter, device
+secrets unsealed once. Tried and not kept (no gain beyond the runs' spread): writing the responses of
+a turn together (corked sockets, one wake-up for many), running without the change pipeline.
 `;
   writeSection('ingestion', body);
   recordFigures(
