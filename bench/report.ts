@@ -47,8 +47,6 @@ export function writeSection(name: string, body: string): void {
 export const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
 
-/** A distributed hub of its own: a fresh PostgreSQL schema and Kafka prefix, and a Redis
- * database emptied for it (read models, checkpoints and schedules of earlier runs would mislead). */
 /**
  * Empties one of the benchmarks' Redis databases, before a run and after it: what a run leaves
  * (jobs and attempts kept for their retention) would otherwise weigh on the next runs, whose Redis
@@ -62,6 +60,8 @@ export async function flushRedisDb(redisDb: number): Promise<string> {
   return redisUrl;
 }
 
+/** A distributed hub of its own: a fresh PostgreSQL schema and Kafka prefix, and a Redis
+ * database emptied for it (read models, checkpoints and schedules of earlier runs would mislead). */
 export async function isolatedDistributed(redisDb: number): Promise<Record<string, string>> {
   const config = loadConfig();
   const tag = `bench_${Date.now()}`;
