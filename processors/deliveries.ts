@@ -10,6 +10,7 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import type { Redis } from 'ioredis';
 import { type InMessage, type OutMessage, SCHEMA_HEADER } from '../infra/bus/port.ts';
+import { BACKSTOP_PAGES, unwatch, watch } from '../infra/checkpointer.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import type { WebhookEvent } from './derive.ts';
 
@@ -232,6 +233,7 @@ const finishArgs = (job: Job, attempt: AttemptRecord | null, next: number | null
 
 export class SqliteDeliveryStore implements DeliveryStore {
   private readonly db: DatabaseSync;
+  private readonly path: string;
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
   private sweptAt = 0;
@@ -249,11 +251,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
     this.db = new DatabaseSync(path);
     this.retentionMs = o.retentionMs;
     // WAL with synchronous=NORMAL: every commit survives a crash of the process (retries survive
-    // restarts); a power loss may lose the last moments of attempt records. Checkpoints every
-    // 10,000 pages (a WAL of up to 40 MB) instead of 1,000: each attempt dirties a page of the
-    // event index at random, and copying those back ten times as often was a quarter of this
-    // store's time (bench/dispatch.ts).
-    this.db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 10000;
+    // restarts); a power loss may lose the last moments of attempt records. Checkpoints run on a
+    // thread of their own (infra/checkpointer.ts): each attempt dirties a page of the event index
+    // at random, and copying those back was a quarter of this store's time, in stalls.
+    this.db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES};
       CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL, sub TEXT) STRICT;
       CREATE TABLE IF NOT EXISTS attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
         event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT;
@@ -270,6 +271,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
     this.db.exec(`DROP INDEX IF EXISTS jobs_due;
       CREATE INDEX IF NOT EXISTS jobs_due_sub ON jobs (due, sub) WHERE due IS NOT NULL;`);
     this.emitter.setMaxListeners(0);
+    this.path = path;
+    watch(path);
     this.sql = {
       insertJob: this.db.prepare(
         'INSERT OR IGNORE INTO jobs (job_id, due, body, created, sub) VALUES (?, ?, ?, ?, ?)',
@@ -482,7 +485,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
   async close(): Promise<void> {
     while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
     this.emitter.removeAllListeners();
-    if (this.db.isOpen) this.db.close();
+    if (this.db.isOpen) {
+      unwatch(this.path);
+      this.db.close();
+    }
   }
 }
 

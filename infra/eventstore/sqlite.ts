@@ -6,6 +6,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { BACKSTOP_PAGES, unwatch, watch } from '../checkpointer.ts';
 import {
   type AppendResult,
   catchUpSubscription,
@@ -118,6 +119,7 @@ export class SqliteEventStore implements EventStore {
     };
     this.lastPosition = headOf(this.db);
     if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
+    if (path !== ':memory:') watch(path);
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
@@ -264,7 +266,10 @@ export class SqliteEventStore implements EventStore {
     const thread = this.thread;
     this.thread = undefined;
     await thread?.terminate();
-    if (this.db.isOpen) this.db.close();
+    if (this.db.isOpen) {
+      if (this.path !== ':memory:') unwatch(this.path);
+      this.db.close();
+    }
   }
 }
 
@@ -365,8 +370,9 @@ const toWire = (plan: Planned): WirePlan => {
 
 function openDatabase(path: string, synchronous: 'full' | 'normal'): DatabaseSync {
   const db = new DatabaseSync(path);
+  // Checkpoints run on a thread of their own (infra/checkpointer.ts), not in the writer's commits.
   db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = ${synchronous === 'normal' ? 'NORMAL' : 'FULL'};
-           PRAGMA busy_timeout = 5000;`);
+           PRAGMA busy_timeout = 5000; PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES};`);
   migrate(db);
   return db;
 }

@@ -1,0 +1,67 @@
+// SQLite checkpoints on a thread of their own. In WAL mode every commit appends pages to the
+// log, and a checkpoint copies them back into the database file and syncs it. Left to SQLite, the
+// connection that commits does this itself every 1,000 pages, and the commit that triggers it
+// waits for the copy and the sync (for the delivery schedule, a quarter of its thread's time and
+// stalls of tens of ms). Here a thread of its own checkpoints the files registered with it
+// several times a second, beside their writers (a passive checkpoint never blocks them); their own
+// connections keep a far larger threshold as a backstop, should this thread fall behind.
+import { DatabaseSync } from 'node:sqlite';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+
+/** How often the files are checkpointed, ms. */
+const EVERY_MS = 200;
+/** The writers' own threshold, pages (4 KB each): reached only if this thread falls behind. */
+export const BACKSTOP_PAGES = 10_000;
+
+let thread: Worker | undefined;
+const watched = new Map<string, number>();
+
+/** Checkpoints `path` from now on, until `unwatch` is called as often as `watch`. */
+export function watch(path: string): void {
+  watched.set(path, (watched.get(path) ?? 0) + 1);
+  if (watched.get(path) === 1) checkpointer().postMessage({ watch: path });
+}
+
+export function unwatch(path: string): void {
+  const n = (watched.get(path) ?? 0) - 1;
+  if (n > 0) {
+    watched.set(path, n);
+    return;
+  }
+  watched.delete(path);
+  thread?.postMessage({ unwatch: path });
+}
+
+function checkpointer(): Worker {
+  if (thread) return thread;
+  const worker = new Worker(new URL(import.meta.url), { workerData: { checkpointer: true } });
+  worker.unref(); // checkpoints never keep the process alive
+  // If the thread dies, the writers checkpoint at their backstop; the next watch starts a new one.
+  worker.on('error', () => {});
+  worker.on('exit', () => {
+    if (thread === worker) thread = undefined;
+  });
+  thread = worker;
+  return worker;
+}
+
+// The thread: one connection per file, a passive checkpoint of each every EVERY_MS.
+if (!isMainThread && workerData?.checkpointer) {
+  const dbs = new Map<string, DatabaseSync>();
+  parentPort!.on('message', (m: { watch?: string; unwatch?: string }) => {
+    if (m.watch && !dbs.has(m.watch)) dbs.set(m.watch, new DatabaseSync(m.watch));
+    if (m.unwatch) {
+      dbs.get(m.unwatch)?.close();
+      dbs.delete(m.unwatch);
+    }
+  });
+  setInterval(() => {
+    for (const db of dbs.values()) {
+      try {
+        db.exec('PRAGMA wal_checkpoint(PASSIVE)');
+      } catch {
+        // A file being closed or busy: the next round, or the writer's backstop, takes it.
+      }
+    }
+  }, EVERY_MS);
+}
