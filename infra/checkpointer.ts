@@ -19,7 +19,9 @@ const watched = new Map<string, number>();
 /** Checkpoints `path` from now on, until `unwatch` is called as often as `watch`. */
 export function watch(path: string): void {
   watched.set(path, (watched.get(path) ?? 0) + 1);
-  if (watched.get(path) === 1) checkpointer().postMessage({ watch: path });
+  if (watched.get(path) !== 1) return;
+  if (thread) thread.postMessage({ watch: path });
+  else checkpointer(); // a new thread is sent every file watched
 }
 
 export function unwatch(path: string): void {
@@ -36,8 +38,10 @@ function checkpointer(): Worker {
   if (thread) return thread;
   const worker = new Worker(new URL(import.meta.url), { workerData: { checkpointer: true } });
   worker.unref(); // checkpoints never keep the process alive
-  // If the thread dies, the writers checkpoint at their backstop; the next watch starts a new one.
-  worker.on('error', () => {});
+  // If the thread dies, the writers checkpoint at their backstop until the next watch starts a
+  // new one, which takes every file watched.
+  worker.on('error', (err) => process.emitWarning(`SQLite checkpointer stopped: ${err.message}`));
+  for (const path of watched.keys()) worker.postMessage({ watch: path });
   worker.on('exit', () => {
     if (thread === worker) thread = undefined;
   });
@@ -49,7 +53,13 @@ function checkpointer(): Worker {
 if (!isMainThread && workerData?.checkpointer) {
   const dbs = new Map<string, DatabaseSync>();
   parentPort!.on('message', (m: { watch?: string; unwatch?: string }) => {
-    if (m.watch && !dbs.has(m.watch)) dbs.set(m.watch, new DatabaseSync(m.watch));
+    if (m.watch && !dbs.has(m.watch)) {
+      try {
+        dbs.set(m.watch, new DatabaseSync(m.watch));
+      } catch {
+        // Gone before this thread got to it (closed and removed): nothing to checkpoint.
+      }
+    }
     if (m.unwatch) {
       dbs.get(m.unwatch)?.close();
       dbs.delete(m.unwatch);

@@ -272,7 +272,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
       CREATE INDEX IF NOT EXISTS jobs_due_sub ON jobs (due, sub) WHERE due IS NOT NULL;`);
     this.emitter.setMaxListeners(0);
     this.path = path;
-    watch(path);
+    if (path !== ':memory:') watch(path);
     this.sql = {
       insertJob: this.db.prepare(
         'INSERT OR IGNORE INTO jobs (job_id, due, body, created, sub) VALUES (?, ?, ?, ?, ?)',
@@ -293,7 +293,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
 
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     const held = new Set(this.enqueueRows(jobs.map(jobRow), hold));
-    return jobs.filter((j) => held.has(j.job_id));
+    return jobs.filter((j) => held.delete(j.job_id));
   }
 
   /** `enqueue` of jobs already in rows; returns the ids of the jobs held. */
@@ -344,15 +344,15 @@ export class SqliteDeliveryStore implements DeliveryStore {
     }>;
     const { taken, passed } = pick(rows, limit, scan, rooms, (r) => r.sub ?? '');
     if (taken.length === 0 && passed.length === 0) return [];
-    this.db.exec('BEGIN');
-    const out = taken.map((r) => {
-      const { body } = this.sql.lease.get(now + leaseMs, r.job_id) as { body: string };
-      this.leased.add(r.job_id);
-      return { body, due: r.due };
+    return this.transaction(() => {
+      const out = taken.map((r) => {
+        const { body } = this.sql.lease.get(now + leaseMs, r.job_id) as { body: string };
+        return { body, due: r.due };
+      });
+      for (const r of passed) this.sql.passOver.run(now + PASSED_OVER_MS, r.job_id);
+      for (const r of taken) this.leased.add(r.job_id);
+      return out;
     });
-    for (const r of passed) this.sql.passOver.run(now + PASSED_OVER_MS, r.job_id);
-    this.db.exec('COMMIT');
-    return out;
   }
 
   // The file is this process's alone, so the set of leased jobs is known here: a renewal skips
@@ -360,9 +360,22 @@ export class SqliteDeliveryStore implements DeliveryStore {
   async renew(jobIds: string[], until: number): Promise<void> {
     const held = jobIds.filter((id) => this.leased.has(id));
     if (held.length === 0) return;
+    this.transaction(() => {
+      for (const id of held) this.sql.renew.run(until, id);
+    });
+  }
+
+  /** `fn` in one transaction, rolled back if it throws (a failed step must not leave it open). */
+  private transaction<T>(fn: () => T): T {
     this.db.exec('BEGIN');
-    for (const id of held) this.sql.renew.run(until, id);
-    this.db.exec('COMMIT');
+    try {
+      const result = fn();
+      this.db.exec('COMMIT');
+      return result;
+    } catch (err) {
+      if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      throw err;
+    }
   }
 
   /** Group-committed: the attempts finished within one turn of the event loop share a transaction. */
@@ -486,7 +499,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
     this.emitter.removeAllListeners();
     if (this.db.isOpen) {
-      unwatch(this.path);
+      if (this.path !== ':memory:') unwatch(this.path);
       this.db.close();
     }
   }
@@ -562,7 +575,7 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     if (jobs.length === 0) return [];
     const held = new Set(await this.call<string[]>('enqueueRows', jobs.map(jobRow), hold));
-    return jobs.filter((j) => held.has(j.job_id));
+    return jobs.filter((j) => held.delete(j.job_id));
   }
   async claim(
     now: number,
@@ -769,7 +782,7 @@ export class RedisDeliveryStore implements DeliveryStore {
     for (const j of jobs) args.push(j.job_id, redisBody(j), holds.has(j.job_id) ? '1' : '');
     const ids = new Set(await this.redis.hubJobsEnqueue(...args));
     if (ids.size < jobs.length) this.emitter.emit('enqueue');
-    return jobs.filter((j) => ids.has(j.job_id));
+    return jobs.filter((j) => ids.delete(j.job_id));
   }
 
   async claim(
