@@ -16,15 +16,18 @@ export const BACKSTOP_PAGES = 10_000;
 let thread: Worker | undefined;
 const watched = new Map<string, number>();
 
-/** Checkpoints `path` from now on, until `unwatch` is called as often as `watch`. */
+/** Checkpoints `path` from now on, until `unwatch` is called as often as `watch` (an in-memory
+ * database, which has no log, is left alone). */
 export function watch(path: string): void {
+  if (path === ':memory:') return;
   watched.set(path, (watched.get(path) ?? 0) + 1);
   if (watched.get(path) !== 1) return;
   if (thread) thread.postMessage({ watch: path });
-  else checkpointer(); // a new thread is sent every file watched
+  else start(); // a new thread is sent every file watched
 }
 
 export function unwatch(path: string): void {
+  if (path === ':memory:') return;
   const n = (watched.get(path) ?? 0) - 1;
   if (n > 0) {
     watched.set(path, n);
@@ -34,8 +37,7 @@ export function unwatch(path: string): void {
   thread?.postMessage({ unwatch: path });
 }
 
-function checkpointer(): Worker {
-  if (thread) return thread;
+function start(): void {
   const worker = new Worker(new URL(import.meta.url), { workerData: { checkpointer: true } });
   worker.unref(); // checkpoints never keep the process alive
   // If the thread dies, the writers checkpoint at their backstop until the next watch starts a
@@ -46,7 +48,6 @@ function checkpointer(): Worker {
     if (thread === worker) thread = undefined;
   });
   thread = worker;
-  return worker;
 }
 
 // The thread: one connection per file, a passive checkpoint of each every EVERY_MS.

@@ -225,6 +225,12 @@ function pick<R>(
   return { taken, passed: taken.length === 0 && skipped.length >= scan ? skipped : [] };
 }
 
+/** The jobs whose ids a store reports held, each once (a job may come twice in one batch). */
+const heldOf = (jobs: Job[], ids: Iterable<string>): Job[] => {
+  const held = new Set(ids);
+  return jobs.filter((j) => held.delete(j.job_id));
+};
+
 const claimed = ({ body, due }: { body: string; due: number }) => ({ job: JSON.parse(body) as Job, due });
 
 /** `finish`'s arguments as `finishRow` takes them: a finished job needs no body. */
@@ -272,7 +278,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
       CREATE INDEX IF NOT EXISTS jobs_due_sub ON jobs (due, sub) WHERE due IS NOT NULL;`);
     this.emitter.setMaxListeners(0);
     this.path = path;
-    if (path !== ':memory:') watch(path);
+    watch(path);
     this.sql = {
       insertJob: this.db.prepare(
         'INSERT OR IGNORE INTO jobs (job_id, due, body, created, sub) VALUES (?, ?, ?, ?, ?)',
@@ -292,8 +298,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
-    const held = new Set(this.enqueueRows(jobs.map(jobRow), hold));
-    return jobs.filter((j) => held.delete(j.job_id));
+    return heldOf(jobs, this.enqueueRows(jobs.map(jobRow), hold));
   }
 
   /** `enqueue` of jobs already in rows; returns the ids of the jobs held. */
@@ -302,8 +307,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     const now = Date.now();
     const held: string[] = [];
     const holds = new Set(hold?.ids);
-    this.db.exec('BEGIN');
-    try {
+    this.transaction(() => {
       for (const j of jobs) {
         const holding = holds.has(j.job_id);
         const { changes } = this.sql.insertJob.run(
@@ -315,11 +319,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
         );
         if (holding && changes === 1) held.push(j.job_id);
       }
-      this.db.exec('COMMIT');
-    } catch (err) {
-      this.db.exec('ROLLBACK');
-      throw err;
-    }
+    });
     for (const id of held) this.leased.add(id);
     if (held.length < jobs.length) this.emitter.emit('enqueue');
     return held;
@@ -499,7 +499,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
     this.emitter.removeAllListeners();
     if (this.db.isOpen) {
-      if (this.path !== ':memory:') unwatch(this.path);
+      unwatch(this.path);
       this.db.close();
     }
   }
@@ -574,8 +574,7 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   // copying a string is cheaper than cloning the object on one side and serializing it on the other.
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     if (jobs.length === 0) return [];
-    const held = new Set(await this.call<string[]>('enqueueRows', jobs.map(jobRow), hold));
-    return jobs.filter((j) => held.delete(j.job_id));
+    return heldOf(jobs, await this.call<string[]>('enqueueRows', jobs.map(jobRow), hold));
   }
   async claim(
     now: number,
@@ -780,9 +779,9 @@ export class RedisDeliveryStore implements DeliveryStore {
     const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.until ?? 0];
     const holds = new Set(hold?.ids);
     for (const j of jobs) args.push(j.job_id, redisBody(j), holds.has(j.job_id) ? '1' : '');
-    const ids = new Set(await this.redis.hubJobsEnqueue(...args));
-    if (ids.size < jobs.length) this.emitter.emit('enqueue');
-    return jobs.filter((j) => ids.delete(j.job_id));
+    const ids = await this.redis.hubJobsEnqueue(...args);
+    if (ids.length < jobs.length) this.emitter.emit('enqueue');
+    return heldOf(jobs, ids);
   }
 
   async claim(

@@ -119,7 +119,7 @@ export class SqliteEventStore implements EventStore {
     };
     this.lastPosition = headOf(this.db);
     if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
-    if (path !== ':memory:') watch(path);
+    watch(path);
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
@@ -267,7 +267,7 @@ export class SqliteEventStore implements EventStore {
     this.thread = undefined;
     await thread?.terminate();
     if (this.db.isOpen) {
-      if (this.path !== ':memory:') unwatch(this.path);
+      unwatch(this.path);
       this.db.close();
     }
   }
