@@ -12,9 +12,13 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 const EVERY_MS = 200;
 /** The writers' own threshold, pages (4 KB each): reached only if this thread falls behind. */
 export const BACKSTOP_PAGES = 10_000;
+/** How long a writer's statement waits for a file another connection holds, ms. */
+export const BUSY_TIMEOUT_MS = 5000;
 
 let thread: Worker | undefined;
 const watched = new Map<string, number>();
+/** Unwatches sent to the thread and not yet done: resolved once its connection is closed. */
+const letGo = new Map<string, (() => void)[]>();
 
 /** Checkpoints `path` from now on, until `unwatch` is called as often as `watch` (an in-memory
  * database, which has no log, is left alone). */
@@ -26,15 +30,30 @@ export function watch(path: string): void {
   else start(); // a new thread is sent every file watched
 }
 
-export function unwatch(path: string): void {
-  if (path === ':memory:') return;
+/** Stops checkpointing `path` once `unwatch` has been called as often as `watch`. Resolves when
+ * this thread's connection to the file is closed: a writer awaits it before closing its own, so
+ * that the last connection, which checkpoints the log and removes it, is the writer's and a store
+ * reopened at once on the same file does not find it locked. */
+export function unwatch(path: string): Promise<void> {
+  if (path === ':memory:') return Promise.resolve();
   const n = (watched.get(path) ?? 0) - 1;
   if (n > 0) {
     watched.set(path, n);
-    return;
+    return Promise.resolve();
   }
   watched.delete(path);
-  thread?.postMessage({ unwatch: path });
+  if (!thread) return Promise.resolve();
+  thread.postMessage({ unwatch: path });
+  thread.ref(); // the caller waits on this thread's answer: the process stays up for it
+  return new Promise((resolve) => letGo.set(path, [...(letGo.get(path) ?? []), resolve]));
+}
+
+function release(path?: string): void {
+  for (const p of path === undefined ? [...letGo.keys()] : [path]) {
+    for (const resolve of letGo.get(p) ?? []) resolve();
+    letGo.delete(p);
+  }
+  if (letGo.size === 0) thread?.unref();
 }
 
 function start(): void {
@@ -44,8 +63,10 @@ function start(): void {
   // new one, which takes every file watched.
   worker.on('error', (err) => process.emitWarning(`SQLite checkpointer stopped: ${err.message}`));
   for (const path of watched.keys()) worker.postMessage({ watch: path });
+  worker.on('message', (m: { unwatched: string }) => release(m.unwatched));
   worker.on('exit', () => {
     if (thread === worker) thread = undefined;
+    release(); // a thread gone holds no connection
   });
   thread = worker;
 }
@@ -64,6 +85,7 @@ if (!isMainThread && workerData?.checkpointer) {
     if (m.unwatch) {
       dbs.get(m.unwatch)?.close();
       dbs.delete(m.unwatch);
+      parentPort!.postMessage({ unwatched: m.unwatch });
     }
   });
   setInterval(() => {

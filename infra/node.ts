@@ -161,6 +161,7 @@ export async function startNode(
   const stores = await openStores(config, metrics.registry);
   const { store, readStore } = stores;
   const closers: Array<() => Promise<void>> = [() => stores.close()];
+  let stopped: Promise<void> | undefined;
   const readiness: Record<string, ReadinessCheck> = {
     eventstore: async () => {
       await store.head();
@@ -377,8 +378,12 @@ export async function startNode(
     consistency: reads,
     runners,
     url,
-    async stop() {
-      for (const close of closers.reverse()) await close();
+    // Once: a second stop (a test's cleanup after its own restart failed) finds it done.
+    stop() {
+      stopped ??= (async () => {
+        for (const close of closers.reverse()) await close();
+      })();
+      return stopped;
     },
   };
 }

@@ -10,7 +10,7 @@ import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import type { Redis } from 'ioredis';
 import { type InMessage, type OutMessage, SCHEMA_HEADER } from '../infra/bus/port.ts';
-import { BACKSTOP_PAGES, unwatch, watch } from '../infra/checkpointer.ts';
+import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../infra/checkpointer.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import type { WebhookEvent } from './derive.ts';
 
@@ -254,7 +254,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
 
   constructor(path: string, o: { retentionMs: number }) {
     mkdirSync(dirname(path), { recursive: true });
-    this.db = new DatabaseSync(path);
+    this.db = new DatabaseSync(path, { timeout: BUSY_TIMEOUT_MS });
     this.retentionMs = o.retentionMs;
     // WAL with synchronous=NORMAL: every commit survives a crash of the process (retries survive
     // restarts); a power loss may lose the last moments of attempt records. Checkpoints run on a
@@ -499,7 +499,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
     this.emitter.removeAllListeners();
     if (this.db.isOpen) {
-      unwatch(this.path);
+      await unwatch(this.path);
       this.db.close();
     }
   }

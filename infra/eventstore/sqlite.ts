@@ -6,7 +6,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { BACKSTOP_PAGES, unwatch, watch } from '../checkpointer.ts';
+import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../checkpointer.ts';
 import {
   type AppendResult,
   catchUpSubscription,
@@ -267,7 +267,7 @@ export class SqliteEventStore implements EventStore {
     this.thread = undefined;
     await thread?.terminate();
     if (this.db.isOpen) {
-      unwatch(this.path);
+      await unwatch(this.path);
       this.db.close();
     }
   }
@@ -369,12 +369,19 @@ const toWire = (plan: Planned): WirePlan => {
 };
 
 function openDatabase(path: string, synchronous: 'full' | 'normal'): DatabaseSync {
-  const db = new DatabaseSync(path);
-  // Checkpoints run on a thread of their own (infra/checkpointer.ts), not in the writer's commits.
-  db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = ${synchronous === 'normal' ? 'NORMAL' : 'FULL'};
-           PRAGMA busy_timeout = 5000; PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES};`);
-  migrate(db);
-  return db;
+  // The busy timeout holds from the first statement on: switching to WAL waits for a connection
+  // still letting go of the file (another process's, or one closing) instead of failing.
+  const db = new DatabaseSync(path, { timeout: BUSY_TIMEOUT_MS });
+  try {
+    // Checkpoints run on a thread of their own (infra/checkpointer.ts), not in the writer's commits.
+    db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = ${synchronous === 'normal' ? 'NORMAL' : 'FULL'};
+             PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES};`);
+    migrate(db);
+    return db;
+  } catch (err) {
+    db.close();
+    throw err;
+  }
 }
 
 const headOf = (db: DatabaseSync): number =>

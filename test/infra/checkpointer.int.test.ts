@@ -1,9 +1,13 @@
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { BACKSTOP_PAGES, unwatch, watch } from '../../infra/checkpointer.ts';
+import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
+import { SqliteDeliveryStore } from '../../processors/deliveries.ts';
+import { job } from '../webhooks/deliveries.ts';
 
 describe('SQLite checkpoints on their own thread (int)', () => {
   it('copies a file’s log back into it while its writer only commits', async () => {
@@ -28,8 +32,34 @@ describe('SQLite checkpoints on their own thread (int)', () => {
       );
       assert.equal((db.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n, 500);
     } finally {
-      unwatch(path);
+      await unwatch(path);
       db.close();
     }
+  });
+
+  // A hub restarted on its data directory: the last connection to close checkpoints the log and
+  // removes it, holding the file meanwhile. Were it the checkpointer's, closing a moment after the
+  // store's, the store reopened at once would find the file locked.
+  it('a store closed with its log full reopens at once on the same file, every time', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hub-reopen-'));
+    const body = 'x'.repeat(3000);
+    for (let i = 0; i < 6; i++) {
+      const events = new SqliteEventStore(join(dir, 'events.sqlite'), { writerThread: true });
+      // One commit each: the log holds every commit's pages, which the checkpointer has not had
+      // the time to copy back.
+      for (let k = 0; k < 400; k++)
+        await events.append(`s-${i}-${k}`, [
+          { id: randomUUID(), type: 'filled', data: { body }, metadata: {} },
+        ]);
+      await events.close();
+    }
+    for (let i = 0; i < 6; i++) {
+      const deliveries = new SqliteDeliveryStore(join(dir, 'deliveries.sqlite'), { retentionMs: 60_000 });
+      for (let k = 0; k < 400; k++) await deliveries.enqueue([{ ...job('sub'), owner: body }]);
+      await deliveries.close();
+    }
+    const events = new SqliteEventStore(join(dir, 'events.sqlite'));
+    assert.equal(await events.head(), 2400);
+    await events.close();
   });
 });

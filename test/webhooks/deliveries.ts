@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { AttemptRecord, DeliveryStore, Job } from '../../processors/deliveries.ts';
 import { event } from '../processors/eventlog.ts';
 
-function job(subscription: string): Job {
+export function job(subscription: string): Job {
   const owner = 'prn:::accounts:/contract';
   return {
     job_id: `job_${randomBytes(8).toString('hex')}`,
