@@ -164,6 +164,8 @@ async function dispatchRun(
     rotationWindowMs: 0,
   });
   const started = performance.now();
+  const cpu = process.cpuUsage();
+  const mainCpu = process.threadCpuUsage();
   await dispatcher.start();
   if (!o.prefill) await send();
   const attempts = async () =>
@@ -180,6 +182,10 @@ async function dispatchRun(
     if (Math.random() < 0.05) process.stderr.write(`${target}: ${fmt(done)} of ${fmt(JOBS)} delivered\n`);
   }
   const seconds = (performance.now() - (o.prefill ? first : started)) / 1000;
+  const perJob = (u: { user: number; system: number }) => ((u.user + u.system) / JOBS).toFixed(0);
+  process.stderr.write(
+    `${target}: CPU per delivery ${perJob(process.cpuUsage(cpu))} µs in this process, ${perJob(process.threadCpuUsage(mainCpu))} µs on its main thread\n`,
+  );
   const hist = (await metrics.getSingleMetric('hub_webhook_attempt_duration_seconds')!.get()).values;
   await dispatcher.stop();
   const q = (p: number) => {

@@ -226,6 +226,7 @@ describe('webhooks (e2e)', function () {
         ['/status/503', 'failed', '5xx', 'yes'],
         ['/hang/timeout', 'failed', 'timeout', 'yes'],
         [`refused:${closed}`, 'failed', 'network', 'yes'],
+        ['/status/200?size=10000', 'succeeded', '2xx', 'no'], // an answer longer than is kept
       ];
       const subs = await Promise.all(
         cases.map(async ([path]) => {
@@ -265,8 +266,20 @@ describe('webhooks (e2e)', function () {
         },
       );
       assert.equal(one.body.response.status, 404);
-      assert.match(one.body.response.body, /^answer/);
+      assert.equal(one.body.response.body, 'answer xx');
+      assert.equal(one.body.response.truncated, false);
       assert.equal(one.body.request.headers['webhook-id'], one.body.id);
+      // A long answer is kept up to 4,096 bytes (docs/webhooks.md), and marked cut.
+      const longSub = subs[cases.length - 1]!;
+      const long = await hub.call(
+        'GET',
+        `/webhooks/${longSub}/deliveries/${(await attempts(longSub, 1))[0].id}`,
+        { token: alice.token },
+      );
+      assert.equal(long.body.response.status, 200);
+      assert.equal(long.body.response.body, `answer ${'x'.repeat(4089)}`);
+      assert.equal(long.body.response.truncated, true);
+      assert.equal(long.body.response.headers['content-type'], 'text/plain');
     });
 
     it('a shortened retry schedule runs to dead-letter; failed and dead_lettered filter the log', async () => {
