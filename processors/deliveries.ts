@@ -179,6 +179,8 @@ const attemptRow = (a: AttemptRecord): AttemptRow => ({
 
 interface FinishedRow {
   jobId: string;
+  /** The job's rowid when it is leased here (it is found by it without its id's index). */
+  row: number | undefined;
   /** The job's body when it is due again (`next`), else null. */
   body: string | null;
   attempt: AttemptRow | null;
@@ -243,12 +245,21 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
   private sweptAt = 0;
-  /** Jobs claimed and not yet finished. */
-  private readonly leased = new Set<string>();
+  /** Jobs claimed and not yet finished, by id: their rowids. A leased job's later writes find its
+   * row by rowid, not through the index of its (random) id: a claim reads only the due index. */
+  private readonly leased = new Map<string, number>();
   /** Finished attempts waiting for the next group commit. */
   private finishing: FinishedRow[] = [];
   private readonly sql: Record<
-    'insertJob' | 'insertAttempt' | 'reschedule' | 'complete' | 'due' | 'lease' | 'passOver' | 'renew',
+    | 'insertJob'
+    | 'insertAttempt'
+    | 'rowOf'
+    | 'reschedule'
+    | 'complete'
+    | 'due'
+    | 'lease'
+    | 'passOver'
+    | 'renew',
     StatementSync
   >;
 
@@ -286,14 +297,15 @@ export class SqliteDeliveryStore implements DeliveryStore {
       insertAttempt: this.db.prepare(
         'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
-      reschedule: this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE job_id = ?'),
-      complete: this.db.prepare('UPDATE jobs SET due = NULL WHERE job_id = ?'),
+      rowOf: this.db.prepare('SELECT rowid AS row FROM jobs WHERE job_id = ?'),
+      reschedule: this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE rowid = ?'),
+      complete: this.db.prepare('UPDATE jobs SET due = NULL WHERE rowid = ?'),
       due: this.db.prepare(
-        'SELECT job_id, due, sub FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
+        'SELECT rowid AS row, due, sub FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
       ),
-      lease: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ? RETURNING body'),
-      passOver: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ?'),
-      renew: this.db.prepare('UPDATE jobs SET due = ? WHERE job_id = ? AND due IS NOT NULL'),
+      lease: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ? RETURNING job_id, body'),
+      passOver: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ?'),
+      renew: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ? AND due IS NOT NULL'),
     };
   }
 
@@ -305,24 +317,24 @@ export class SqliteDeliveryStore implements DeliveryStore {
   enqueueRows(jobs: JobRow[], hold?: Hold): string[] {
     if (jobs.length === 0) return [];
     const now = Date.now();
-    const held: string[] = [];
+    const held: [id: string, row: number][] = [];
     const holds = new Set(hold?.ids);
     this.transaction(() => {
       for (const j of jobs) {
         const holding = holds.has(j.job_id);
-        const { changes } = this.sql.insertJob.run(
+        const { changes, lastInsertRowid } = this.sql.insertJob.run(
           j.job_id,
           holding ? hold!.until : now,
           j.body,
           now,
           j.subscription_id,
         );
-        if (holding && changes === 1) held.push(j.job_id);
+        if (holding && changes === 1) held.push([j.job_id, Number(lastInsertRowid)]);
       }
     });
-    for (const id of held) this.leased.add(id);
+    for (const [id, row] of held) this.leased.set(id, row);
     if (held.length < jobs.length) this.emitter.emit('enqueue');
-    return held;
+    return held.map(([id]) => id);
   }
 
   async claim(
@@ -338,30 +350,30 @@ export class SqliteDeliveryStore implements DeliveryStore {
   claimRows(now: number, limit: number, leaseMs: number, rooms?: Rooms): { body: string; due: number }[] {
     const scan = rooms ? limit * CLAIM_SCAN_FACTOR : limit;
     const rows = this.sql.due.iterate(now, scan) as Iterable<{
-      job_id: string;
+      row: number;
       due: number;
       sub: string | null;
     }>;
     const { taken, passed } = pick(rows, limit, scan, rooms, (r) => r.sub ?? '');
     if (taken.length === 0 && passed.length === 0) return [];
-    return this.transaction(() => {
-      const out = taken.map((r) => {
-        const { body } = this.sql.lease.get(now + leaseMs, r.job_id) as { body: string };
-        return { body, due: r.due };
+    const out = this.transaction(() => {
+      for (const r of passed) this.sql.passOver.run(now + PASSED_OVER_MS, r.row);
+      return taken.map((r) => {
+        const { job_id, body } = this.sql.lease.get(now + leaseMs, r.row) as { job_id: string; body: string };
+        return { job_id, row: r.row, body, due: r.due };
       });
-      for (const r of passed) this.sql.passOver.run(now + PASSED_OVER_MS, r.job_id);
-      for (const r of taken) this.leased.add(r.job_id);
-      return out;
     });
+    for (const r of out) this.leased.set(r.job_id, r.row);
+    return out;
   }
 
   // The file is this process's alone, so the set of leased jobs is known here: a renewal skips
   // jobs finished meanwhile (or waiting for the group commit, which is written after it anyway).
   async renew(jobIds: string[], until: number): Promise<void> {
-    const held = jobIds.filter((id) => this.leased.has(id));
+    const held = jobIds.map((id) => this.leased.get(id)).filter((row) => row !== undefined);
     if (held.length === 0) return;
     this.transaction(() => {
-      for (const id of held) this.sql.renew.run(until, id);
+      for (const row of held) this.sql.renew.run(until, row);
     });
   }
 
@@ -391,8 +403,16 @@ export class SqliteDeliveryStore implements DeliveryStore {
     next: number | null,
   ): Promise<void> {
     return new Promise((resolve, reject) => {
+      const row = this.leased.get(jobId);
       this.leased.delete(jobId);
-      this.finishing.push({ jobId, body, attempt, next, done: (err) => (err ? reject(err) : resolve()) });
+      this.finishing.push({
+        jobId,
+        row,
+        body,
+        attempt,
+        next,
+        done: (err) => (err ? reject(err) : resolve()),
+      });
       if (this.finishing.length === 1) setImmediate(() => this.flushFinished());
     });
   }
@@ -403,7 +423,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     let failure: Error | undefined;
     this.db.exec('BEGIN');
     try {
-      for (const { jobId, body, attempt, next } of batch) {
+      for (const { jobId, row, body, attempt, next } of batch) {
         if (attempt) {
           this.sql.insertAttempt.run(
             attempt.id,
@@ -415,8 +435,11 @@ export class SqliteDeliveryStore implements DeliveryStore {
             attempt.body,
           );
         }
-        if (next === null || body === null) this.sql.complete.run(jobId);
-        else this.sql.reschedule.run(next, body, jobId);
+        // A job not leased here (its lease taken over) is found by its id.
+        const at = row ?? (this.sql.rowOf.get(jobId) as { row: number } | undefined)?.row;
+        if (at === undefined) continue;
+        if (next === null || body === null) this.sql.complete.run(at);
+        else this.sql.reschedule.run(next, body, at);
       }
       this.db.exec('COMMIT');
     } catch (err) {

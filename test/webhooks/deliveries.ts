@@ -64,6 +64,11 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       assert.equal((await store.pending()).count, 2, 'leased jobs are still pending');
       const again = await store.claim(t + 1001, 10, 1000);
       assert.equal(again.length, 2, 'a lease that ran out lets another dispatcher claim the job');
+      // Finished by a dispatcher whose claim this store did not make (it took a lease over).
+      const c = job('sub_a');
+      await store.enqueue([c]);
+      await store.finish(c, attemptOf(c, 1, 'succeeded'), null);
+      assert.equal((await store.pending()).count, 2, 'a job finished without a lease here is finished');
     });
 
     it('holds the listed new jobs at enqueue: leased at once, never a job sent twice, the rest left due', async () => {
