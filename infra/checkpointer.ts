@@ -45,13 +45,22 @@ export function unwatch(path: string): Promise<void> {
   if (!thread) return Promise.resolve();
   thread.postMessage({ unwatch: path });
   thread.ref(); // the caller waits on this thread's answer: the process stays up for it
-  return new Promise((resolve) => letGo.set(path, [...(letGo.get(path) ?? []), resolve]));
+  return new Promise((resolve) => {
+    const waiting = letGo.get(path) ?? [];
+    waiting.push(resolve);
+    letGo.set(path, waiting);
+  });
 }
 
+/** One unwatch of `path` answered (the thread answers each in order), or all when it is gone. */
 function release(path?: string): void {
-  for (const p of path === undefined ? [...letGo.keys()] : [path]) {
-    for (const resolve of letGo.get(p) ?? []) resolve();
-    letGo.delete(p);
+  if (path !== undefined) {
+    const waiting = letGo.get(path);
+    waiting?.shift()?.();
+    if (waiting?.length === 0) letGo.delete(path);
+  } else {
+    for (const waiting of letGo.values()) for (const resolve of waiting) resolve();
+    letGo.clear();
   }
   if (letGo.size === 0) thread?.unref();
 }

@@ -380,8 +380,11 @@ export async function startNode(
     url,
     // Once: a second stop (a test's cleanup after its own restart failed) finds it done.
     stop() {
+      // Every closer runs, whichever fails; the failures are thrown together at the end.
       stopped ??= (async () => {
-        for (const close of closers.reverse()) await close();
+        const failures: unknown[] = [];
+        for (const close of closers.reverse()) await close().catch((err: unknown) => failures.push(err));
+        if (failures.length > 0) throw new AggregateError(failures, 'the node did not stop cleanly');
       })();
       return stopped;
     },

@@ -245,6 +245,9 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
   private sweptAt = 0;
+  /** Set once close() has written the finishes waiting: later ones are refused. */
+  private closed = false;
+  private closing: Promise<void> | undefined;
   /** Jobs claimed and not yet finished, by id: their rowids. A leased job's later writes find its
    * row by rowid, not through the index of its (random) id: a claim reads only the due index. */
   private readonly leased = new Map<string, number>();
@@ -298,14 +301,16 @@ export class SqliteDeliveryStore implements DeliveryStore {
         'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
       rowOf: this.db.prepare('SELECT rowid AS row FROM jobs WHERE job_id = ?'),
-      reschedule: this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE rowid = ?'),
-      complete: this.db.prepare('UPDATE jobs SET due = NULL WHERE rowid = ?'),
+      // The id is checked too: a rowid kept since the claim is the row's unless the file was
+      // vacuumed meanwhile (from outside), which renumbers rows; then the row is found by its id.
+      reschedule: this.db.prepare('UPDATE jobs SET due = ?, body = ? WHERE rowid = ? AND job_id = ?'),
+      complete: this.db.prepare('UPDATE jobs SET due = NULL WHERE rowid = ? AND job_id = ?'),
       due: this.db.prepare(
         'SELECT rowid AS row, due, sub FROM jobs WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
       ),
       lease: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ? RETURNING job_id, body'),
       passOver: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ?'),
-      renew: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ? AND due IS NOT NULL'),
+      renew: this.db.prepare('UPDATE jobs SET due = ? WHERE rowid = ? AND job_id = ? AND due IS NOT NULL'),
     };
   }
 
@@ -370,10 +375,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
   // The file is this process's alone, so the set of leased jobs is known here: a renewal skips
   // jobs finished meanwhile (or waiting for the group commit, which is written after it anyway).
   async renew(jobIds: string[], until: number): Promise<void> {
-    const held = jobIds.map((id) => this.leased.get(id)).filter((row) => row !== undefined);
+    const held = jobIds.filter((id) => this.leased.has(id));
     if (held.length === 0) return;
     this.transaction(() => {
-      for (const row of held) this.sql.renew.run(until, row);
+      for (const id of held) this.sql.renew.run(until, this.leased.get(id)!, id);
     });
   }
 
@@ -402,6 +407,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     attempt: AttemptRow | null,
     next: number | null,
   ): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('the delivery store is closed'));
     return new Promise((resolve, reject) => {
       const row = this.leased.get(jobId);
       this.leased.delete(jobId);
@@ -421,8 +427,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
     const batch = this.finishing;
     this.finishing = [];
     let failure: Error | undefined;
-    this.db.exec('BEGIN');
     try {
+      this.db.exec('BEGIN');
       for (const { jobId, row, body, attempt, next } of batch) {
         if (attempt) {
           this.sql.insertAttempt.run(
@@ -435,11 +441,15 @@ export class SqliteDeliveryStore implements DeliveryStore {
             attempt.body,
           );
         }
-        // A job not leased here (its lease taken over) is found by its id.
-        const at = row ?? (this.sql.rowOf.get(jobId) as { row: number } | undefined)?.row;
-        if (at === undefined) continue;
-        if (next === null || body === null) this.sql.complete.run(at);
-        else this.sql.reschedule.run(next, body, at);
+        const write = (at: number) =>
+          next === null || body === null
+            ? this.sql.complete.run(at, jobId)
+            : this.sql.reschedule.run(next, body, at, jobId);
+        // A job not leased here (its lease taken over), or whose row was renumbered, by its id.
+        if (row === undefined || write(row).changes === 0) {
+          const found = this.sql.rowOf.get(jobId) as { row: number } | undefined;
+          if (found) write(found.row);
+        }
       }
       this.db.exec('COMMIT');
     } catch (err) {
@@ -518,8 +528,15 @@ export class SqliteDeliveryStore implements DeliveryStore {
     return () => this.emitter.off('enqueue', listener);
   }
 
-  async close(): Promise<void> {
+  /** Once, however often it is called: the finishes waiting are written, later ones refused. */
+  close(): Promise<void> {
+    this.closing ??= this.shut();
+    return this.closing;
+  }
+
+  private async shut(): Promise<void> {
     while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
+    this.closed = true;
     this.emitter.removeAllListeners();
     if (this.db.isOpen) {
       await unwatch(this.path);

@@ -383,7 +383,8 @@ export class Dispatcher {
    * attempt (the time limit is `deadlines`' one timer), a fifth of the CPU an attempt took. */
   private post(url: URL, headers: Record<string, string>, body: string): Promise<Answer> {
     return new Promise((resolve, reject) => {
-      const exchange = new Exchange(Date.now() + this.o.timeoutMs, this.deadlines, resolve, reject);
+      // A monotonic clock: a step of the wall clock neither cuts attempts short nor reorders them.
+      const exchange = new Exchange(performance.now() + this.o.timeoutMs, this.deadlines, resolve, reject);
       this.deadlines.add(exchange);
       this.agent.dispatch(
         { origin: url.origin, path: `${url.pathname}${url.search}`, method: 'POST', headers, body },
@@ -504,18 +505,21 @@ class Deadlines {
 
   private arm(): void {
     const first = this.open.values().next().value;
-    this.timer = first && setTimeout(() => this.expire(), Math.max(0, first.deadline - Date.now()));
+    this.timer = first && setTimeout(() => this.expire(), Math.max(0, first.deadline - performance.now()));
     this.timer?.unref(); // the requests themselves keep the process up
   }
 
   private expire(): void {
-    const now = Date.now();
-    for (const exchange of this.open) {
-      if (exchange.deadline > now) break;
-      this.open.delete(exchange);
-      exchange.timeout();
+    const now = performance.now();
+    try {
+      for (const exchange of this.open) {
+        if (exchange.deadline > now) break;
+        this.open.delete(exchange);
+        exchange.timeout();
+      }
+    } finally {
+      this.arm();
     }
-    this.arm();
   }
 }
 
@@ -552,7 +556,7 @@ class Exchange implements HttpDispatcher.DispatchHandler {
 
   onResponseStart(_c: HttpDispatcher.DispatchController, status: number, headers: Record<string, unknown>) {
     this.status = status;
-    this.headers = {};
+    this.headers = Object.create(null); // a header may be named like anything, __proto__ too
     for (const [k, v] of Object.entries(headers))
       this.headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
   }

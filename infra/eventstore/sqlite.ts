@@ -101,6 +101,9 @@ export class SqliteEventStore implements EventStore {
   private readonly maxBatch: number;
   private readonly writer: SqliteWriter | undefined;
   private thread: Worker | undefined;
+  /** Set once close() has drained the queue: later appends are refused. */
+  private closed = false;
+  private closing: Promise<void> | undefined;
   private readonly sql: { readStream: StatementSync; readAll: StatementSync };
 
   constructor(path: string, options: SqliteOptions = {}) {
@@ -123,7 +126,7 @@ export class SqliteEventStore implements EventStore {
   }
 
   append(stream: string, events: NewEvent[], expected: ExpectedRevision = 'any'): Promise<AppendResult> {
-    if (!this.db.isOpen) return Promise.reject(new Error('the event store is closed'));
+    if (this.closed || !this.db.isOpen) return Promise.reject(new Error('the event store is closed'));
     let serialised: NewEvent[];
     try {
       serialised = serialise(events);
@@ -257,11 +260,18 @@ export class SqliteEventStore implements EventStore {
     return this.lastPosition;
   }
 
-  async close(): Promise<void> {
+  /** Once, however often it is called: the appends queued are written, later ones refused. */
+  close(): Promise<void> {
+    this.closing ??= this.shut();
+    return this.closing;
+  }
+
+  private async shut(): Promise<void> {
     while (this.committing.length > 0 || this.queue.length > 0 || this.flushScheduled) {
       if (!this.flushScheduled) this.flush();
       await new Promise((r) => setImmediate(r));
     }
+    this.closed = true;
     this.appended.removeAllListeners();
     const thread = this.thread;
     this.thread = undefined;

@@ -62,4 +62,20 @@ describe('SQLite checkpoints on their own thread (int)', () => {
     assert.equal(await events.head(), 2400);
     await events.close();
   });
+
+  it('a store closed twice at once closes once, and refuses writes after', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hub-close-'));
+    const events = new SqliteEventStore(join(dir, 'events.sqlite'), { writerThread: true });
+    await events.append('s-1', [{ id: randomUUID(), type: 'filled', data: {}, metadata: {} }]);
+    await Promise.all([events.close(), events.close()]);
+    await assert.rejects(
+      events.append('s-1', [{ id: randomUUID(), type: 'filled', data: {}, metadata: {} }]),
+      /closed/,
+    );
+    const deliveries = new SqliteDeliveryStore(join(dir, 'deliveries.sqlite'), { retentionMs: 60_000 });
+    const j = job('sub');
+    await deliveries.enqueue([j]);
+    await Promise.all([deliveries.close(), deliveries.close()]);
+    await assert.rejects(deliveries.finish(j, null, null), /closed/);
+  });
 });
