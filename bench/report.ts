@@ -51,11 +51,19 @@ export const fmt = (n: number, digits = 0) =>
  * Empties one of the benchmarks' Redis databases, before a run and after it: what a run leaves
  * (jobs and attempts kept for their retention) would otherwise weigh on the next runs, whose Redis
  * rewrites its append-only file with all of it (a rewrite stalled a loaded pipeline for seconds).
+ * Before a run (`compact`), the append-only file is rewritten too, and the run waits for it: the
+ * file keeps every write of the earlier runs, flushed or not, and its automatic rewrite (from
+ * 1 GB, \`infra/local.sh\`) fell inside a measured minute, a stall of 1.5 s.
  */
-export async function flushRedisDb(redisDb: number): Promise<string> {
+export async function flushRedisDb(redisDb: number, o: { compact?: boolean } = {}): Promise<string> {
   const redisUrl = `${loadConfig().redisUrl.replace(/\/\d*$/, '')}/${redisDb}`;
   const redis = new Redis(redisUrl);
   await redis.flushdb();
+  if (o.compact && /aof_enabled:1/.test(await redis.info('persistence'))) {
+    await redis.bgrewriteaof().catch(() => undefined); // one already running will do
+    const busy = /aof_rewrite_in_progress:1|aof_rewrite_scheduled:1/;
+    while (busy.test(await redis.info('persistence'))) await new Promise((r) => setTimeout(r, 100));
+  }
   redis.disconnect();
   return redisUrl;
 }
@@ -65,7 +73,7 @@ export async function flushRedisDb(redisDb: number): Promise<string> {
 export async function isolatedDistributed(redisDb: number): Promise<Record<string, string>> {
   const config = loadConfig();
   const tag = `bench_${Date.now()}`;
-  const redisUrl = await flushRedisDb(redisDb);
+  const redisUrl = await flushRedisDb(redisDb, { compact: true });
   return {
     HUB_PROFILE: 'distributed',
     HUB_POSTGRES_URL: `${config.postgresUrl}${config.postgresUrl.includes('?') ? '&' : '?'}schema=${tag}`,
