@@ -69,7 +69,8 @@ export async function flushRedisDb(redisDb: number, o: { compact?: boolean } = {
 }
 
 /** A distributed hub of its own: a fresh PostgreSQL schema and Kafka prefix, and a Redis
- * database emptied for it (read models, checkpoints and schedules of earlier runs would mislead). */
+ * database emptied for it (read models, checkpoints and schedules of earlier runs would mislead),
+ * Redis's append-only file rewritten first. */
 export async function isolatedDistributed(redisDb: number): Promise<Record<string, string>> {
   const config = loadConfig();
   const tag = `bench_${Date.now()}`;

@@ -441,14 +441,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
             attempt.body,
           );
         }
-        const write = (at: number) =>
-          next === null || body === null
-            ? this.sql.complete.run(at, jobId)
-            : this.sql.reschedule.run(next, body, at, jobId);
         // A job not leased here (its lease taken over), or whose row was renumbered, by its id.
-        if (row === undefined || write(row).changes === 0) {
+        if (row === undefined || this.writeJob(row, jobId, body, next) === 0) {
           const found = this.sql.rowOf.get(jobId) as { row: number } | undefined;
-          if (found) write(found.row);
+          if (found) this.writeJob(found.row, jobId, body, next);
         }
       }
       this.db.exec('COMMIT');
@@ -459,6 +455,15 @@ export class SqliteDeliveryStore implements DeliveryStore {
     for (const f of batch) f.done(failure);
     if (!failure && batch.some((f) => f.next !== null)) this.emitter.emit('enqueue');
     this.sweep();
+  }
+
+  /** A finished job's row: done, or due again at `next` with its new body. Returns rows changed. */
+  private writeJob(row: number, jobId: string, body: string | null, next: number | null): number | bigint {
+    return (
+      next === null || body === null
+        ? this.sql.complete.run(row, jobId)
+        : this.sql.reschedule.run(next, body, row, jobId)
+    ).changes;
   }
 
   /** Forgets finished jobs and attempt records past the retention, at most once a minute. */
