@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
-import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { isMainThread, parentPort, receiveMessageOnPort, Worker, workerData } from 'node:worker_threads';
 import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../checkpointer.ts';
 import {
   type AppendResult,
@@ -62,6 +62,13 @@ export interface SqliteOptions {
    * the HTTP work instead of between requests. Reads stay on the caller's thread.
    */
   writerThread?: boolean;
+  /**
+   * With a writer thread: post the queue as soon as it holds this many appends, instead of only
+   * at the end of the event loop's turn. A saturated turn answers a hundred requests or more;
+   * posting part-way lets the thread commit while the turn goes on, so the callers hear of their
+   * commit a turn sooner. The thread merges what is waiting into one transaction.
+   */
+  postEvery?: number;
 }
 
 /** A planned append as it crosses from the writer's thread: errors travel as their arguments. */
@@ -99,6 +106,7 @@ export class SqliteEventStore implements EventStore {
   private readonly tailEvents: number;
   private readonly appended = new EventEmitter();
   private readonly maxBatch: number;
+  private readonly postEvery: number;
   private readonly writer: SqliteWriter | undefined;
   private thread: Worker | undefined;
   /** Set once close() has drained the queue: later appends are refused. */
@@ -112,6 +120,7 @@ export class SqliteEventStore implements EventStore {
     this.synchronous = options.synchronous ?? 'full';
     this.db = openDatabase(path, this.synchronous);
     this.maxBatch = options.maxBatch ?? 1024;
+    this.postEvery = options.postEvery ?? 32;
     this.tailEvents = options.tailEvents ?? 20_000;
     this.appended.setMaxListeners(0);
     this.sql = {
@@ -135,7 +144,8 @@ export class SqliteEventStore implements EventStore {
     }
     return new Promise((resolve, reject) => {
       this.queue.push({ stream, events: serialised, expected, resolve, reject });
-      this.scheduleFlush();
+      if (!this.writer && this.queue.length >= this.postEvery) this.flush();
+      else this.scheduleFlush();
     });
   }
 
@@ -168,10 +178,12 @@ export class SqliteEventStore implements EventStore {
     const thread = new Worker(new URL(import.meta.url), {
       workerData: { sqliteWriter: { path: this.path, synchronous: this.synchronous } },
     });
-    thread.on('message', (committed: Committed) => {
-      const batch = this.committing.shift();
+    thread.on('message', (answers: Committed[]) => {
+      for (const committed of answers) {
+        const batch = this.committing.shift();
+        if (batch) this.settle(batch, committed);
+      }
       if (this.committing.length === 0) thread.unref();
-      if (batch) this.settle(batch, committed);
     });
     const gone = (err: Error) => {
       if (this.thread !== thread) return;
@@ -307,6 +319,18 @@ class SqliteWriter {
     };
   }
 
+  /** Batches that waited for the thread together: one transaction, an answer for each. */
+  commitAll(batches: PendingAppend[][]): Committed[] {
+    if (batches.length === 1) return [this.commit(batches[0]!)];
+    const committed = this.commit(batches.flat());
+    if ('error' in committed) return batches.map(() => committed);
+    let at = 0;
+    return batches.map((batch) => {
+      at += batch.length;
+      return { plans: committed.plans.slice(at - batch.length, at), created: committed.created };
+    });
+  }
+
   commit(batch: PendingAppend[]): Committed {
     try {
       return this.commitOrThrow(batch);
@@ -423,5 +447,10 @@ if (!isMainThread && workerData?.sqliteWriter) {
   const { path, synchronous } = workerData.sqliteWriter as { path: string; synchronous: 'full' | 'normal' };
   const writer = new SqliteWriter(openDatabase(path, synchronous));
   const port = parentPort!;
-  port.on('message', (batch: PendingAppend[]) => port.postMessage(writer.commit(batch)));
+  port.on('message', (batch: PendingAppend[]) => {
+    const batches = [batch];
+    for (let more = receiveMessageOnPort(port); more; more = receiveMessageOnPort(port))
+      batches.push(more.message as PendingAppend[]);
+    port.postMessage(writer.commitAll(batches));
+  });
 }

@@ -28,3 +28,18 @@ eventStoreContract(
   },
   { sharedWriters: false },
 );
+
+// The queue posted every two appends: the thread merges what waits into one transaction and
+// answers each batch for its own appends (expected revisions and ids hold across the merge).
+eventStoreContract(
+  'embedded SQLite, writer thread, posted every two appends',
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hub-sqlite-'));
+    return {
+      open: async () =>
+        new SqliteEventStore(join(dir, 'events.sqlite'), { writerThread: true, postEvery: 2 }),
+      cleanup: async () => rmSync(dir, { recursive: true, force: true }),
+    };
+  },
+  { sharedWriters: false },
+);
