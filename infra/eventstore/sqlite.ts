@@ -161,13 +161,14 @@ export class SqliteEventStore implements EventStore {
   /** One transaction for everything queued; new arrivals wait for the next one. */
   private flush(): void {
     if (this.queue.length === 0) return;
+    // The thread first: should starting it throw, the appends are still queued, not dropped.
+    const thread = this.writer ? undefined : this.writerThread();
     const batch = this.queue.splice(0, this.maxBatch);
     const pending = batch.map(({ stream, events, expected }) => ({ stream, events, expected }));
-    if (this.writer) {
-      this.settle(batch, this.writer.commit(pending));
+    if (!thread) {
+      this.settle(batch, this.writer!.commit(pending));
       return;
     }
-    const thread = this.writerThread();
     thread.ref(); // a commit under way keeps the process alive; an idle writer does not
     this.committing.push(batch);
     thread.postMessage(pending);
