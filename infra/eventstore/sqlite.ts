@@ -144,8 +144,14 @@ export class SqliteEventStore implements EventStore {
     }
     return new Promise((resolve, reject) => {
       this.queue.push({ stream, events: serialised, expected, resolve, reject });
-      if (!this.writer && this.queue.length >= this.postEvery) this.flush();
-      else this.scheduleFlush();
+      this.scheduleFlush();
+      if (!this.writer && this.queue.length >= this.postEvery) {
+        try {
+          this.flush();
+        } catch {
+          // Posting early is only sooner: the flush scheduled above tries again.
+        }
+      }
     });
   }
 
@@ -161,7 +167,7 @@ export class SqliteEventStore implements EventStore {
   /** One transaction for everything queued; new arrivals wait for the next one. */
   private flush(): void {
     if (this.queue.length === 0) return;
-    // The thread first: should starting it throw, the appends are still queued, not dropped.
+    // The thread first: should starting it throw, the appends stay queued for the next flush.
     const thread = this.writer ? undefined : this.writerThread();
     const batch = this.queue.splice(0, this.maxBatch);
     const pending = batch.map(({ stream, events, expected }) => ({ stream, events, expected }));
