@@ -426,7 +426,7 @@ rest is on the SQLite thread (storing, claiming and finishing a job; of finishin
 attempt's record and its four indexes, the one by event id written at random) and V8's collector
 threads. On the main thread undici and the socket write, which wakes the receiver, are about half;
 signing, the attempt's record, the JSON of claims and records, and metrics the rest. With the
-receiver beside it the machine is nearly all busy: the 50 % target (about 15,000/s) would need
+receiver beside it the machine is nearly all busy: the 50 % target (${fmt(Math.round(plain / 2000) * 1000)}/s here) would need
 the main thread under about 55 µs per delivery and the whole process under about 100. Kept because measured: each attempt dispatched through undici with a handler
 of our own and one timer for every attempt's time limit, instead of \`request()\` with a body
 stream and a timer each (main thread 93 → 72 µs per delivery); a leased job's writes found by
