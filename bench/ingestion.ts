@@ -24,34 +24,31 @@ const CONNECTIONS = 128;
  */
 const WARMUP_SECONDS = 5;
 
-const BARE = `
-  const http = require('node:http');
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on('end', () => { res.writeHead(200, { 'content-type': 'application/json' }); res.end('{"ok":true}'); });
-  });
-  server.listen(0, '127.0.0.1', () => console.log('listening on http://127.0.0.1:' + server.address().port));
-`;
-
 /**
- * What threads would buy: a node:http server that spends SPIN_US of CPU on each request (chosen so
- * that on one thread it answers about the hub's rate), on one thread and on two threads listening
- * on one port (reusePort: the kernel spreads the connections). Measured in the same run as the hub.
+ * The servers beside the hub, each a node:http script of its own: the bare server (the ceiling:
+ * it reads the body and answers 200), and what threads would buy: a server that also spends
+ * SPIN_US of CPU on each request (chosen so that on one thread it answers about the hub's rate),
+ * on one thread and on two threads listening on one port (reusePort: the kernel spreads the
+ * connections).
  */
 const SPIN_US = 90;
-const SPIN = (threads: number) => `
+const server = (threads: number, spinUs: number) => `
   const http = require('node:http');
   const { Worker, isMainThread, workerData, parentPort } = require('node:worker_threads');
-  const reply = JSON.stringify({ id: 'd'.repeat(24), 'device-meta': { temp: '1', fw: '4.2.1' }, pad: 'p'.repeat(400) });
+  const reply = ${spinUs} > 0
+    ? JSON.stringify({ id: 'd'.repeat(24), 'device-meta': { temp: '1', fw: '4.2.1' }, pad: 'p'.repeat(400) })
+    : '{"ok":true}';
   function serve(port, ready) {
     const server = http.createServer((req, res) => {
       let body = '';
       req.setEncoding('utf8');
       req.on('data', (c) => { body += c; });
       req.on('end', () => {
-        JSON.parse(body || '{}');
-        const until = performance.now() + ${SPIN_US} / 1000;
-        while (performance.now() < until);
+        if (${spinUs} > 0) {
+          JSON.parse(body || '{}');
+          const until = performance.now() + ${spinUs} / 1000;
+          while (performance.now() < until);
+        }
         res.writeHead(200, { 'content-type': 'application/json' });
         res.end(reply);
       });
@@ -60,7 +57,7 @@ const SPIN = (threads: number) => `
   }
   if (isMainThread) {
     serve(0, async (port) => {
-      const workers = Array.from({ length: ${threads - 1} }, () => new Worker(process.env.SPIN_CODE, { eval: true, workerData: { port } }));
+      const workers = Array.from({ length: ${threads - 1} }, () => new Worker(process.env.SERVER_CODE, { eval: true, workerData: { port } }));
       await Promise.all(workers.map((w) => new Promise((r) => w.once('message', r))));
       console.log('listening on http://127.0.0.1:' + port);
     });
@@ -68,6 +65,18 @@ const SPIN = (threads: number) => `
     serve(workerData.port, () => parentPort.postMessage('ready'));
   }
 `;
+
+/** Loads one of the servers above, then stops it. */
+async function serverRun(target: string, threads: number, spinUs: number, floor?: true): Promise<Result> {
+  const code = server(threads, spinUs);
+  const { child, url } = await startListening(['-e', code], { SERVER_CODE: code });
+  try {
+    process.stderr.write(`${target}: loading for ${SECONDS} s\n`);
+    return { ...(await load(target, url, undefined)), ...(floor ? { floor } : {}) };
+  } finally {
+    child.kill();
+  }
+}
 
 /** A user, verified through the emailed link, and 1,000 logged-in devices. */
 async function fleet(url: string, dataDir: string): Promise<{ id: string; token: string }[]> {
@@ -159,24 +168,16 @@ async function hubRun(target: string, env: Record<string, string>, floor?: strin
 
 async function main() {
   const results: Result[] = [];
-  const bare = await startListening(['-e', BARE], {});
-  try {
-    process.stderr.write(`bare node:http: loading for ${SECONDS} s\n`);
-    results.push(await load('bare node:http server (ceiling)', bare.url, undefined));
-  } finally {
-    bare.child.kill();
-  }
-  for (const threads of [1, 2]) {
-    const code = SPIN(threads);
-    const spin = await startListening(['-e', code], { SPIN_CODE: code });
-    const target = `node:http spending ${SPIN_US} µs of CPU a request, ${threads === 1 ? 'one thread' : `${threads} threads on one port (reusePort)`}`;
-    try {
-      process.stderr.write(`${target}: loading for ${SECONDS} s\n`);
-      results.push({ ...(await load(target, spin.url, undefined)), floor: true });
-    } finally {
-      spin.child.kill();
-    }
-  }
+  results.push(await serverRun('bare node:http server (ceiling)', 1, 0));
+  for (const threads of [1, 2])
+    results.push(
+      await serverRun(
+        `node:http spending ${SPIN_US} µs of CPU a request, ${threads === 1 ? 'one thread' : `${threads} threads on one port (reusePort)`}`,
+        threads,
+        SPIN_US,
+        true,
+      ),
+    );
   results.push(
     ...(await hubRun(
       'embedded (SQLite, in-process read models)',
