@@ -104,6 +104,12 @@ export class SqliteEventStore implements EventStore {
    */
   private readonly tail: RecordedEvent[] = [];
   private readonly tailEvents: number;
+  /**
+   * The revision of streams this store committed to, bounded (the oldest forgotten first): a read
+   * of a stream's tail past it needs no query. Command handlers whose cached state is current ask
+   * exactly that (the API threads, on every request that changes nothing).
+   */
+  private readonly heads = new Map<string, number>();
   private readonly appended = new EventEmitter();
   private readonly maxBatch: number;
   private readonly postEvery: number;
@@ -198,6 +204,7 @@ export class SqliteEventStore implements EventStore {
       // Whether the batches committed is unknown: their callers hear of the failure (a retry is
       // idempotent by event id), and the tail starts again after what the file holds.
       this.tail.length = 0;
+      this.heads.clear();
       if (this.db.isOpen) this.lastPosition = headOf(this.db);
       for (const batch of this.committing.splice(0)) for (const w of batch) w.reject(err);
       this.scheduleFlush();
@@ -236,6 +243,10 @@ export class SqliteEventStore implements EventStore {
         });
       });
       this.lastPosition = plan.result.position;
+      this.heads.delete(w.stream); // re-insert: the map's order is the eviction order
+      this.heads.set(w.stream, plan.result.nextRevision);
+      if (this.heads.size > SqliteWriter.MAX_CACHED_STREAMS)
+        this.heads.delete(this.heads.keys().next().value!);
     });
     this.tail.push(...written); // in position order: planBatch numbers a batch in its order
     if (this.tail.length > this.tailEvents) this.tail.splice(0, this.tail.length - this.tailEvents);
@@ -251,6 +262,8 @@ export class SqliteEventStore implements EventStore {
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
+    const head = this.heads.get(stream);
+    if (head !== undefined && fromRevision > head) return [];
     return (this.sql.readStream.all(stream, fromRevision, max) as Row[]).map(toRecorded);
   }
 
@@ -311,7 +324,7 @@ class SqliteWriter {
   private lastPosition: number;
   /** Last revision of recently written streams: this is the file's only writer. */
   private readonly revisions = new Map<string, number>();
-  private static readonly MAX_CACHED_STREAMS = 100_000;
+  static readonly MAX_CACHED_STREAMS = 100_000;
   private readonly sql: { insert: StatementSync; revision: StatementSync; byId: StatementSync };
 
   constructor(db: DatabaseSync) {
