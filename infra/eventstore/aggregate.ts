@@ -193,7 +193,11 @@ export function handle<S, T>(
         if (store.exclusiveWriter) cache.delete(stream);
         if (!(err instanceof WrongExpectedRevisionError)) throw err;
         // A speculation that missed is not an attempt: the next one reads the stream.
-        if (!unverified && attempt++ >= attempts) throw err;
+        if (unverified) continue;
+        if (attempt++ >= attempts) throw err;
+        // Writers racing on one stream (other processes or threads) step apart: a random wait
+        // that doubles with each attempt, instead of meeting again at once.
+        await new Promise((r) => setTimeout(r, Math.random() * 2 ** attempt));
       }
     }
   });
