@@ -1,10 +1,11 @@
 // The Koa application: middleware in order, system endpoints, then every service's routes.
 import { readFileSync } from 'node:fs';
+import type { Server } from 'node:http';
 import Koa from 'koa';
 import type { Config } from '../infra/config.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { HttpError } from './errors.ts';
-import { RateLimiter, rateLimit, requestContext } from './http.ts';
+import { type RateLimit, RateLimiter, rateLimit, requestContext } from './http.ts';
 import { Routes } from './routes.ts';
 
 export const VERSION: string = JSON.parse(
@@ -21,6 +22,10 @@ export interface AppDeps {
   readiness?: Record<string, ReadinessCheck>;
   /** Each service adds its routes here. */
   mount?: Array<(routes: Routes) => void>;
+  /** The per-caller rate limit (default: this thread's own buckets). */
+  rateLimiter?: RateLimit;
+  /** What /metrics answers, when not this thread's registry alone (API threads: the process's). */
+  scrape?: () => Promise<string>;
 }
 
 export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
@@ -80,7 +85,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
     responses: { 200: { description: 'Prometheus text exposition.' } },
     handler: async (ctx) => {
       ctx.type = metrics.registry.contentType;
-      ctx.body = await metrics.registry.metrics();
+      ctx.body = await (deps.scrape ?? (() => metrics.registry.metrics()))();
     },
   });
   routes.add({
@@ -97,10 +102,22 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
   for (const mount of deps.mount ?? []) mount(routes);
 
   app.use(requestContext(logger, metrics));
-  app.use(rateLimit(new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst)));
+  app.use(rateLimit(deps.rateLimiter ?? new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst)));
   app.use(routes.router.routes());
   app.use(routes.router.allowedMethods());
   return { app, routes };
+}
+
+/** Stops accepting, lets in-flight requests finish within the bound, then cuts what is left. */
+export async function closeServer(server: Server, timeoutMs: number): Promise<void> {
+  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+  // Keep-alive connections busy now become idle when their request ends: close them as they do.
+  const idle = setInterval(() => server.closeIdleConnections(), 50);
+  server.closeIdleConnections();
+  const timer = setTimeout(() => server.closeAllConnections(), timeoutMs);
+  await closed;
+  clearInterval(idle);
+  clearTimeout(timer);
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {

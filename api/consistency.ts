@@ -4,8 +4,6 @@
 
 import type { Redis } from 'ioredis';
 import type { Context } from 'koa';
-import type { ReadStore } from '../infra/readstore/port.ts';
-import { waitForPosition } from '../projections/consistency.ts';
 
 export interface LastWrites {
   get(caller: string): Promise<number>;
@@ -83,7 +81,10 @@ export interface Consistency {
   readable(ctx: Context, projections: string[]): Promise<void>;
 }
 
-export function consistency(readStore: ReadStore, lastWrites: LastWrites, waitMs: number): Consistency {
+/** Waits until the projections have applied `position` (see waitForPosition). */
+export type WaitForPosition = (projections: string[], position: number) => Promise<void>;
+
+export function consistency(lastWrites: LastWrites, waitFor: WaitForPosition): Consistency {
   return {
     async written(ctx, position) {
       ctx.set('X-Hub-Position', String(position));
@@ -93,7 +94,7 @@ export function consistency(readStore: ReadStore, lastWrites: LastWrites, waitMs
       const asked = Number(ctx.get('X-Hub-Min-Position') || 0);
       const own = ctx.state.caller ? await lastWrites.get(ctx.state.caller) : 0;
       const position = Math.max(Number.isSafeInteger(asked) && asked > 0 ? asked : 0, own);
-      await waitForPosition(readStore, projections, position, waitMs);
+      if (position > 0) await waitFor(projections, position);
     },
   };
 }

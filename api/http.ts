@@ -74,13 +74,19 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
 declare module 'koa' {
   interface DefaultState {
     /** The process's rate limiter, for the middleware that learns who the caller is. */
-    rateLimiter?: RateLimiter;
+    rateLimiter?: RateLimit;
   }
 }
 
+/** Takes a token of a caller's budget: 0 when allowed, else the seconds until one is back. */
+export interface RateLimit {
+  take(key: string): number | Promise<number>;
+}
+
 /** Token buckets per caller key, capped in number (the oldest bucket goes first). In-process: each
- * API instance limits on its own, which bounds the whole by instances × rate. */
-export class RateLimiter {
+ * API process limits on its own, which bounds the whole by processes × rate (an embedded hub's API
+ * threads share their process's, on the main thread). */
+export class RateLimiter implements RateLimit {
   private readonly buckets = new Map<string, { tokens: number; at: number }>();
   private readonly perSecond: number;
   private readonly burst: number;
@@ -111,8 +117,10 @@ export class RateLimiter {
 }
 
 /** Charges `key` (429 with Retry-After when its bucket is empty). */
-export function chargeRateLimit(ctx: Context, key: string): void {
-  const wait = ctx.state.rateLimiter?.take(key) ?? 0;
+export async function chargeRateLimit(ctx: Context, key: string): Promise<void> {
+  const limiter = ctx.state.rateLimiter;
+  if (!limiter) return;
+  const wait = await limiter.take(key);
   if (wait > 0) throw tooManyRequests(wait);
 }
 
@@ -122,11 +130,11 @@ export function chargeRateLimit(ctx: Context, key: string): void {
  * forged token cannot spend another account's; a request without one, or whose token fails, is
  * charged to its client address (so is one with other credentials, such as Basic).
  */
-export function rateLimit(limiter: RateLimiter): Middleware {
+export function rateLimit(limiter: RateLimit): Middleware {
   return async (ctx, next) => {
     ctx.state.rateLimiter = limiter;
     // Basic (the operator callbacks) and anything else but a bearer token: the address pays.
-    if (!/^Bearer\s/i.test(ctx.get('Authorization'))) chargeRateLimit(ctx, `address:${ctx.ip}`);
+    if (!/^Bearer\s/i.test(ctx.get('Authorization'))) await chargeRateLimit(ctx, `address:${ctx.ip}`);
     return next();
   };
 }

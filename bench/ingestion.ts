@@ -185,6 +185,13 @@ async function main() {
       'embedded, `GET /devices/{id}` instead (the floor: HTTP, Koa, auth, a read; nothing appended)',
     )),
   );
+  results.push(
+    ...(await hubRun(
+      'embedded, the API on 2 threads (`HUB_API_THREADS=2`)',
+      { HUB_API_THREADS: '2' },
+      'embedded, the API on 2 threads, `GET /devices/{id}` instead (the floor)',
+    )),
+  );
   if (process.env.HUB_BENCH_EMBEDDED_ONLY) {
     // A quick look while tuning: printed only; full runs write the table.
     for (const r of results)

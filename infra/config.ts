@@ -82,6 +82,12 @@ export const knobs = {
     'Port this process serves HTTP on: the API (api role) and /metrics, /healthz, /readyz (every role); 0 picks a free one.',
     int(0, 65535),
   ),
+  apiThreads: knob(
+    'HUB_API_THREADS',
+    '0',
+    'Embedded profile: worker threads serving the HTTP API, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the event store, the read models and the change pipeline. 0: the main thread serves HTTP itself.',
+    int(0, 64),
+  ),
   dataDir: knob(
     'HUB_DATA_DIR',
     '.hub/data',

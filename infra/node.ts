@@ -7,26 +7,21 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { Registry as PromRegistry } from 'prom-client';
-import { createApp, type ReadinessCheck } from '../api/app.ts';
-import { appRoutes } from '../api/apps/routes.ts';
+import { closeServer, createApp, type ReadinessCheck } from '../api/app.ts';
 import { captchaCheck } from '../api/auth/captcha.ts';
 import { loadKeys } from '../api/auth/keys.ts';
-import { authRoutes } from '../api/auth/routes.ts';
-import { callbackRoutes } from '../api/callbacks/routes.ts';
 import {
   type Consistency,
   consistency,
   type LastWrites,
   MemoryLastWrites,
   RedisLastWrites,
+  type WaitForPosition,
 } from '../api/consistency.ts';
 import type { HubContext } from '../api/context.ts';
 import { loadDeviceCa } from '../api/devices/ca.ts';
-import { deviceRoutes } from '../api/devices/routes.ts';
-import { trailRoutes } from '../api/devices/trails.ts';
-import { profileRoutes } from '../api/profiles/routes.ts';
 import type { Routes } from '../api/routes.ts';
-import { webhookRoutes } from '../api/webhooks/routes.ts';
+import { serviceRoutes, startApiThreads } from '../api/threads.ts';
 import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
 import {
   type DeliveryStore,
@@ -42,6 +37,7 @@ import { mailProcessor } from '../processors/mailer.ts';
 import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
 import { publicityProcessor } from '../processors/publicity.ts';
 import { relay } from '../processors/relay.ts';
+import { waitForPosition } from '../projections/consistency.ts';
 import { projections } from '../projections/index.ts';
 import { ProjectionMetrics, ProjectionRunner } from '../projections/runner.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
@@ -105,7 +101,12 @@ export interface Stores {
 /** The adapters of the profile, shared by every role of the process. */
 export async function openStores(config: Config, metrics?: PromRegistry): Promise<Stores> {
   const registry = SchemaRegistry.load();
-  const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
+  const store = new SchemaCheckedStore(
+    await openEventStore(config),
+    registry,
+    metrics,
+    config.profile === 'embedded' && config.apiThreads > 0,
+  );
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
     const checkpoints = new FileCheckpoints(join(config.dataDir, 'checkpoints'));
@@ -195,7 +196,9 @@ export async function startNode(
     };
   }
 
-  const reads = consistency(readStore, stores.lastWrites, config.readWaitMs);
+  const waitFor: WaitForPosition = (names, position) =>
+    waitForPosition(readStore, names, position, config.readWaitMs);
+  const reads = consistency(stores.lastWrites, waitFor);
   const keys = await loadKeys(
     {
       configured: config.jwtPrivateKey,
@@ -322,49 +325,54 @@ export async function startNode(
 
   // Every role serves HTTP on HUB_PORT: the API role its routes, every role the operations
   // endpoints (/metrics, /healthz, /readyz), so each process is scraped and probed alike.
-  let mount: Array<(routes: Routes) => void> = [];
-  if (roles.includes('api')) {
-    const hub: HubContext = {
+  if (roles.includes('api') && config.profile === 'embedded' && config.apiThreads > 0) {
+    // The API threads serve all of it, the main thread keeping what they share (api/threads.ts).
+    const threads = await startApiThreads({
       config,
       logger,
-      store,
-      readStore,
-      consistency: reads,
-      keys,
-      limiter: stores.limiter,
-      eventLog: stores.eventLog,
-      deliveries: stores.deliveries,
-      captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
-      deviceCa: await loadDeviceCa({
-        certPem: config.deviceCaCert,
-        keyPem: config.deviceCaKey,
-        dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
-        redis: stores.redis,
-      }),
-      publicUrl,
-    };
-    mount = [
-      authRoutes(hub),
-      appRoutes(hub),
-      profileRoutes(hub),
-      deviceRoutes(hub),
-      trailRoutes(hub),
-      callbackRoutes(hub),
-      webhookRoutes(hub),
-    ];
+      metrics,
+      owned: { ...stores, waitFor },
+      readiness,
+    });
+    closers.push(() => threads.stop());
+    url = threads.url;
+  } else {
+    let mount: Array<(routes: Routes) => void> = [];
+    if (roles.includes('api')) {
+      const hub: HubContext = {
+        config,
+        logger,
+        store,
+        readStore,
+        consistency: reads,
+        keys,
+        limiter: stores.limiter,
+        eventLog: stores.eventLog,
+        deliveries: stores.deliveries,
+        captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
+        deviceCa: await loadDeviceCa({
+          certPem: config.deviceCaCert,
+          keyPem: config.deviceCaKey,
+          dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
+          redis: stores.redis,
+        }),
+        publicUrl,
+      };
+      mount = serviceRoutes(hub);
+    }
+    const { app } = createApp({ config, logger, metrics, readiness, mount });
+    const server: Server = createServer(app.callback());
+    server.keepAliveTimeout = 65_000;
+    server.listen(config.port, config.host);
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+    closers.push(() => closeServer(server, config.shutdownTimeoutMs / 2));
   }
-  const { app } = createApp({ config, logger, metrics, readiness, mount });
-  const server: Server = createServer(app.callback());
-  server.keepAliveTimeout = 65_000;
-  server.listen(config.port, config.host);
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   logger.info(
     { url, profile: config.profile, roles },
     `Device Hub (${config.profile}) running ${roles.join(', ')}, listening on ${url}`,
   );
-  closers.push(() => closeServer(server, config.shutdownTimeoutMs / 2));
 
   return {
     config,
@@ -408,16 +416,4 @@ async function openBus(config: Config, logger: Logger): Promise<Bus> {
     { topic: TOPICS.deliveries, partitions: config.kafkaPartitions },
   ]);
   return bus;
-}
-
-/** Stops accepting, lets in-flight requests finish within the bound, then cuts what is left. */
-async function closeServer(server: Server, timeoutMs: number): Promise<void> {
-  const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-  // Keep-alive connections busy now become idle when their request ends: close them as they do.
-  const idle = setInterval(() => server.closeIdleConnections(), 50);
-  server.closeIdleConnections();
-  const timer = setTimeout(() => server.closeAllConnections(), timeoutMs);
-  await closed;
-  clearInterval(idle);
-  clearTimeout(timer);
 }

@@ -39,9 +39,10 @@ export interface Metrics {
   httpDuration: Histogram<'method' | 'route' | 'status'>;
 }
 
-export function createMetrics(): Metrics {
+/** `processMetrics`: Node's own (CPU, memory, event loop), once per process: not on API threads. */
+export function createMetrics(o: { processMetrics?: boolean } = {}): Metrics {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry, prefix: 'hub_' });
+  if (o.processMetrics !== false) collectDefaultMetrics({ register: registry, prefix: 'hub_' });
   const httpDuration = new Histogram({
     name: 'hub_http_request_duration_seconds',
     help: 'HTTP request duration by method, route template and status code.',

@@ -17,7 +17,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     HUB_PORT: '0',
     HUB_LOG_LEVEL: 'silent',
     HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-test-')),
-    ...pick(process.env, /^HUB_(POSTGRES_URL|REDIS_URL|KAFKA_BROKERS|ESDB_URL)$/),
+    ...pick(process.env, /^HUB_(POSTGRES_URL|REDIS_URL|KAFKA_BROKERS|ESDB_URL|API_THREADS)$/),
     ...env,
   });
 }

@@ -43,33 +43,34 @@ export function authenticate(keys: Keys): Middleware {
   return async (ctx, next) => {
     const header = ctx.get('Authorization');
     // A request whose token fails is charged to its address: guessing tokens is rate limited too.
-    const refuse = (message: string) => {
-      chargeRateLimit(ctx, `address:${ctx.ip}`);
+    const refuse = async (message: string) => {
+      await chargeRateLimit(ctx, `address:${ctx.ip}`);
       return unauthorized(message);
     };
-    if (!/^Bearer\s+\S+$/i.test(header)) throw refuse('Send a bearer token: Authorization: Bearer <token>.');
+    if (!/^Bearer\s+\S+$/i.test(header))
+      throw await refuse('Send a bearer token: Authorization: Bearer <token>.');
     const token = header.slice(7).trim();
     const known = cache.get(token);
     if (known && known.exp * 1000 > Date.now()) {
       ctx.state.auth = known;
       ctx.state.caller = known.sub;
-      chargeRateLimit(ctx, `account:${known.sub}`);
+      await chargeRateLimit(ctx, `account:${known.sub}`);
       return next();
     }
     try {
       await verify(ctx, async () => {});
     } catch (err) {
       const e = err as { status?: number; message?: string };
-      if (e.status === 401) throw refuse(`Invalid token: ${e.message ?? 'not accepted'}.`);
+      if (e.status === 401) throw await refuse(`Invalid token: ${e.message ?? 'not accepted'}.`);
       throw err;
     }
     const claims = ctx.state.auth as Claims;
     if (typeof claims?.sub !== 'string' || !Array.isArray(claims.scopes))
-      throw refuse('Invalid token: claims missing.');
+      throw await refuse('Invalid token: claims missing.');
     if (cache.size >= MAX_VERIFIED) cache.delete(cache.keys().next().value as string);
     cache.set(token, claims);
     ctx.state.caller = claims.sub;
-    chargeRateLimit(ctx, `account:${claims.sub}`);
+    await chargeRateLimit(ctx, `account:${claims.sub}`);
     await next();
   };
 }

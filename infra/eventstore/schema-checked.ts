@@ -23,7 +23,11 @@ export class SchemaCheckedStore implements EventStore {
   private readonly registry: SchemaRegistry;
   private readonly appendDuration: Histogram<'outcome'> | undefined;
 
-  constructor(inner: EventStore, registry: SchemaRegistry, metrics?: Registry) {
+  /**
+   * `sharedWithThreads`: this process's other threads append through this store too (the API
+   * threads): then it is not this thread's alone, and its aggregate caches must not pass for the state.
+   */
+  constructor(inner: EventStore, registry: SchemaRegistry, metrics?: Registry, sharedWithThreads = false) {
     this.inner = inner;
     this.registry = registry;
     this.appendDuration =
@@ -36,7 +40,7 @@ export class SchemaCheckedStore implements EventStore {
         registers: [metrics],
       });
     this.kind = inner.kind;
-    this.exclusiveWriter = inner.exclusiveWriter === true;
+    this.exclusiveWriter = inner.exclusiveWriter === true && !sharedWithThreads;
   }
 
   async append(stream: string, events: NewEvent[], expected?: ExpectedRevision): Promise<AppendResult> {

@@ -10,6 +10,7 @@ import { createApp } from '../../api/app.ts';
 import { consistency, MemoryLastWrites } from '../../api/consistency.ts';
 import { MemoryReadStore } from '../../infra/readstore/memory.ts';
 import { createMetrics } from '../../infra/telemetry.ts';
+import { waitForPosition } from '../../projections/consistency.ts';
 import { ProjectionMetrics, ProjectionRunner } from '../../projections/runner.ts';
 import { streamCatalog } from '../../projections/streams.ts';
 import { memoryLogger, request, testConfig } from '../harness.ts';
@@ -28,7 +29,9 @@ describe('read-your-writes (e2e)', () => {
     logger,
     metrics: new ProjectionMetrics(metrics.registry),
   });
-  const reads = consistency(readStore, new MemoryLastWrites(), config.readWaitMs);
+  const reads = consistency(new MemoryLastWrites(), (projections, position) =>
+    waitForPosition(readStore, projections, position, config.readWaitMs),
+  );
   let url = '';
   let close = async () => {};
 

@@ -1,0 +1,260 @@
+// The HTTP API on worker threads (embedded profile, HUB_API_THREADS > 0). Every thread serves every
+// route on the same port (the kernel spreads connections among them: SO_REUSEPORT), while the
+// main thread keeps what must be one: the event store's writer and its authoritative revisions,
+// the read models, the callers' last writes, the event log and the delivery store. A thread
+// reaches them through a ThreadChannel, as an API process of the distributed profile reaches Redis
+// and PostgreSQL: the same routes and aggregate code, with the store "not written by this thread
+// alone" (each append checks the stream's revision, see infra/eventstore/aggregate.ts).
+//
+// Why: HTTP parsing, Koa, tokens, bodies and answers are most of a request's CPU; on one thread
+// they bound the hub to one core. This file is both sides: the main thread's (startApiThreads)
+// and the thread's body (at the bottom), as the SQLite writer is.
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { pino } from 'pino';
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
+import type { Config } from '../infra/config.ts';
+import {
+  DuplicateEventIdError,
+  type EventStore,
+  WrongExpectedRevisionError,
+} from '../infra/eventstore/port.ts';
+import type { Limiter } from '../infra/limits.ts';
+import type { ReadStore } from '../infra/readstore/port.ts';
+import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
+import { errorsCrossThreads, ThreadChannel } from '../infra/threads.ts';
+import type { DeliveryStore } from '../processors/deliveries.ts';
+import type { EventLog } from '../processors/eventlog.ts';
+import { ProjectionLagError } from '../projections/consistency.ts';
+import { SchemaError } from '../schemas/registry.ts';
+import { closeServer, createApp, type ReadinessCheck } from './app.ts';
+import { appRoutes } from './apps/routes.ts';
+import { captchaCheck } from './auth/captcha.ts';
+import { loadKeys } from './auth/keys.ts';
+import { authRoutes } from './auth/routes.ts';
+import { callbackRoutes } from './callbacks/routes.ts';
+import { consistency, type LastWrites, type WaitForPosition } from './consistency.ts';
+import type { HubContext } from './context.ts';
+import { loadDeviceCa } from './devices/ca.ts';
+import { deviceRoutes } from './devices/routes.ts';
+import { trailRoutes } from './devices/trails.ts';
+import { HttpError } from './errors.ts';
+import { RateLimiter } from './http.ts';
+import { profileRoutes } from './profiles/routes.ts';
+import type { Routes } from './routes.ts';
+import { webhookRoutes } from './webhooks/routes.ts';
+
+/** Every service's routes: the API role, on the main thread or on an API thread. */
+export function serviceRoutes(hub: HubContext): Array<(routes: Routes) => void> {
+  return [
+    authRoutes(hub),
+    appRoutes(hub),
+    profileRoutes(hub),
+    deviceRoutes(hub),
+    trailRoutes(hub),
+    callbackRoutes(hub),
+    webhookRoutes(hub),
+  ];
+}
+
+// The errors the routes tell apart (api/errors.ts, the aggregate's retry) arrive as themselves.
+errorsCrossThreads(
+  WrongExpectedRevisionError,
+  DuplicateEventIdError,
+  ProjectionLagError,
+  SchemaError,
+  HttpError,
+);
+
+// What an API thread may call on the main thread: the methods the routes use, no more.
+const SERVED = {
+  store: ['append', 'readStream', 'readAll', 'head'],
+  readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
+  lastWrites: ['get', 'record'],
+  reads: ['waitFor'],
+  limiter: ['hit'],
+  eventLog: ['list', 'get'],
+  deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
+} as const;
+
+/** What the main thread owns and the API threads use. */
+export interface Owned {
+  store: EventStore;
+  readStore: ReadStore;
+  lastWrites: LastWrites;
+  waitFor: WaitForPosition;
+  limiter: Limiter;
+  eventLog: EventLog;
+  deliveries: DeliveryStore;
+}
+
+interface ThreadData {
+  config: Config;
+  level: string;
+  port: number;
+  readiness: string[];
+  storeKind: string;
+}
+
+export interface ApiThreads {
+  url: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `config.apiThreads` API threads, one after the other (the first one picks the port when
+ * HUB_PORT is 0, and creates the keys a fresh data directory lacks; the others follow it).
+ * The main thread's own metrics are then served by the threads, the HTTP histogram summed over them.
+ */
+export async function startApiThreads(o: {
+  config: Config;
+  logger: Logger;
+  metrics: Metrics;
+  owned: Owned;
+  readiness: Record<string, ReadinessCheck>;
+}): Promise<ApiThreads> {
+  const { config, logger, metrics, owned } = o;
+  // Every thread's requests are counted by that thread; scrape() sums them.
+  metrics.registry.removeSingleMetric('hub_http_request_duration_seconds');
+  const destination = (logger as unknown as Record<symbol, { write(line: string): void }>)[
+    pino.symbols.streamSym
+  ]!;
+  const threads: Array<{ worker: Worker; channel: ThreadChannel }> = [];
+  const scrape = async (): Promise<string> => {
+    const parts = (await Promise.all(
+      threads.map((t) => t.channel.call('metrics', 'json', [])),
+    )) as MetricObjectWithValues<MetricValue<string>>[][];
+    return Registry.merge([metrics.registry, AggregatorRegistry.aggregate(parts)]).metrics();
+  };
+  const stop = async () => {
+    // Each thread stops taking requests and finishes those in flight, while the main thread still
+    // answers their calls; then it ends.
+    await Promise.all(
+      threads.map(async ({ worker, channel }) => {
+        await channel.call('thread', 'stop', [config.shutdownTimeoutMs / 2]).catch(() => {});
+        await worker.terminate();
+      }),
+    );
+  };
+  // One budget per caller for the whole process, whichever thread its connections reach.
+  const rateLimiter = new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst);
+  let port = config.port;
+  try {
+    for (let i = 0; i < config.apiThreads; i++) {
+      const data: ThreadData = {
+        config,
+        level: logger.level,
+        port,
+        readiness: Object.keys(o.readiness),
+        storeKind: owned.store.kind,
+      };
+      const worker = new Worker(new URL(import.meta.url), { workerData: { apiThread: data } });
+      const channel = new ThreadChannel(worker);
+      threads.push({ worker, channel });
+      const listening = Promise.withResolvers<number>();
+      worker.once('error', listening.reject);
+      worker.once('exit', (code) => {
+        const gone = new Error(`API thread ${i + 1} exited (${code})`);
+        channel.close(gone);
+        listening.reject(gone);
+      });
+      for (const [name, methods] of Object.entries(SERVED)) {
+        channel.serve(
+          name,
+          name === 'reads' ? { waitFor: owned.waitFor } : owned[name as keyof Owned],
+          methods,
+        );
+      }
+      channel.serve('rateLimiter', rateLimiter, ['take']);
+      channel.serve(
+        'node',
+        {
+          ready: (check: string) => o.readiness[check]?.(),
+          scrape,
+          log: (line: string) => destination.write(line),
+          listening: (at: number) => listening.resolve(at),
+        },
+        ['ready', 'scrape', 'log', 'listening'],
+      );
+      port = await listening.promise;
+    }
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  return { url: `http://${host}:${port}`, stop };
+}
+
+async function runApiThread(data: ThreadData): Promise<void> {
+  const { config } = data;
+  const channel = new ThreadChannel(parentPort!);
+  const logger = createLogger(data.level, { write: (line: string) => channel.send('node', 'log', [line]) });
+  const metrics = createMetrics({ processMetrics: false });
+  channel.serve('metrics', { json: () => metrics.registry.getMetricsAsJSON() }, ['json']);
+  const remote = <T>(name: keyof typeof SERVED, fixed: Partial<T> = {}) =>
+    channel.remote<T>(name, SERVED[name], fixed);
+  const store = remote<EventStore>('store', {
+    kind: data.storeKind,
+    exclusiveWriter: false,
+    subscribe: () => {
+      throw new Error('subscriptions run on the main thread');
+    },
+    close: async () => {},
+  });
+  const readStore = remote<ReadStore>('readStore', { kind: 'main thread' });
+  const { waitFor } = remote<{ waitFor: WaitForPosition }>('reads');
+  let url = '';
+  const hub: HubContext = {
+    config,
+    logger,
+    store,
+    readStore,
+    consistency: consistency(remote<LastWrites>('lastWrites'), waitFor),
+    keys: await loadKeys({ configured: config.jwtPrivateKey, dataDir: config.dataDir }, logger),
+    limiter: remote<Limiter>('limiter'),
+    eventLog: remote<EventLog>('eventLog'),
+    deliveries: remote<DeliveryStore>('deliveries'),
+    captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
+    deviceCa: await loadDeviceCa({
+      certPem: config.deviceCaCert,
+      keyPem: config.deviceCaKey,
+      dataDir: config.dataDir,
+    }),
+    publicUrl: () => config.publicUrl || url,
+  };
+  const readiness = Object.fromEntries(
+    data.readiness.map((name) => [name, () => channel.call('node', 'ready', [name]) as Promise<void>]),
+  );
+  const { app } = createApp({
+    config,
+    logger,
+    metrics,
+    readiness,
+    mount: serviceRoutes(hub),
+    // Off (0) costs no call; on, each charge asks the main thread's buckets.
+    rateLimiter:
+      config.rateLimitPerSecond > 0
+        ? { take: (key: string) => channel.call('rateLimiter', 'take', [key]) as Promise<number> }
+        : undefined,
+    scrape: () => channel.call('node', 'scrape', []) as Promise<string>,
+  });
+  const server: Server = createServer(app.callback());
+  server.keepAliveTimeout = 65_000;
+  server.listen({ port: data.port, host: config.host, reusePort: true });
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+  channel.serve('thread', { stop: (ms: number) => closeServer(server, ms) }, ['stop']);
+  await channel.call('node', 'listening', [port]);
+}
+
+if (!isMainThread && workerData?.apiThread) {
+  runApiThread(workerData.apiThread as ThreadData).catch((err: unknown) => {
+    // The main thread sees the thread end ('exit'); the reason goes to stderr.
+    console.error(err);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,167 @@
+// Calls between the threads of one process. An object served on one end of a port is called from
+// the other end as if it were local, each method answering a promise: the embedded profile's API
+// threads reach what the main thread owns (the event store, the read models, the event log, the
+// delivery store) this way, as the distributed profile's API processes reach Redis and PostgreSQL.
+//
+// Messages of one turn of the event loop travel together, as one array: at thousands of calls a
+// second a message per call would cost more than the calls (the SQLite writer batches likewise).
+
+/** What both ends of a worker_threads channel offer: a Worker, parentPort or a MessagePort. */
+export interface Endpoint {
+  postMessage(value: unknown): void;
+  on(event: 'message', listener: (value: unknown) => void): unknown;
+}
+
+/** A call (`id` > 0 expects an answer, 0 does not), or an answer (`-id`). */
+type Message =
+  | [id: number, target: string, method: string, args: unknown[]]
+  | [id: number, ok: boolean, value: unknown];
+
+const crossingErrors = new Map<string, { prototype: Error }>();
+/**
+ * Error classes that cross as themselves: the callee's error arrives as an instance of the same
+ * class, its own fields kept (a WrongExpectedRevisionError still has `actual`), so `instanceof`
+ * holds where the caller tells errors apart. Any other error arrives as an Error with its message.
+ */
+export function errorsCrossThreads(...classes: Array<{ prototype: Error; name: string }>): void {
+  for (const c of classes) crossingErrors.set(c.name, c);
+}
+
+interface ErrorShape {
+  name: string;
+  message: string;
+  fields: Record<string, unknown>;
+}
+
+function errorOut(err: unknown): ErrorShape {
+  if (!(err instanceof Error)) return { name: 'Error', message: String(err), fields: {} };
+  return { name: err.name, message: err.message, fields: { ...err } };
+}
+
+function errorIn(shape: ErrorShape): Error {
+  const known = crossingErrors.get(shape.name);
+  const err: Error = known ? Object.create(known.prototype) : new Error(shape.message);
+  Object.assign(err, shape.fields);
+  Object.defineProperty(err, 'message', { value: shape.message, writable: true, configurable: true });
+  if (known)
+    Object.defineProperty(err, 'stack', {
+      value: `${shape.name}: ${shape.message}\n    (from another thread)`,
+      writable: true,
+      configurable: true,
+    });
+  return err;
+}
+
+export class ThreadChannel {
+  private readonly endpoint: Endpoint;
+  private readonly served = new Map<string, { target: object; methods: ReadonlySet<string> }>();
+  private readonly waiting = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
+  private nextId = 1;
+  private outbox: Message[] = [];
+  private closed: Error | undefined;
+
+  constructor(endpoint: Endpoint) {
+    this.endpoint = endpoint;
+    endpoint.on('message', (batch) => {
+      for (const m of batch as Message[]) this.receive(m);
+    });
+  }
+
+  /** Serves the listed methods of `target` under `name` to the other end (no others). */
+  serve(name: string, target: object, methods: readonly string[]): void {
+    this.served.set(name, { target, methods: new Set(methods) });
+  }
+
+  call(target: string, method: string, args: unknown[]): Promise<unknown> {
+    if (this.closed) return Promise.reject(this.closed);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.post([id, target, method, args]);
+    });
+  }
+
+  /** A call whose answer nobody waits for (a log line). */
+  send(target: string, method: string, args: unknown[]): void {
+    if (!this.closed) this.post([0, target, method, args]);
+  }
+
+  /**
+   * The other end's `name` as an object of this end: each listed method calls across; `fixed`
+   * adds what is known here without asking (a store's kind, its flags).
+   */
+  remote<T>(name: string, methods: readonly string[], fixed: Partial<T> = {}): T {
+    const out: Record<string, unknown> = { ...fixed };
+    for (const method of methods) out[method] = (...args: unknown[]) => this.call(name, method, args);
+    return out as T;
+  }
+
+  /** The other end is gone: what still waits for an answer fails, later calls too. */
+  close(reason: Error): void {
+    this.closed = reason;
+    for (const w of this.waiting.values()) w.reject(reason);
+    this.waiting.clear();
+  }
+
+  private post(message: Message): void {
+    if (this.outbox.push(message) === 1) setImmediate(() => this.flush());
+    else if (this.outbox.length >= 64) this.flush();
+  }
+
+  private flush(): void {
+    if (this.outbox.length === 0) return;
+    const batch = this.outbox;
+    this.outbox = [];
+    try {
+      this.endpoint.postMessage(batch);
+    } catch (err) {
+      // A value that cannot be cloned: each message on its own, so that one fails alone.
+      for (const m of batch) this.postOne(m, err as Error);
+    }
+  }
+
+  private postOne(m: Message, batchError: Error): void {
+    try {
+      this.endpoint.postMessage([m]);
+    } catch {
+      if (m[0] < 0) this.endpoint.postMessage([[m[0], false, errorOut(batchError)]]);
+      else if (m[0] > 0) this.settle(m[0], false, errorOut(batchError));
+    }
+  }
+
+  private receive(m: Message): void {
+    const id = m[0];
+    if (id < 0) {
+      this.settle(-id, m[1] as boolean, m[2]);
+      return;
+    }
+    const [, target, method, args] = m as [number, string, string, unknown[]];
+    const answer = (ok: boolean, value: unknown) => {
+      if (id > 0) this.post([-id, ok, ok ? value : errorOut(value)]);
+    };
+    try {
+      const served = this.served.get(target);
+      const fn = served?.methods.has(method)
+        ? (served.target as Record<string, (...args: unknown[]) => unknown>)[method]
+        : undefined;
+      if (typeof fn !== 'function') throw new Error(`no method ${target}.${method} served on this thread`);
+      const result = fn.apply(served!.target, args);
+      if (result instanceof Promise)
+        result.then(
+          (v) => answer(true, v),
+          (e) => answer(false, e),
+        );
+      else answer(true, result);
+    } catch (err) {
+      answer(false, err);
+    }
+  }
+
+  private settle(id: number, ok: boolean, value: unknown): void {
+    const w = this.waiting.get(id);
+    if (!w) return;
+    this.waiting.delete(id);
+    if (ok) w.resolve(value);
+    else w.reject(errorIn(value as ErrorShape));
+  }
+}
