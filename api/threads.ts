@@ -16,9 +16,13 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
+import { appendedElsewhere } from '../infra/eventstore/aggregate.ts';
 import {
   DuplicateEventIdError,
   type EventStore,
+  type ExpectedRevision,
+  type NewEvent,
+  type RecordedEvent,
   WrongExpectedRevisionError,
 } from '../infra/eventstore/port.ts';
 import type { Limiter } from '../infra/limits.ts';
@@ -138,6 +142,30 @@ export async function startApiThreads(o: {
       }),
     );
   };
+  // A thread's appends are told to the other threads, whose cached states then stay current.
+  const storeOf = (self: ThreadChannel) => ({
+    append: async (stream: string, events: NewEvent[], expected?: ExpectedRevision) => {
+      const result = await owned.store.append(stream, events, expected);
+      const n = events.length;
+      const created = result.created ?? Date.now();
+      const recorded: RecordedEvent[] = events.map((e, i) => ({
+        id: e.id,
+        type: e.type,
+        data: e.data,
+        stream,
+        revision: result.nextRevision - n + 1 + i,
+        position: result.position - n + 1 + i,
+        created,
+        metadata: {},
+      }));
+      for (const t of threads)
+        if (t.channel !== self) t.channel.send('appended', 'apply', [stream, recorded]);
+      return result;
+    },
+    readStream: owned.store.readStream.bind(owned.store),
+    readAll: owned.store.readAll.bind(owned.store),
+    head: owned.store.head.bind(owned.store),
+  });
   // One budget per caller for the whole process, whichever thread its connections reach.
   const rateLimiter = new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst);
   let port = config.port;
@@ -163,7 +191,11 @@ export async function startApiThreads(o: {
       for (const [name, methods] of Object.entries(SERVED)) {
         channel.serve(
           name,
-          name === 'reads' ? { waitFor: owned.waitFor } : owned[name as keyof Owned],
+          name === 'reads'
+            ? { waitFor: owned.waitFor }
+            : name === 'store'
+              ? storeOf(channel)
+              : owned[name as keyof Owned],
           methods,
         );
       }
@@ -204,6 +236,11 @@ async function runApiThread(data: ThreadData): Promise<void> {
     },
     close: async () => {},
   });
+  channel.serve(
+    'appended',
+    { apply: (stream: string, events: RecordedEvent[]) => appendedElsewhere(store, stream, events) },
+    ['apply'],
+  );
   const readStore = remote<ReadStore>('readStore', { kind: 'main thread' });
   const { waitFor } = remote<{ waitFor: WaitForPosition }>('reads');
   let url = '';

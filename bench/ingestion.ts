@@ -181,7 +181,7 @@ async function main() {
   results.push(
     ...(await hubRun(
       'embedded (SQLite, in-process read models)',
-      {},
+      { HUB_API_THREADS: '0' },
       'embedded, `GET /devices/{id}` instead (the floor: HTTP, Koa, auth, a read; nothing appended)',
     )),
   );
@@ -236,32 +236,35 @@ Targets: embedded ≥ 5,000 requests/s with p99 ≤ 50 ms, and at least 30 % of 
 ${table.join('\n')}
 
 Where the time goes (measured on the embedded hub under this load, with \`perf\` and V8's profiler):
-its main thread is the limit, at 99 % of a core while the machine is about 70 % busy in all (the
-load generator about 35 %, the SQLite writer thread about 10 %). A PATCH that changes nothing costs
-that thread about 114 µs (84 in user space, 30 in the kernel), a GET 67 µs (51 and 16). A third of
-the difference is the body (reading, parsing, the schema check) and the command's own steps
-(state, decision, the queue per stream); most of the rest is in the kernel: writing a response to
-the loopback wakes the load generator on the other core, and that wake-up alone is 15 % of the main
-thread (\`perf\`: \`_raw_spin_unlock_irqrestore\` under \`tcp_v4_rcv\`, in the hub's \`write\`). It
-costs more the slower the hub is, the generator being asleep more often when a response comes.
-Requests that append wait for the group commit on the writer thread. The queue is posted to it
-every 32 appends rather than once a turn (a saturated turn answers over a hundred requests), so a
-caller hears of its commit a turn sooner: +4 % (7,921 against 7,578 requests/s, three warm runs
-each), the changed requests' p50 19 → 16 ms. Every request changing the map runs at about 7,100/s.
-Koa with its router and middleware is about a fifth
-of the main thread. The floor row is the same hub on \`GET /devices/{id}\`, which appends nothing.
-Kept because measured: appends posted every 32 (above), the SQLite writer on a thread of its own (+5 %: 6,584 against 6,253
-requests/s, the mean of three runs each), checkpoints written in place (one write instead of a write
-and a rename), verified tokens cached until they expire, aggregate states cached (authoritative on
-the embedded store, so a metadata request reads nothing), request ids from a counter, device
-secrets unsealed once. Tried and not kept (no gain beyond the runs' spread): writing the responses of
-a turn together (corked sockets, one wake-up for many), running without the change pipeline.
-Not met: 30 % of the bare server, about 10,500 requests/s or 95 µs of one thread per request on
-average, against about 125 µs now, of which no one part is more than a fifth. What would meet it is
-the HTTP work on two threads: the two \`node:http spending ${SPIN_US} µs\` rows are a server that, on one
-thread, answers about the hub's rate, and the same server on two threads listening on one port. The
-hub on two threads needs its read models, caches and read-your-writes bookkeeping shared between
-them (they are per thread today).
+on one thread (the default, \`HUB_API_THREADS=0\`) its main thread is the limit, at 99 % of a core
+while the machine is about 70 % busy in all (the load generator about 35 %, the SQLite writer thread
+about 10 %): about 125 µs of it per request, of which no one part is more than a fifth. Koa with its
+router and middleware is about a fifth; writing a response to the loopback, which wakes the load
+generator on the other core, about 15 % (\`perf\`: \`_raw_spin_unlock_irqrestore\` under
+\`tcp_v4_rcv\`, in the hub's \`write\`); a changed map's append about a quarter of its request.
+The two \`node:http spending ${SPIN_US} µs\` rows are a server that, on one thread, answers about that
+rate, and the same server on two threads listening on one port: what two threads can buy here.
+
+With \`HUB_API_THREADS=2\` two worker threads serve HTTP on the one port (the kernel spreads the
+connections), each running the same Koa app, and the main thread keeps what they share (the event
+store's writer, read models, callers' last writes, rate limits), called through a channel that sends
+the calls of one turn as one message. A thread decides a command on its cached state and the append
+checks the stream's revision; the main thread tells each thread of the other's appends, so that
+its cached states stay current (without that, half the changed requests met a revision conflict
+and read the stream again: 9,100 requests/s instead of about 10,500 in the same setup), and a read
+of a stream's tail past the revision the store last committed answers without a query. Per-thread
+CPU under this load: each API thread about 45 % of a core, the main thread about 36 %, the writer
+about 16 %; the machine is not quite saturated, the calls between threads adding latency.
+
+Kept because measured: appends posted to the writer every 32 rather than once a turn (+4 %: 7,921
+against 7,578 requests/s, three warm runs each), the SQLite writer on a thread of its own (+5 %),
+checkpoints written in place, verified tokens cached until they expire, aggregate states cached
+(authoritative on the embedded store when one thread writes, so a metadata request reads nothing),
+request ids from a counter, device secrets unsealed once. Tried and not kept (no gain beyond the
+runs' spread): writing the responses of a turn together (corked sockets), running without the change
+pipeline, the channel's messages sent at the end of each task rather than of each turn.
+Not met: 30 % of the bare server. The bare server's own rate moves between runs (35,280 to 42,227
+requests/s this week), and so does the target with it.
 `;
   writeSection('ingestion', body);
   recordFigures(
@@ -272,7 +275,7 @@ them (they are per thread today).
       .map((r) => {
         const embedded = r.target.startsWith('embedded');
         return {
-          benchmark: 'device-meta ingestion, 128 connections',
+          benchmark: `device-meta ingestion, 128 connections${r.target.includes('2 threads') ? ', API on 2 threads' : ''}`,
           profile: embedded ? 'embedded' : 'distributed',
           value: r.rps,
           unit: `requests/s (p99 ${fmt(r.p99)} ms)`,

@@ -50,19 +50,42 @@ export class StateCache<S> {
  * The process's cache for one store and one kind of aggregate: every load and command on that
  * kind shares it, so that on a store this process alone writes (SQLite) it is authoritative.
  */
-const caches = new WeakMap<EventStore, WeakMap<object, StateCache<unknown>>>();
+const caches = new WeakMap<EventStore, Map<Evolver<unknown>, StateCache<unknown>>>();
 export function cacheOf<S>(store: EventStore, evolver: Evolver<S>): StateCache<S> {
   let byKind = caches.get(store);
   if (!byKind) {
-    byKind = new WeakMap();
+    byKind = new Map();
     caches.set(store, byKind);
   }
-  let cache = byKind.get(evolver);
+  let cache = byKind.get(evolver as Evolver<unknown>);
   if (!cache) {
     cache = new StateCache();
-    byKind.set(evolver, cache);
+    byKind.set(evolver as Evolver<unknown>, cache);
   }
   return cache as StateCache<S>;
+}
+
+/**
+ * Events of one stream that another thread appended to the same store (the main thread tells the
+ * API threads): a cached state of the stream just before them moves on, so that this thread's next
+ * command on it decides on the current state instead of missing its append; one further behind is
+ * forgotten (the next load reads the stream).
+ */
+export function appendedElsewhere(store: EventStore, stream: string, events: RecordedEvent[]): void {
+  const first = events[0];
+  const last = events.at(-1);
+  if (!first || !last) return;
+  for (const [evolver, cache] of caches.get(store) ?? []) {
+    const cached = cache.get(stream);
+    if (!cached || cached.revision >= last.revision) continue;
+    if (cached.revision !== first.revision - 1) {
+      cache.delete(stream);
+      continue;
+    }
+    let state = cached.state;
+    for (const e of events) state = evolver.evolve(state, e);
+    cache.set(stream, { state, revision: last.revision });
+  }
 }
 
 export async function load<S>(

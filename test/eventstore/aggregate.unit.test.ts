@@ -1,0 +1,44 @@
+// appendedElsewhere: what an API thread does with another thread's appends to its cached states.
+import assert from 'node:assert/strict';
+import { appendedElsewhere, cacheOf, type Evolver } from '../../infra/eventstore/aggregate.ts';
+import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.ts';
+
+const counter: Evolver<{ n: number }> = {
+  initial: () => ({ n: 0 }),
+  evolve: (s, e) => ({ n: s.n + (e.data as { by: number }).by }),
+};
+const event = (stream: string, revision: number, by: number): RecordedEvent => ({
+  id: `${stream}-${revision}`,
+  type: 'Counted',
+  data: { by },
+  stream,
+  revision,
+  position: revision + 1,
+  created: 0,
+  metadata: {},
+});
+
+describe('aggregate caches told of appends elsewhere (unit)', () => {
+  const store = { kind: 'test' } as EventStore; // only its identity keys the caches
+  const cache = cacheOf(store, counter);
+
+  it('a state cached just before the events moves on by them', () => {
+    cache.set('a', { state: { n: 1 }, revision: 0 });
+    appendedElsewhere(store, 'a', [event('a', 1, 2), event('a', 2, 3)]);
+    assert.deepEqual(cache.get('a'), { state: { n: 6 }, revision: 2 });
+  });
+
+  it('a state further behind is forgotten; one already past them is left alone', () => {
+    cache.set('b', { state: { n: 1 }, revision: 0 });
+    appendedElsewhere(store, 'b', [event('b', 3, 5)]);
+    assert.equal(cache.get('b'), undefined);
+    cache.set('c', { state: { n: 9 }, revision: 4 });
+    appendedElsewhere(store, 'c', [event('c', 3, 5), event('c', 4, 1)]);
+    assert.deepEqual(cache.get('c'), { state: { n: 9 }, revision: 4 });
+  });
+
+  it('a stream not cached stays so', () => {
+    appendedElsewhere(store, 'd', [event('d', 0, 1)]);
+    assert.equal(cache.get('d'), undefined);
+  });
+});
