@@ -11,6 +11,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import type { Redis } from 'ioredis';
 import { type InMessage, type OutMessage, SCHEMA_HEADER } from '../infra/bus/port.ts';
 import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../infra/checkpointer.ts';
+import { ThreadChannel } from '../infra/threads.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import type { WebhookEvent } from './derive.ts';
 
@@ -550,13 +551,24 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 }
 
-type Call = [id: number, method: keyof SqliteDeliveryStore, args: unknown[]];
-type Reply = [id: number, ok: boolean, value: unknown];
+/** What the thread serves of its SqliteDeliveryStore. */
+const THREAD_METHODS = [
+  'enqueueRows',
+  'claimRows',
+  'renew',
+  'finishRow',
+  'nextDue',
+  'pending',
+  'attempts',
+  'attempt',
+  'attemptsOfEvent',
+  'close',
+] as const satisfies readonly (keyof SqliteDeliveryStore)[];
 
 /**
  * The SQLite store on a thread of its own (what the embedded profile runs): SQLite's work, a
  * third of a delivery's cost on one thread, runs beside the HTTP work instead of before it. Calls
- * made within one turn of the event loop travel as one message, and so do their answers. If the
+ * go through a ThreadChannel (those of one turn as one message, and their answers too). If the
  * thread dies, the calls waiting on it fail (their jobs are claimed again when their leases end)
  * and the next call starts a new one on the same file.
  */
@@ -564,10 +576,7 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   private readonly path: string;
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
-  private worker: Worker | undefined;
-  private readonly waiting = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-  private outbox: Call[] = [];
-  private ids = 0;
+  private running: { worker: Worker; channel: ThreadChannel } | undefined;
 
   constructor(path: string, o: { retentionMs: number }) {
     this.path = path;
@@ -575,44 +584,27 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     this.emitter.setMaxListeners(0);
   }
 
-  private thread(): Worker {
-    if (this.worker) return this.worker;
+  private thread(): ThreadChannel {
+    if (this.running) return this.running.channel;
     const worker = new Worker(new URL(import.meta.url), {
       workerData: { deliveryStore: { path: this.path, retentionMs: this.retentionMs } },
     });
-    worker.on('message', (m: { replies?: Reply[]; enqueued?: true }) => {
-      if (m.enqueued) this.emitter.emit('enqueue');
-      for (const [id, ok, value] of m.replies ?? []) {
-        const w = this.waiting.get(id);
-        this.waiting.delete(id);
-        if (ok) w?.resolve(value);
-        else w?.reject(new Error(value as string));
-      }
-    });
+    const channel = new ThreadChannel(worker);
+    channel.serve('events', { enqueued: () => this.emitter.emit('enqueue') }, ['enqueued']);
+    const running = { worker, channel };
     const gone = (err: Error) => {
-      if (this.worker !== worker) return;
-      this.worker = undefined;
-      for (const w of this.waiting.values()) w.reject(err);
-      this.waiting.clear();
+      if (this.running !== running) return;
+      this.running = undefined;
+      channel.close(err);
     };
     worker.on('error', gone);
     worker.on('exit', (code) => gone(new Error(`the delivery store's thread exited (${code})`)));
-    this.worker = worker;
-    return worker;
+    this.running = running;
+    return channel;
   }
 
-  private call<T>(method: keyof SqliteDeliveryStore, ...args: unknown[]): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const id = this.ids++;
-      this.waiting.set(id, { resolve: resolve as (v: unknown) => void, reject });
-      this.outbox.push([id, method, args]);
-      if (this.outbox.length === 1)
-        setImmediate(() => {
-          const calls = this.outbox;
-          this.outbox = [];
-          this.thread().postMessage(calls);
-        });
-    });
+  private call<T>(method: (typeof THREAD_METHODS)[number], ...args: unknown[]): Promise<T> {
+    return this.thread().call('store', method, args) as Promise<T>;
   }
 
   // Jobs and attempts cross to the thread as JSON (made here) and come back as JSON (parsed here):
@@ -657,10 +649,10 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     return () => this.emitter.off('enqueue', listener);
   }
   async close(): Promise<void> {
-    if (!this.worker && this.waiting.size === 0) return;
+    if (!this.running) return;
     await this.call('close');
-    const worker = this.worker;
-    this.worker = undefined;
+    const worker = this.running?.worker;
+    this.running = undefined;
     await worker?.terminate();
     this.emitter.removeAllListeners();
   }
@@ -670,27 +662,9 @@ export class ThreadedDeliveryStore implements DeliveryStore {
 if (!isMainThread && workerData?.deliveryStore) {
   const { path, retentionMs } = workerData.deliveryStore as { path: string; retentionMs: number };
   const store = new SqliteDeliveryStore(path, { retentionMs });
-  const port = parentPort!;
-  let replies: Reply[] = [];
-  const reply = (r: Reply) => {
-    replies.push(r);
-    if (replies.length === 1)
-      setImmediate(() => {
-        port.postMessage({ replies });
-        replies = [];
-      });
-  };
-  store.onEnqueue(() => port.postMessage({ enqueued: true }));
-  port.on('message', (calls: Call[]) => {
-    for (const [id, method, args] of calls) {
-      Promise.resolve()
-        .then(() => (store[method] as (...a: unknown[]) => unknown).apply(store, args))
-        .then(
-          (value) => reply([id, true, value]),
-          (err: Error) => reply([id, false, err.message]),
-        );
-    }
-  });
+  const channel = new ThreadChannel(parentPort!);
+  channel.serve('store', store, THREAD_METHODS);
+  store.onEnqueue(() => channel.send('events', 'enqueued', []));
 }
 
 // ARGV: now, retention, the lease's end; then per job its id, its body and whether to hold it
