@@ -16,7 +16,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
-import { appendedElsewhere } from '../infra/eventstore/aggregate.ts';
+import { appendedElsewhere, appendedEvents } from '../infra/eventstore/aggregate.ts';
 import {
   DuplicateEventIdError,
   type EventStore,
@@ -146,18 +146,7 @@ export async function startApiThreads(o: {
   const storeOf = (self: ThreadChannel) => ({
     append: async (stream: string, events: NewEvent[], expected?: ExpectedRevision) => {
       const result = await owned.store.append(stream, events, expected);
-      const n = events.length;
-      const created = result.created ?? Date.now();
-      const recorded: RecordedEvent[] = events.map((e, i) => ({
-        id: e.id,
-        type: e.type,
-        data: e.data,
-        stream,
-        revision: result.nextRevision - n + 1 + i,
-        position: result.position - n + 1 + i,
-        created,
-        metadata: {},
-      }));
+      const recorded = appendedEvents(stream, events, result);
       for (const t of threads)
         if (t.channel !== self) t.channel.send('appended', 'apply', [stream, recorded]);
       return result;
@@ -188,16 +177,13 @@ export async function startApiThreads(o: {
         channel.close(gone);
         listening.reject(gone);
       });
+      const served: Record<keyof typeof SERVED, object> = {
+        ...owned,
+        store: storeOf(channel),
+        reads: { waitFor: owned.waitFor },
+      };
       for (const [name, methods] of Object.entries(SERVED)) {
-        channel.serve(
-          name,
-          name === 'reads'
-            ? { waitFor: owned.waitFor }
-            : name === 'store'
-              ? storeOf(channel)
-              : owned[name as keyof Owned],
-          methods,
-        );
+        channel.serve(name, served[name as keyof typeof SERVED], methods);
       }
       channel.serve('rateLimiter', rateLimiter, ['take']);
       channel.serve(

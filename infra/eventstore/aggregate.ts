@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import {
   type AppendResult,
   type EventStore,
+  type NewEvent,
   type RecordedEvent,
   WrongExpectedRevisionError,
 } from './port.ts';
@@ -63,6 +64,26 @@ export function cacheOf<S>(store: EventStore, evolver: Evolver<S>): StateCache<S
     byKind.set(evolver as Evolver<unknown>, cache);
   }
   return cache as StateCache<S>;
+}
+
+/**
+ * The events of one append as recorded, without reading them back: numbered from the append's
+ * result, stamped `created` by the store within this millisecond or so (the next load reads the
+ * stored events).
+ */
+export function appendedEvents(stream: string, events: NewEvent[], appended: AppendResult): RecordedEvent[] {
+  const n = events.length;
+  const created = appended.created ?? Date.now();
+  return events.map((e, i) => ({
+    id: e.id,
+    type: e.type,
+    data: e.data,
+    stream,
+    revision: appended.nextRevision - n + 1 + i,
+    position: appended.position - n + 1 + i,
+    created,
+    metadata: {},
+  }));
 }
 
 /**
@@ -187,27 +208,11 @@ export function handle<S, T>(
         continue;
       }
       try {
-        const appended = await store.append(
-          stream,
-          events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data })),
-          revision < 0 ? 'no_stream' : revision,
-        );
-        // The state after the append, without reading it back (the store stamped `created` within
-        // this millisecond or so; the next load reads the stored events).
-        const now = appended.created ?? Date.now();
+        const newEvents = events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data }));
+        const appended = await store.append(stream, newEvents, revision < 0 ? 'no_stream' : revision);
+        // The state after the append, without reading it back.
         let after = state;
-        events.forEach((e, i) => {
-          after = evolver.evolve(after, {
-            id: '',
-            type: e.type,
-            data: e.data,
-            stream,
-            revision: revision + 1 + i,
-            position: appended.position - events.length + 1 + i,
-            created: now,
-            metadata: {},
-          });
-        });
+        for (const e of appendedEvents(stream, newEvents, appended)) after = evolver.evolve(after, e);
         cache.set(stream, { state: after, revision: appended.nextRevision });
         return { result, appended, state, after };
       } catch (err) {
