@@ -103,8 +103,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
 
   app.use(requestContext(logger, metrics));
   app.use(rateLimit(deps.rateLimiter ?? new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst)));
-  app.use(routes.router.routes());
-  app.use(routes.router.allowedMethods());
+  app.use(routes.middleware());
   return { app, routes };
 }
 

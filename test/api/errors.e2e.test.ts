@@ -120,8 +120,14 @@ describe('error model (e2e)', () => {
     assert.match(res.body.message, /webhooks\.write/);
   });
 
-  it('404 for an unknown route', async () => {
+  it('404 for an unknown route, also under a known first segment', async () => {
     assertShape(await request(`${url}/no/such/route`), 404, 'not_found');
+    assertShape(await request(`${url}/probe/no/such/route`), 404, 'not_found');
+  });
+
+  it('routes by path without regard to case (each first segment has its own router)', async () => {
+    const res = await request(`${url}/PROBE/items`, { method: 'DELETE' });
+    assertShape(res, 405, 'method_not_allowed');
   });
 
   it('405 for a known route with another method, with Allow', async () => {
