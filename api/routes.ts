@@ -55,7 +55,6 @@ const ERROR_SCHEMA = {
   },
 };
 
-/** `devices` of /devices/{id}/device-meta; lower case, as the routers match paths. */
 /** `devices` of /devices/{id}/device-meta, in lower case (the routers match paths so). */
 function firstSegment(path: string): string {
   const end = path.indexOf('/', 1);
@@ -64,10 +63,11 @@ function firstSegment(path: string): string {
 
 export class Routes {
   /**
-   * One router per first path segment (`devices`, `auth`, …): a router matches a request against
-   * each of its routes in turn, and the service's own dozen are cheaper to try than every route.
+   * One router per first path segment (`devices`, `auth`, …), as a middleware with its 405 and 501
+   * answers: a router matches a request against each of its routes in turn, and the service's own
+   * dozen are cheaper to try than every route.
    */
-  private readonly routers = new Map<string, Router>();
+  private readonly routers = new Map<string, { router: Router; dispatch: Middleware }>();
   private readonly paths: Record<string, Record<string, unknown>> = {};
   private readonly ajv = new Ajv2020({ allErrors: true, strict: false });
   private readonly queryAjv = new Ajv2020({
@@ -101,30 +101,28 @@ export class Routes {
       if (validateQuery) check(validateQuery, query, 'query');
       await spec.handler(ctx, { body: body as B, query: query as Q, params: ctx.params });
     };
-    const segment = firstSegment(spec.path);
-    let router = this.routers.get(segment);
-    if (!router) {
-      router = new Router();
-      this.routers.set(segment, router);
-    }
-    router[spec.method](koaPath, ...(spec.middleware ?? []), handle);
+    this.routerOf(firstSegment(spec.path))[spec.method](koaPath, ...(spec.middleware ?? []), handle);
     this.document(spec);
   }
 
-  /** The routes as one middleware: the router of the request's first segment, with its 405 and 501. */
+  /** The routes as one middleware: the router of the request's first segment. */
   middleware(): Middleware {
-    const dispatchers = new WeakMap<Router, Middleware>();
     return (ctx, next) => {
-      const router = this.routers.get(firstSegment(ctx.path));
-      if (!router) return next();
-      let dispatch = dispatchers.get(router);
-      if (!dispatch) {
-        const [routes, allowed] = [router.routes(), router.allowedMethods()] as unknown as Middleware[];
-        dispatch = (c, n) => routes!(c, () => allowed!(c, n));
-        dispatchers.set(router, dispatch);
-      }
-      return dispatch(ctx, next);
+      const segment = this.routers.get(firstSegment(ctx.path));
+      return segment ? segment.dispatch(ctx, next) : next();
     };
+  }
+
+  private routerOf(segment: string): Router {
+    let entry = this.routers.get(segment);
+    if (!entry) {
+      const router = new Router();
+      // Both read the router's routes when a request comes: routes added later take part.
+      const [routes, allowed] = [router.routes(), router.allowedMethods()] as unknown as Middleware[];
+      entry = { router, dispatch: (ctx, next) => routes!(ctx, () => allowed!(ctx, next)) };
+      this.routers.set(segment, entry);
+    }
+    return entry.router;
   }
 
   private document<B, Q>(spec: RouteSpec<B, Q>): void {

@@ -119,6 +119,35 @@ export async function signup(hub: TestHub, nick: string, password = `pw-${nick}-
   };
 }
 
+export interface Device {
+  id: string;
+  prn: string;
+  nick: string;
+  secret: string;
+  token: string;
+}
+
+/** A device the owner creates (POST /devices with `body`), logged in with its PRN and secret. */
+export async function createDevice(
+  hub: TestHub,
+  owner: User,
+  body: Record<string, unknown> = {},
+): Promise<Device> {
+  const r = await hub.call('POST', '/devices', { token: owner.token, body });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const login = await hub.call('POST', '/auth/login', {
+    body: { username: r.body.prn, password: r.body.secret },
+  });
+  assert.equal(login.status, 200);
+  return {
+    id: r.body.id,
+    prn: r.body.prn,
+    nick: r.body.nick,
+    secret: r.body.secret,
+    token: login.body.token,
+  };
+}
+
 /** An admin-made SERVICE account, logged in. */
 export async function serviceAccount(hub: TestHub, adminToken: string, nick: string): Promise<User> {
   const password = `pw-${nick}-secret`;

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import type { JsonResponse } from '../harness.ts';
-import { signup, startHub, type TestHub, type User } from '../hub.ts';
+import { createDevice, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 /** One request on a connection of its own. */
 function fresh(
@@ -53,11 +53,7 @@ describe('API threads (e2e)', () => {
       HUB_RATE_LIMIT_BURST: '2000',
     });
     alice = await signup(hub, 'alice');
-    const created = await hub.call('POST', '/devices', { token: alice.token, body: {} });
-    const login = await hub.call('POST', '/auth/login', {
-      body: { username: created.body.prn, password: created.body.secret },
-    });
-    device = { id: created.body.id, token: login.body.token };
+    device = await createDevice(hub, alice);
   });
   after(() => hub.stop());
 

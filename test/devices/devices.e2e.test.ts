@@ -10,7 +10,14 @@ import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
 import { trails } from '../../api/devices/devices.ts';
 import { handle } from '../../infra/eventstore/aggregate.ts';
-import { signup, startHub, type TestHub, type User } from '../hub.ts';
+import {
+  createDevice as createDeviceOf,
+  type Device,
+  signup,
+  startHub,
+  type TestHub,
+  type User,
+} from '../hub.ts';
 
 x509.cryptoProvider.set(webcrypto as never);
 const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
@@ -25,14 +32,6 @@ async function csr(cn: string): Promise<string> {
     signingAlgorithm: ALG,
   });
   return req.toString('pem');
-}
-
-interface Device {
-  id: string;
-  prn: string;
-  nick: string;
-  secret: string;
-  token: string;
 }
 
 describe('/devices, /trails and /callbacks (e2e)', function () {
@@ -54,21 +53,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
     authorization: `Basic ${Buffer.from(`saadmin:${password}`).toString('base64')}`,
   });
 
-  async function createDevice(owner: User, body: Record<string, unknown> = {}): Promise<Device> {
-    const r = await hub.call('POST', '/devices', { token: owner.token, body });
-    assert.equal(r.status, 200, JSON.stringify(r.body));
-    const login = await hub.call('POST', '/auth/login', {
-      body: { username: r.body.prn, password: r.body.secret },
-    });
-    assert.equal(login.status, 200);
-    return {
-      id: r.body.id,
-      prn: r.body.prn,
-      nick: r.body.nick,
-      secret: r.body.secret,
-      token: login.body.token,
-    };
-  }
+  const createDevice = (owner: User, body: Record<string, unknown> = {}) => createDeviceOf(hub, owner, body);
 
   before(async () => {
     hub = await startHub({
