@@ -4,7 +4,6 @@
 import type { CheckpointStore } from '../infra/checkpoints.ts';
 import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
-import { batches } from '../projections/runner.ts';
 
 export interface FollowerOptions {
   name: string;
@@ -69,11 +68,11 @@ export class EventFollower {
         await new Promise((r) => setTimeout(r, 1000));
         continue;
       }
-      const subscription = this.o.store.subscribe(from);
+      const subscription = this.o.store.subscribe(from, { batchSize: this.o.batchSize ?? 100 });
       const stop = () => subscription.close();
       signal.addEventListener('abort', stop, { once: true });
       try {
-        for await (const batch of batches(subscription, this.o.batchSize ?? 100)) {
+        for await (const batch of subscription) {
           await this.o.handle(batch);
           handled = batch[batch.length - 1]!.position;
           if (Date.now() - savedAt >= 1000) await save();

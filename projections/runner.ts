@@ -187,14 +187,14 @@ export class ProjectionRunner {
     }
   }
 
-  /** Live: the subscription's events in batches of what has arrived. */
+  /** Live: the subscription's batches of what has arrived. */
   private async follow(generation: number, signal: AbortSignal): Promise<void> {
     if (signal.aborted) return; // an abort listener added now would never fire
     const subscription = this.o.store.subscribe(this.checkpoint, { batchSize: this.batchSize });
     const stop = () => subscription.close();
     signal.addEventListener('abort', stop, { once: true });
     try {
-      for await (const batch of batches(subscription, this.batchSize)) {
+      for await (const batch of subscription) {
         if (signal.aborted) break;
         await this.applyBatch(generation, batch);
       }
@@ -232,37 +232,6 @@ export class ProjectionRunner {
     this.o.metrics?.applied.inc({ projection: this.name }, events.length);
     this.o.metrics?.batchDuration.observe({ projection: this.name }, (performance.now() - started) / 1000);
     this.o.onBatch?.(last.position, events.length);
-  }
-}
-
-/**
- * Groups what an async source has ready into arrays of at most `max`: an item that arrives
- * within the same turn of the event loop joins the batch, one that needs I/O starts the next.
- */
-export async function* batches<T>(source: AsyncIterable<T>, max: number): AsyncGenerator<T[]> {
-  const it = source[Symbol.asyncIterator]();
-  const NOT_YET = Symbol('not yet');
-  let pending: Promise<IteratorResult<T>> | undefined;
-  while (true) {
-    const first = await (pending ?? it.next());
-    pending = undefined;
-    if (first.done) return;
-    const batch = [first.value];
-    while (batch.length < max) {
-      pending = it.next();
-      const r = await Promise.race([
-        pending,
-        new Promise<typeof NOT_YET>((resolve) => setImmediate(resolve, NOT_YET)),
-      ]);
-      if (r === NOT_YET) break;
-      pending = undefined;
-      if (r.done) {
-        yield batch;
-        return;
-      }
-      batch.push(r.value);
-    }
-    yield batch;
   }
 }
 

@@ -114,7 +114,7 @@ export class EsdbEventStore implements EventStore {
     return out;
   }
 
-  subscribe(after = 0): Subscription {
+  subscribe(after = 0, options: { batchSize?: number } = {}): Subscription {
     const subscription = this.client.subscribeToAll({
       fromPosition: after === 0 ? START : { commit: BigInt(after), prepare: BigInt(after) },
       filter: excludeSystemEvents(),
@@ -125,7 +125,7 @@ export class EsdbEventStore implements EventStore {
         if (e && e.position > after) yield e;
       }
     }
-    const iterator = run();
+    const iterator = batches(run(), options.batchSize ?? 500);
     return { close: () => void subscription.unsubscribe(), [Symbol.asyncIterator]: () => iterator };
   }
 
@@ -143,6 +143,37 @@ export class EsdbEventStore implements EventStore {
 
   async close(): Promise<void> {
     await this.client.dispose();
+  }
+}
+
+/**
+ * The client delivers events one at a time; a subscription delivers batches: what has arrived
+ * within one turn of the event loop joins the batch (at most `max`), what needs I/O starts the next.
+ */
+async function* batches<T>(source: AsyncIterable<T>, max: number): AsyncGenerator<T[]> {
+  const it = source[Symbol.asyncIterator]();
+  const NOT_YET = Symbol('not yet');
+  let pending: Promise<IteratorResult<T>> | undefined;
+  while (true) {
+    const first = await (pending ?? it.next());
+    pending = undefined;
+    if (first.done) return;
+    const batch = [first.value];
+    while (batch.length < max) {
+      pending = it.next();
+      const r = await Promise.race([
+        pending,
+        new Promise<typeof NOT_YET>((resolve) => setImmediate(resolve, NOT_YET)),
+      ]);
+      if (r === NOT_YET) break;
+      pending = undefined;
+      if (r.done) {
+        yield batch;
+        return;
+      }
+      batch.push(r.value);
+    }
+    yield batch;
   }
 }
 

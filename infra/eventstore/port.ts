@@ -35,7 +35,11 @@ export interface AppendResult {
   created?: number;
 }
 
-export interface Subscription extends AsyncIterable<RecordedEvent> {
+/**
+ * Events in global order, each once, as batches of what has arrived (at most the batch size
+ * asked for): a follower applies a batch at a time, and an event costs no step of its own.
+ */
+export interface Subscription extends AsyncIterable<RecordedEvent[]> {
   close(): void;
 }
 
@@ -203,16 +207,16 @@ export function catchUpSubscription(
     unlisten();
     wake?.();
   };
-  async function* run(): AsyncGenerator<RecordedEvent> {
+  async function* run(): AsyncGenerator<RecordedEvent[]> {
     let checkpoint = after;
     try {
       while (!closed) {
         signalled = false;
         const page = await readAll(checkpoint, batchSize);
-        for (const event of page) {
-          if (closed) return;
-          checkpoint = event.position;
-          yield event;
+        if (closed) return;
+        if (page.length > 0) {
+          checkpoint = page[page.length - 1]!.position;
+          yield page;
         }
         if (page.length === batchSize || signalled) continue;
         await new Promise<void>((resolve) => {

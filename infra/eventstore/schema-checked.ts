@@ -77,8 +77,8 @@ export class SchemaCheckedStore implements EventStore {
   subscribe(after?: number, options?: { batchSize?: number }): Subscription {
     const inner = this.inner.subscribe(after, options);
     const upcast = (e: RecordedEvent) => this.current(e);
-    async function* run(): AsyncGenerator<RecordedEvent> {
-      for await (const e of inner) yield upcast(e);
+    async function* run(): AsyncGenerator<RecordedEvent[]> {
+      for await (const batch of inner) yield batch.map(upcast);
     }
     const iterator = run();
     return { close: () => inner.close(), [Symbol.asyncIterator]: () => iterator };

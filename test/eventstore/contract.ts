@@ -20,13 +20,16 @@ export interface StoreHarness {
 
 const ev = (type = 'Tested', data: unknown = { n: 1 }): NewEvent => ({ id: randomUUID(), type, data });
 
-async function take(sub: AsyncIterable<RecordedEvent>, count: number, onEach?: (e: RecordedEvent) => void) {
+/** The first `count` events of a subscription, in the order its batches deliver them. */
+async function take(sub: AsyncIterable<RecordedEvent[]>, count: number, onEach?: (e: RecordedEvent) => void) {
   const out: RecordedEvent[] = [];
   if (count === 0) return out;
-  for await (const e of sub) {
-    out.push(e);
-    onEach?.(e);
-    if (out.length === count) break;
+  for await (const batch of sub) {
+    for (const e of batch) {
+      out.push(e);
+      onEach?.(e);
+      if (out.length === count) return out;
+    }
   }
   return out;
 }
@@ -292,6 +295,25 @@ export function eventStoreContract(
           events.map((e) => (e.data as { n: number }).n),
           [1, 2, 3],
         );
+      });
+
+      it('delivers batches of what has arrived, none empty or larger than asked', async () => {
+        const s = stream();
+        const before = await store.head();
+        const events = Array.from({ length: 150 }, (_, i) => ev('Tested', { i }));
+        for (let i = 0; i < 150; i += 50) await store.append(s, events.slice(i, i + 50));
+        const sub = store.subscribe(before, { batchSize: 64 });
+        const sizes: number[] = [];
+        const seen: string[] = [];
+        for await (const batch of sub) {
+          sizes.push(batch.length);
+          seen.push(...batch.map((e) => e.id));
+          if (seen.length >= 150) break;
+        }
+        sub.close();
+        assert.deepEqual(seen, events.map((e) => e.id));
+        assert.ok(sizes.every((n) => n > 0 && n <= 64), `batch sizes ${sizes.join(', ')}`);
+        assert.ok(sizes.length < 150, 'events arrive together, not one at a time');
       });
 
       it('wakes on an append, well before its fallback poll would', async () => {

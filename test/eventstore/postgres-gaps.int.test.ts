@@ -25,9 +25,9 @@ describe('PostgreSQL event store: gap-safe positions (int)', function () {
     const sub = reader.subscribe(0, { batchSize: 50 });
     const seen: { id: string; position: number }[] = [];
     const reading = (async () => {
-      for await (const e of sub) {
-        seen.push({ id: e.id, position: e.position });
-        if (seen.length === total) break;
+      for await (const batch of sub) {
+        for (const e of batch) seen.push({ id: e.id, position: e.position });
+        if (seen.length >= total) break;
       }
     })();
     const ids = new Set<string>();
