@@ -74,6 +74,23 @@ export class RedisLastWrites implements LastWrites {
   }
 }
 
+/**
+ * The API threads' (embedded profile, HUB_API_THREADS): recording each write would cost every
+ * command a call to the main thread. Instead a read waits for everything stored before it began
+ * (the store's head), which holds the caller's last write: the same guarantee, paid for by the
+ * reads of read models (a few, each waiting the projector's lag at most) instead of every write.
+ */
+export class StoreHeadLastWrites implements LastWrites {
+  private readonly store: { head(): Promise<number> };
+  constructor(store: { head(): Promise<number> }) {
+    this.store = store;
+  }
+  get(): Promise<number> {
+    return this.store.head();
+  }
+  async record(): Promise<void> {}
+}
+
 export interface Consistency {
   /** After a command: answer the position and remember it for the caller. */
   written(ctx: Context, position: number): Promise<void>;

@@ -1,10 +1,11 @@
 // The HTTP API on worker threads (embedded profile, HUB_API_THREADS > 0). Every thread serves every
 // route on the same port (the kernel spreads connections among them: SO_REUSEPORT), while the
 // main thread keeps what must be one: the event store's writer and its authoritative revisions,
-// the read models, the callers' last writes, the event log and the delivery store. A thread
-// reaches them through a ThreadChannel, as an API process of the distributed profile reaches Redis
-// and PostgreSQL: the same routes and aggregate code, with the store "not written by this thread
-// alone" (each append checks the stream's revision, see infra/eventstore/aggregate.ts).
+// the read models, the event log and the delivery store. A thread reaches them through a
+// ThreadChannel, as an API process of the distributed profile reaches Redis and PostgreSQL: the
+// same routes and aggregate code, with the store "not written by this thread alone" (each append
+// checks the stream's revision, see infra/eventstore/aggregate.ts). Read-your-writes needs no
+// record of each write here: a read waits for the store's head (StoreHeadLastWrites).
 //
 // Why: HTTP parsing, Koa, tokens, bodies and answers are most of a request's CPU; on one thread
 // they bound the hub to one core. This file is both sides: the main thread's (startApiThreads)
@@ -39,7 +40,7 @@ import { captchaCheck } from './auth/captcha.ts';
 import { loadKeys } from './auth/keys.ts';
 import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
-import { consistency, type LastWrites, type WaitForPosition } from './consistency.ts';
+import { consistency, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
 import type { HubContext } from './context.ts';
 import { loadDeviceCa } from './devices/ca.ts';
 import { deviceRoutes } from './devices/routes.ts';
@@ -76,7 +77,6 @@ errorsCrossThreads(
 const SERVED = {
   store: ['append', 'readStream', 'readAll', 'head'],
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
-  lastWrites: ['get', 'record'],
   reads: ['waitFor'],
   limiter: ['hit'],
   eventLog: ['list', 'get'],
@@ -87,7 +87,6 @@ const SERVED = {
 export interface Owned {
   store: EventStore;
   readStore: ReadStore;
-  lastWrites: LastWrites;
   waitFor: WaitForPosition;
   limiter: Limiter;
   eventLog: EventLog;
@@ -235,7 +234,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
     logger,
     store,
     readStore,
-    consistency: consistency(remote<LastWrites>('lastWrites'), waitFor),
+    consistency: consistency(new StoreHeadLastWrites(store), waitFor),
     keys: await loadKeys({ configured: config.jwtPrivateKey, dataDir: config.dataDir }, logger),
     limiter: remote<Limiter>('limiter'),
     eventLog: remote<EventLog>('eventLog'),

@@ -250,7 +250,7 @@ rate, and the same server on two threads listening on one port: what two threads
 
 With \`HUB_API_THREADS=2\` two worker threads serve HTTP on the one port (the kernel spreads the
 connections), each running the same Koa app, and the main thread keeps what they share (the event
-store's writer, read models, callers' last writes, rate limits), called through a channel that sends
+store's writer, read models, rate limits), called through a channel that sends
 the calls of one turn as one message. A thread decides a command on its cached state and the append
 checks the stream's revision; the main thread tells each thread of the other's appends, so that
 its cached states stay current (without that, half the changed requests met a revision conflict

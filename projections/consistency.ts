@@ -8,7 +8,7 @@ export class ProjectionLagError extends Error {
   readonly reached: number;
   constructor(projection: string, wanted: number, reached: number, waitedMs: number) {
     super(
-      `The ${projection} read model has not caught up with your last write within ${waitedMs} ms (it is at position ${reached}, your write at ${wanted}); retry shortly.`,
+      `The ${projection} read model has not caught up with your last write within ${waitedMs} ms (it is at position ${reached}; this read waits for ${wanted}); retry shortly.`,
     );
     this.name = 'ProjectionLagError';
     this.projection = projection;
