@@ -256,13 +256,22 @@ checks the stream's revision; the main thread tells each thread of the other's a
 its cached states stay current (without that, half the changed requests met a revision conflict
 and read the stream again: 9,100 requests/s instead of about 10,500 in the same setup), and a read
 of a stream's tail past the revision the store last committed answers without a query. Per-thread
-CPU under this load (\`/proc\`, 5 s): each API thread about 45 % of a core, the main thread about
-30 %, the SQLite writer 16 %, the load generator 33 %; \`vmstat\` shows the machine 94 % busy (75 %
-user, 18 % system). The machine is the limit, not one thread: about 175 µs of CPU a request over
-all threads, of which the API threads' share is about half (Koa, the router, tokens, bodies; the
-response's \`write\` to the loopback alone about 15 % of an API thread).
+CPU under this load (\`/proc\`, 5 s,): each API thread about 43 % of
+a core, the main thread 30 %, the SQLite writer 14 %, V8's helper threads about 5 %, the load
+generator 36 % (24 µs a request against the bare server, 35 µs against the hub: more bytes to parse
+and fewer responses per read); the machine about 90 % busy. The machine is the limit, not one
+thread: about 130 µs of hub CPU a request over all its threads (the bare server spends 22 µs), of
+which the API threads' share is about 60 % (Koa, the router, tokens, bodies; the response's
+\`write\` to the loopback alone about 15 % of an API thread). What crosses between threads costs
+by the message posted, not by its size: a post wakes the thread it goes to, and on this machine
+that costs tens of µs of CPU where copying the message costs one or two.
 
-Kept because measured: appends posted to the writer every 32 rather than once a turn (+4 %: 7,921
+Kept because measured: on two threads, no call to the main thread to record each caller's last
+write (read-your-writes waits for the store's head on the read instead: +4 % requests/s, -5 % CPU a
+request, five alternating runs each); subscriptions that deliver the pages they read instead of
+an event at a time (the main thread's eight followers: 30 % of a core instead of 35 %);
+time-ordered event ids (the writer 14 % of a core instead of 18 %, its id index growing at its
+end); appends posted to the writer every 32 rather than once a turn (+4 %: 7,921
 against 7,578 requests/s, three warm runs each), the SQLite writer on a thread of its own (+5 %),
 a router per first path segment instead of one for all sixty routes (+3 % on two threads, four A/B
 runs: \`router.match\` took 2.9 µs a request), checkpoints written in place, verified tokens cached
@@ -273,7 +282,13 @@ together (corked sockets), running without the change pipeline, the channel's me
 end of each task rather than of each turn, or after a 0 or 1 ms timer (half the messages, 4 to 10 %
 fewer requests), one API thread instead of two (the same rate), streams' last revisions in memory the
 threads share (a request that changes nothing then calls nothing on the main thread: 10,192, 11,118
-and 10,634 requests/s against 10,340, 11,410 and 11,714 without; the main thread is not the limit).
+and 10,634 requests/s against 10,340, 11,410 and 11,714 without; the main thread is not the limit),
+and the same aim by notices: the main thread posting each commit's stream heads to every thread
+before answering anyone, a thread taking in its port's messages synchronously before trusting its
+cached state (every no-op then skipped its read, but the posts per commit woke the threads 360
+times a second more: 11,018 against 11,522 requests/s, 140 against 129 µs of CPU a request, four
+alternating runs each), a larger SQLite page cache (no change), and \`synchronous=normal\` (the
+commit 1 ms instead of 2.3 ms, the rate within the runs' spread: the fsync is not the limit).
 ${verdict}
 `;
   writeSection('ingestion', body);
