@@ -341,7 +341,7 @@ export const knobs = {
   readWaitMs: knob(
     'HUB_READ_WAIT_MS',
     '2000',
-    "How long a read waits for the read models to apply the caller's last write before answering 503.",
+    "How long a read of a read model waits for it to apply the caller's last write (or `X-Hub-Min-Position`) before answering 503.",
     int(0, 60_000),
   ),
   projectionBatch: knob(

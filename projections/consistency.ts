@@ -1,5 +1,6 @@
 // Read-your-writes: a read waits, bounded, until the projections it reads have applied the
-// caller's last write. Past the bound it fails with ProjectionLagError (503), never stale data.
+// position it needs (the caller's last write, or one asked for). Past the bound it fails with
+// ProjectionLagError (503), never stale data.
 import type { ReadStore } from '../infra/readstore/port.ts';
 
 export class ProjectionLagError extends Error {
@@ -8,7 +9,7 @@ export class ProjectionLagError extends Error {
   readonly reached: number;
   constructor(projection: string, wanted: number, reached: number, waitedMs: number) {
     super(
-      `The ${projection} read model has not caught up with your last write within ${waitedMs} ms (it is at position ${reached}; this read waits for ${wanted}); retry shortly.`,
+      `The ${projection} read model has not reached the position this read needs (${wanted}: your last write, or the one asked for) within ${waitedMs} ms (it is at ${reached}); retry shortly.`,
     );
     this.name = 'ProjectionLagError';
     this.projection = projection;

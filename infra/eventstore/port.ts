@@ -209,16 +209,28 @@ export function catchUpSubscription(
   };
   async function* run(): AsyncGenerator<RecordedEvent[]> {
     let checkpoint = after;
+    // A signal after a read began may be of events that read missed: it is reset as a read begins.
+    const read = () => {
+      signalled = false;
+      return readAll(checkpoint, batchSize);
+    };
+    // The next page, read while the consumer handles this one when more is known to be waiting.
+    let ahead: Promise<RecordedEvent[]> | undefined;
     try {
       while (!closed) {
-        signalled = false;
-        const page = await readAll(checkpoint, batchSize);
+        const page = await (ahead ?? read());
+        ahead = undefined;
         if (closed) return;
         if (page.length > 0) {
           checkpoint = page[page.length - 1]!.position;
+          if (page.length === batchSize || signalled) {
+            ahead = read();
+            ahead.catch(() => {}); // awaited next round; dropped if the consumer closes first
+          }
           yield page;
+          if (closed) return; // closed while the consumer held the page: no wait for a poll
         }
-        if (page.length === batchSize || signalled) continue;
+        if (ahead || signalled) continue;
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, pollMs);
           wake = () => {

@@ -207,7 +207,6 @@ export function eventStoreContract(
         const counter = { initial: () => 0, evolve: (n: number) => n + 1 };
         for (let i = 0; i < 3; i++) {
           await handle(store, s, counter, () => ({ events: [{ type: 'Counted', data: {} }], result: 0 }));
-          await new Promise((r) => setTimeout(r, 2));
         }
         const ids = (await store.readStream(s)).map((e) => e.id);
         for (const id of ids)
@@ -333,6 +332,24 @@ export function eventStoreContract(
           `batch sizes ${sizes.join(', ')}`,
         );
         assert.ok(sizes.length < 150, 'events arrive together, not one at a time');
+      });
+
+      it('closed while its consumer holds a batch, it ends at once instead of waiting for a poll', async () => {
+        const s = stream();
+        const before = await store.head();
+        await store.append(s, [ev(), ev()]);
+        const sub = store.subscribe(before);
+        let batches = 0;
+        let closedAt = 0;
+        for await (const _batch of sub) {
+          batches++;
+          sub.close(); // as a stopping follower does while it handles a batch
+          closedAt = performance.now();
+        }
+        const ended = performance.now() - closedAt;
+        assert.equal(batches, 1);
+        // Adapters poll every 500 ms or more.
+        assert.ok(ended < 100, `ended ${Math.round(ended)} ms after the close`);
       });
 
       it('wakes on an append, well before its fallback poll would', async () => {
