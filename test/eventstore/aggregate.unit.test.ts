@@ -1,7 +1,8 @@
-// appendedElsewhere: what an API thread does with another thread's appends to its cached states.
+// appendedElsewhere: what an API thread does with another thread's appends to its cached states;
+// the ids a command gives its events.
 import assert from 'node:assert/strict';
-import { appendedElsewhere, cacheOf, type Evolver } from '../../infra/eventstore/aggregate.ts';
-import type { EventStore, RecordedEvent } from '../../infra/eventstore/port.ts';
+import { appendedElsewhere, cacheOf, type Evolver, handle } from '../../infra/eventstore/aggregate.ts';
+import type { EventStore, NewEvent, RecordedEvent } from '../../infra/eventstore/port.ts';
 
 const counter: Evolver<{ n: number }> = {
   initial: () => ({ n: 0 }),
@@ -40,5 +41,33 @@ describe('aggregate caches told of appends elsewhere (unit)', () => {
   it('a stream not cached stays so', () => {
     appendedElsewhere(store, 'd', [event('d', 0, 1)]);
     assert.equal(cache.get('d'), undefined);
+  });
+});
+
+describe('command event ids (unit)', () => {
+  it('are time-ordered UUIDs (v7): a later command sorts after an earlier one', async () => {
+    const appended: NewEvent[] = [];
+    let revision = -1;
+    // A store that only counts: enough for handle, whose ids are what is tested.
+    const store = {
+      kind: 'test',
+      exclusiveWriter: true,
+      append: async (_stream: string, events: NewEvent[]) => {
+        appended.push(...events);
+        revision += events.length;
+        return { nextRevision: revision, position: revision + 1 };
+      },
+      readStream: async () => [],
+    } as unknown as EventStore;
+    for (let i = 0; i < 50; i++)
+      await handle(store, 's', counter, () => ({
+        events: [{ type: 'Counted', data: { by: 1 } }],
+        result: 0,
+      }));
+    const ids = appended.map((e) => e.id);
+    assert.equal(ids.length, 50);
+    for (const id of ids)
+      assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    assert.deepEqual([...ids].sort(), ids);
   });
 });

@@ -202,18 +202,6 @@ export function eventStoreContract(
         assert.equal((await store.readStream(s)).length, 40);
       });
 
-      it("commands' events get time-ordered ids (UUIDv7): later commands sort after earlier ones", async () => {
-        const s = stream();
-        const counter = { initial: () => 0, evolve: (n: number) => n + 1 };
-        for (let i = 0; i < 3; i++) {
-          await handle(store, s, counter, () => ({ events: [{ type: 'Counted', data: {} }], result: 0 }));
-        }
-        const ids = (await store.readStream(s)).map((e) => e.id);
-        for (const id of ids)
-          assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
-        assert.deepEqual([...ids].sort(), ids);
-      });
-
       if (options.sharedWriters)
         it('a command decided on a cached state that another writer moved past is decided again on the stored one', async () => {
           const other = await harness.open(); // another process's store
