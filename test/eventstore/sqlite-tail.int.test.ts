@@ -13,7 +13,7 @@ describe('SQLite event store: in-memory tail (int)', () => {
     const store = new SqliteEventStore(file, { tailEvents: 10 });
     for (let i = 0; i < 50; i++)
       await store.append(`s-${i % 3}`, [{ id: randomUUID(), type: 'Tested', data: { i } }]);
-    const all = await store.readAll(0, 100); // positions 1..40 from the file, 41..50 from memory
+    const all = await store.readAll(0, 100); // the oldest from the file, the newest 10 to 12 from memory
     assert.deepEqual(
       all.map((e) => (e.data as { i: number }).i),
       [...Array(50).keys()],
