@@ -76,6 +76,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
       ctx.body = { status: 'ready', checks: Object.fromEntries(results.map((r) => [r.name, 'ok'])) };
     },
   });
+  const scrape = deps.scrape ?? (() => metrics.registry.metrics());
   routes.add({
     method: 'get',
     path: '/metrics',
@@ -85,7 +86,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
     responses: { 200: { description: 'Prometheus text exposition.' } },
     handler: async (ctx) => {
       ctx.type = metrics.registry.contentType;
-      ctx.body = await (deps.scrape ?? (() => metrics.registry.metrics()))();
+      ctx.body = await scrape();
     },
   });
   routes.add({

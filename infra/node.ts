@@ -101,12 +101,7 @@ export interface Stores {
 /** The adapters of the profile, shared by every role of the process. */
 export async function openStores(config: Config, metrics?: PromRegistry): Promise<Stores> {
   const registry = SchemaRegistry.load();
-  const store = new SchemaCheckedStore(
-    await openEventStore(config),
-    registry,
-    metrics,
-    config.profile === 'embedded' && config.apiThreads > 0,
-  );
+  const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   if (config.profile === 'embedded') {
     const readStore = new MemoryReadStore();
     const checkpoints = new FileCheckpoints(join(config.dataDir, 'checkpoints'));

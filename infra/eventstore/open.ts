@@ -10,6 +10,7 @@ export async function openEventStore(config: Config): Promise<EventStore> {
       return new SqliteEventStore(join(config.dataDir, 'events.sqlite'), {
         synchronous: config.sqliteSync,
         writerThread: true,
+        sharedWithThreads: config.apiThreads > 0,
       });
     }
     case 'postgres': {

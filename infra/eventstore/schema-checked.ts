@@ -23,11 +23,7 @@ export class SchemaCheckedStore implements EventStore {
   private readonly registry: SchemaRegistry;
   private readonly appendDuration: Histogram<'outcome'> | undefined;
 
-  /**
-   * `sharedWithThreads`: this process's other threads append through this store too (the API
-   * threads): then it is not this thread's alone, and its aggregate caches must not pass for the state.
-   */
-  constructor(inner: EventStore, registry: SchemaRegistry, metrics?: Registry, sharedWithThreads = false) {
+  constructor(inner: EventStore, registry: SchemaRegistry, metrics?: Registry) {
     this.inner = inner;
     this.registry = registry;
     this.appendDuration =
@@ -40,7 +36,7 @@ export class SchemaCheckedStore implements EventStore {
         registers: [metrics],
       });
     this.kind = inner.kind;
-    this.exclusiveWriter = inner.exclusiveWriter === true && !sharedWithThreads;
+    this.exclusiveWriter = inner.exclusiveWriter === true;
   }
 
   async append(stream: string, events: NewEvent[], expected?: ExpectedRevision): Promise<AppendResult> {

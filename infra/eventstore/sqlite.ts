@@ -69,6 +69,12 @@ export interface SqliteOptions {
    * commit a turn sooner. The thread merges what is waiting into one transaction.
    */
   postEvery?: number;
+  /**
+   * This process's other threads append through this store too (the embedded hub's API threads):
+   * then the calling thread is not the file's only writer, and its aggregate caches must not pass
+   * for the state.
+   */
+  sharedWithThreads?: boolean;
 }
 
 /** A planned append as it crosses from the writer's thread: errors travel as their arguments. */
@@ -83,7 +89,7 @@ type Committed = { plans: WirePlan[]; created: number } | { error: string };
 
 export class SqliteEventStore implements EventStore {
   readonly kind = 'sqlite';
-  readonly exclusiveWriter = true;
+  readonly exclusiveWriter: boolean;
   /** Reads (and, without a writer thread, the writes too). */
   private readonly db: DatabaseSync;
   private readonly path: string;
@@ -127,6 +133,7 @@ export class SqliteEventStore implements EventStore {
     this.db = openDatabase(path, this.synchronous);
     this.maxBatch = options.maxBatch ?? 1024;
     this.postEvery = options.postEvery ?? 32;
+    this.exclusiveWriter = !options.sharedWithThreads;
     this.tailEvents = options.tailEvents ?? 20_000;
     this.appended.setMaxListeners(0);
     this.sql = {

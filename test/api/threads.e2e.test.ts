@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import type { JsonResponse } from '../harness.ts';
-import { createDevice, signup, startHub, type TestHub, type User } from '../hub.ts';
+import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 /** One request on a connection of its own. */
 function fresh(
@@ -44,7 +44,7 @@ function fresh(
 describe('API threads (e2e)', () => {
   let hub: TestHub;
   let alice: User;
-  let device: { id: string; token: string };
+  let device: Device;
 
   before(async () => {
     hub = await startHub({
