@@ -1,7 +1,8 @@
 // Command handling over the event store: load an aggregate by folding its stream, decide new
 // events from its state (a pure function supplied by the domain), append them at the revision
 // that was read, and on a concurrent change read again and decide again.
-import { v7 as timeOrderedId } from 'uuid';
+import { getRandomValues } from 'node:crypto';
+import { v7 } from 'uuid';
 import {
   type AppendResult,
   type EventStore,
@@ -9,6 +10,33 @@ import {
   type RecordedEvent,
   WrongExpectedRevisionError,
 } from './port.ts';
+
+/**
+ * Event ids: UUIDv7, time-ordered and, within a thread, increasing (uuid's own monotonic rule: a
+ * counter seeded from the random bytes at each new millisecond). The random bytes come from a pool
+ * refilled every 256 ids: uuid draws them with a getRandomValues call per id, 3 % of an API
+ * thread's CPU under the ingestion load.
+ */
+const idPool = new Uint8Array(16 * 256);
+let idPoolUsed = idPool.length;
+const idClock = { msecs: 0, seq: 0 };
+export function timeOrderedId(): string {
+  if (idPoolUsed === idPool.length) {
+    getRandomValues(idPool);
+    idPoolUsed = 0;
+  }
+  const random = idPool.subarray(idPoolUsed, idPoolUsed + 16);
+  idPoolUsed += 16;
+  const now = Date.now();
+  if (now > idClock.msecs) {
+    idClock.msecs = now;
+    idClock.seq = ((random[6]! & 0x7f) << 24) | (random[7]! << 16) | (random[8]! << 8) | random[9]!;
+  } else {
+    idClock.seq = (idClock.seq + 1) | 0;
+    if (idClock.seq === 0) idClock.msecs++;
+  }
+  return v7({ random, msecs: idClock.msecs, seq: idClock.seq });
+}
 
 export interface Evolver<S> {
   initial: () => S;

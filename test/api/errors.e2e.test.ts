@@ -171,6 +171,24 @@ describe('error model (e2e)', () => {
       headers: { 'content-type': 'application/x-www-form-urlencoded' },
     });
     assertShape(res, 415, 'unsupported_media_type');
+    const near = await request(`${url}/probe/items`, {
+      method: 'POST',
+      raw: '{"name":"x"}',
+      headers: { 'content-type': 'application/jsonx' },
+    });
+    assertShape(near, 415, 'unsupported_media_type');
+  });
+
+  it('takes JSON under any JSON media type: parameters, any case, +json', async () => {
+    for (const type of ['Application/JSON; charset=utf-8', 'application/json', 'application/vnd.hub+json']) {
+      const res = await request(`${url}/probe/items`, {
+        method: 'POST',
+        raw: '{"name":"x"}',
+        headers: { 'content-type': type },
+      });
+      assert.equal(res.status, 200, type);
+    }
+    assert.deepEqual(writes.splice(0), [{ name: 'x' }, { name: 'x' }, { name: 'x' }]);
   });
 
   it('422 naming the field, for wrong types, unknown fields and missing fields', async () => {
