@@ -2,6 +2,8 @@
 // Values come from HUB_* environment variables; an invalid value stops the start with one line
 // naming the variable (ConfigError). README's configuration table is checked against this list.
 
+import { availableParallelism } from 'node:os';
+
 export type Profile = 'embedded' | 'distributed';
 export type EventStoreKind = 'sqlite' | 'postgres' | 'esdb';
 
@@ -38,6 +40,20 @@ const oneOf =
     if (!(values as string[]).includes(raw)) throw new Error(`must be one of ${values.join(', ')}`);
     return raw as T;
   };
+/** `auto` or a count: see HUB_API_THREADS. */
+const threadCount: Parser<number> = (raw) => {
+  if (raw !== 'auto') {
+    try {
+      return int(0, 64)(raw);
+    } catch {
+      throw new Error('must be auto or an integer from 0 to 64');
+    }
+  }
+  // More threads than cores only add switching. At most 4: every thread's writes and reads go
+  // through the one main thread (measured on 2 cores; a larger machine may choose a count).
+  const cores = availableParallelism();
+  return cores < 2 ? 0 : Math.min(cores, 4);
+};
 const text: Parser<string> = (raw) => raw;
 /** A PEM block; `\n` escapes (one-line environment values) become newlines. */
 const pem: Parser<string> = (raw) => raw.replace(/\\n/g, '\n');
@@ -84,9 +100,9 @@ export const knobs = {
   ),
   apiThreads: knob(
     'HUB_API_THREADS',
-    '0',
-    'Embedded profile: worker threads serving the HTTP API, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the event store, the read models and the change pipeline. 0: the main thread serves HTTP itself.',
-    int(0, 64),
+    'auto',
+    'Embedded profile: worker threads serving the HTTP API, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the event store, the read models and the change pipeline. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4, and 0 on a single core.',
+    threadCount,
   ),
   dataDir: knob(
     'HUB_DATA_DIR',

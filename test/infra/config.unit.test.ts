@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { ConfigError, knobs, loadConfig } from '../../infra/config.ts';
 
 describe('configuration (unit)', () => {
@@ -9,6 +10,19 @@ describe('configuration (unit)', () => {
     assert.equal(c.eventStoreKind, 'sqlite');
     assert.equal(c.port, 8080);
     assert.deepEqual(c.kafkaBrokers, ['127.0.0.1:9092']);
+  });
+
+  it('serves the API on a thread per core by default (auto), at most 4, none on one core', () => {
+    const cores = availableParallelism();
+    assert.equal(loadConfig({}).apiThreads, cores < 2 ? 0 : Math.min(cores, 4));
+    assert.equal(loadConfig({ HUB_API_THREADS: 'auto' }).apiThreads, loadConfig({}).apiThreads);
+    assert.equal(loadConfig({ HUB_API_THREADS: '0' }).apiThreads, 0);
+    assert.equal(loadConfig({ HUB_API_THREADS: '3' }).apiThreads, 3);
+    assert.throws(
+      () => loadConfig({ HUB_API_THREADS: 'many' }),
+      /HUB_API_THREADS must be auto or an integer/,
+    );
+    assert.throws(() => loadConfig({ HUB_API_THREADS: '65' }), /HUB_API_THREADS must be auto or an integer/);
   });
 
   it('the distributed profile defaults to PostgreSQL', () => {
