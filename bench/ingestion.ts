@@ -270,7 +270,7 @@ for the hub as it starts (the row with the API on the main thread is there to co
 ${table.join('\n')}
 
 Where the time goes (measured on the embedded hub under this load, with \`perf\` and V8's profiler):
-with the API on the main thread (\`HUB_API_THREADS=0\`, the default until this run's commit) that thread is the limit, at 99 % of a core
+with the API on the main thread (\`HUB_API_THREADS=0\`) that thread is the limit, at 99 % of a core
 while the machine is about 70 % busy in all (the load generator about 35 %, the SQLite writer thread
 about 10 %): about 125 µs of it per request, of which no one part is more than a fifth. Koa with its
 router and middleware is about a fifth; writing a response to the loopback, which wakes the load
