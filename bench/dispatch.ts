@@ -18,11 +18,12 @@ import { KafkaBus } from '../infra/bus/kafka.ts';
 import { MemoryBus } from '../infra/bus/memory.ts';
 import { type Bus, SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
+import { timeOrderedId } from '../infra/eventstore/aggregate.ts';
 import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { createLogger } from '../infra/telemetry.ts';
 import { type DeliveryStore, RedisDeliveryStore, ThreadedDeliveryStore } from '../processors/deliveries.ts';
-import { API_VERSION } from '../processors/derive.ts';
+import { API_VERSION, eventId } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
@@ -129,7 +130,8 @@ async function dispatchRun(
         attempt: 1,
         not_before: 0,
         event: {
-          id: `evt_${randomBytes(16).toString('hex')}`,
+          // As the processor names them: from the change's time-ordered id.
+          id: eventId(timeOrderedId(), 'device.device_meta.updated'),
           type: 'device.device_meta.updated',
           api_version: API_VERSION,
           created: Math.floor(now / 1000),

@@ -78,9 +78,19 @@ export const initialActor = (): DeviceActor => ({
   steps: {},
 });
 
-/** Deterministic: the same change and type give the same id in every process, every time. */
-export const eventId = (sourceId: string, type: string): string =>
-  `evt_${createHash('sha256').update(`${sourceId}\n${type}`).digest('hex').slice(0, 32)}`;
+const TIME_ORDERED = /^[0-9a-f]{8}-[0-9a-f]{4}-7/;
+/**
+ * Deterministic: the same change and type give the same id in every process, every time. A change
+ * with a time-ordered id (UUIDv7: every command's events) lends the event its 48-bit time, then
+ * 80 bits of the hash: the delivery log's index by event id grows at its end instead of taking
+ * each event at a random place in a large index.
+ */
+export const eventId = (sourceId: string, type: string): string => {
+  const hash = createHash('sha256').update(`${sourceId}\n${type}`).digest('hex');
+  return TIME_ORDERED.test(sourceId)
+    ? `evt_${sourceId.slice(0, 8)}${sourceId.slice(9, 13)}${hash.slice(0, 20)}`
+    : `evt_${hash.slice(0, 32)}`;
+};
 
 /** The key of a stored event on the change stream: the device of device and trail streams. */
 export function aggregateKey(stream: string): string {

@@ -1,6 +1,7 @@
 // The pure parts of the stream processor: derivation of each event type, deterministic ids,
 // replays skipped, matching, and the actor runtime's ordering and eviction.
 import assert from 'node:assert/strict';
+import { timeOrderedId } from '../../infra/eventstore/aggregate.ts';
 import { ActorRuntime, type ActorStates, MemoryActorStates } from '../../processors/actors.ts';
 import {
   aggregateKey,
@@ -113,6 +114,20 @@ describe('webhook event derivation (unit)', () => {
     assert.equal(a.id, eventId(created.id, 'device.created'));
     assert.notEqual(eventId(created.id, 'device.updated'), a.id);
     assert.notEqual(eventId('other', 'device.created'), a.id);
+  });
+
+  it("ids of time-ordered changes (UUIDv7) sort by the change's time; other ids are a hash", () => {
+    const sources = Array.from({ length: 300 }, () => timeOrderedId());
+    const ids = sources.map((s) => eventId(s, 'device.device_meta.updated'));
+    for (const id of ids) assert.match(id, /^evt_[0-9a-f]{32}$/);
+    // The same millisecond gives the same prefix, so compare by time; a later one sorts after.
+    const first = eventId('01890000-0000-7000-8000-000000000000', 'device.created');
+    const later = eventId('01890000-0001-7000-8000-000000000000', 'device.created');
+    assert.ok(first.slice(0, 16) === 'evt_018900000000' && later > first);
+    assert.equal(ids[0]!.slice(4, 16), sources[0]!.replace('-', '').slice(0, 12));
+    assert.equal(new Set(ids).size, ids.length);
+    assert.match(eventId('not-a-uuid', 'device.created'), /^evt_[0-9a-f]{32}$/);
+    assert.notEqual(eventId('not-a-uuid', 'device.created').slice(4, 16), 'not-a-uuid'.slice(0, 12));
   });
 
   it('a change at or below the last applied position derives nothing and changes nothing', () => {
