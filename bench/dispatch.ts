@@ -26,6 +26,7 @@ import { type DeliveryStore, RedisDeliveryStore, ThreadedDeliveryStore } from '.
 import { API_VERSION, eventId } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
+import { jobId } from '../processors/processor.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
   benchDevices,
@@ -120,18 +121,19 @@ async function dispatchRun(
   await o.bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 12 }]);
   const messages = Array.from({ length: WARMUP_JOBS + JOBS }, (_, i) => {
     const now = Date.now();
+    // As the processor names them: from the change's time-ordered id.
+    const event = eventId(timeOrderedId(), 'device.device_meta.updated');
     return {
       key: subs[i % SUBSCRIPTIONS]!,
       value: registry.encode('DeliveryJob', {
-        job_id: `job_${randomBytes(16).toString('hex')}`,
+        job_id: jobId(event, subs[i % SUBSCRIPTIONS]!),
         subscription_id: subs[i % SUBSCRIPTIONS]!,
         owner,
         kind: 'event',
         attempt: 1,
         not_before: 0,
         event: {
-          // As the processor names them: from the change's time-ordered id.
-          id: eventId(timeOrderedId(), 'device.device_meta.updated'),
+          id: event,
           type: 'device.device_meta.updated',
           api_version: API_VERSION,
           created: Math.floor(now / 1000),

@@ -72,9 +72,17 @@ export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0): Subsc
   };
 }
 
-/** Stable across a job's attempts and across reprocessing. */
-export const jobId = (eventId: string, subscriptionId: string) =>
-  `job_${createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex').slice(0, 32)}`;
+/**
+ * Stable across a job's attempts and across reprocessing. Led by the event id's first 12 digits,
+ * which are the change's time when the event id is time-ordered (processors/derive.ts eventId):
+ * the schedule's index by job id, which keeps finished jobs for the retention, then grows at its
+ * end instead of taking each job at a random place.
+ */
+export const jobId = (eventId: string, subscriptionId: string) => {
+  const hash = createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex');
+  const lead = /^evt_([0-9a-f]{12})/.exec(eventId)?.[1];
+  return `job_${lead ? `${lead}${hash.slice(0, 20)}` : hash.slice(0, 32)}`;
+};
 
 const CHANGE_SCHEMA = 'ChangeRecord';
 

@@ -224,6 +224,17 @@ describe('subscription matching (unit)', () => {
   it('job ids are stable per event and subscription', () => {
     assert.equal(jobId('evt_1', 's1'), jobId('evt_1', 's1'));
     assert.notEqual(jobId('evt_1', 's1'), jobId('evt_1', 's2'));
+    assert.match(jobId('evt_1', 's1'), /^job_[0-9a-f]{32}$/);
+  });
+
+  it("job ids lead with the event id's time, so that later events' jobs sort after", () => {
+    const early = eventId('01890000-0000-7000-8000-000000000000', 'device.created');
+    const late = eventId('01890000-0001-7000-8000-000000000000', 'device.created');
+    for (const sub of ['s1', 's2', 'zz']) {
+      assert.match(jobId(early, sub), /^job_018900000000[0-9a-f]{20}$/);
+      assert.ok(jobId(late, sub) > jobId(early, 'zz'));
+    }
+    assert.notEqual(jobId(early, 's1'), jobId(early, 's2'));
   });
 });
 
