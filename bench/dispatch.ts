@@ -427,7 +427,7 @@ Attempt durations are histogram bucket bounds.
 Where the embedded run's time goes (measured with \`process.cpuUsage\`, the main thread's own
 figure, V8's profiler and \`perf\`): ${EMBEDDED_CPU} The
 rest is on the SQLite thread (storing, claiming and finishing a job; of finishing, most is the
-attempt's record and its four indexes, the one by event id written at random) and V8's collector
+attempt's record and its indexes) and V8's collector
 threads. On the main thread undici and the socket write, which wakes the receiver, are about half;
 signing, the attempt's record, the JSON of claims and records, and metrics the rest. With the
 receiver beside it the machine is nearly all busy: the 50 % target (${fmt(Math.round(plain / 2000) * 1000)}/s here) would need
@@ -435,7 +435,10 @@ the main thread under about 55 µs per delivery and the whole process under abou
 of our own and one timer for every attempt's time limit, instead of \`request()\` with a body
 stream and a timer each (main thread 93 → 72 µs per delivery); a leased job's writes found by
 rowid rather than through the index of its random id (claims 20 → 15 µs per job on the SQLite
-thread); jobs and attempts crossing to the SQLite thread as JSON, claims reading due jobs lazily;
+thread); event and job ids led by the change's time (its UUIDv7), so that the indexes by event id
+and by job id grow at their ends instead of taking each id at a random place (off the main thread
+40–51 µs of CPU per delivery instead of 58–60, embedded runs alone: the jobs here are named as the
+processor names them); jobs and attempts crossing to the SQLite thread as JSON, claims reading due jobs lazily;
 checkpoints on a thread of their own (\`infra/checkpointer.ts\`; left in the writer at 10,000 pages
 the rate was the same but the embedded end-to-end p99 rose from 11–22 to 35–45 ms, each checkpoint
 a stall). Tried and not kept, equal or slower: shorter or longer queues per subscription, more
