@@ -23,10 +23,9 @@ import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { createLogger } from '../infra/telemetry.ts';
 import { type DeliveryStore, RedisDeliveryStore, ThreadedDeliveryStore } from '../processors/deliveries.ts';
-import { API_VERSION, eventId } from '../processors/derive.ts';
+import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
-import { jobId } from '../processors/processor.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
   benchDevices,
@@ -121,12 +120,12 @@ async function dispatchRun(
   await o.bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 12 }]);
   const messages = Array.from({ length: WARMUP_JOBS + JOBS }, (_, i) => {
     const now = Date.now();
-    // As the processor names them: from the change's time-ordered id.
-    const event = eventId(timeOrderedId(), 'device.device_meta.updated');
+    // As the processor names them: from the change's id and its stored time.
+    const event = eventId(timeOrderedId(), 'device.device_meta.updated', now);
     return {
       key: subs[i % SUBSCRIPTIONS]!,
       value: registry.encode('DeliveryJob', {
-        job_id: jobId(event, subs[i % SUBSCRIPTIONS]!),
+        job_id: jobId(event, subs[i % SUBSCRIPTIONS]!, now),
         subscription_id: subs[i % SUBSCRIPTIONS]!,
         owner,
         kind: 'event',

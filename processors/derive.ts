@@ -78,18 +78,37 @@ export const initialActor = (): DeviceActor => ({
   steps: {},
 });
 
-const TIME_ORDERED = /^[0-9a-f]{8}-[0-9a-f]{4}-7/;
 /**
- * Deterministic: the same change and type give the same id in every process, every time. A change
- * with a time-ordered id (UUIDv7: every command's events) lends the event its 48-bit time, then
- * 80 bits of the hash: the delivery log's index by event id grows at its end instead of taking
- * each event at a random place in a large index.
+ * Changes stored from this time on give events and jobs ids led by the change's stored time; those
+ * stored before keep the ids they were given then (a hash alone): the embedded hub derives its
+ * event log again at each start, and deliveries already recorded name the old ids.
  */
-export const eventId = (sourceId: string, type: string): string => {
+export const TIME_LED_IDS_FROM = Date.parse('2026-11-22T00:00:00Z');
+
+/** The 12 hex digits of a change's stored time (ms) that lead its ids, or '' before the cut-over. */
+const timeLead = (createdMs: number): string =>
+  createdMs >= TIME_LED_IDS_FROM ? createdMs.toString(16).padStart(12, '0').slice(-12) : '';
+
+/**
+ * Deterministic: the same change and type give the same id in every process, every time. From the
+ * cut-over on, the change's stored time (48 bits) leads, then 80 bits of the hash: the delivery
+ * log's index by event id grows at its end instead of taking each event at a random place.
+ */
+export const eventId = (sourceId: string, type: string, createdMs = 0): string => {
   const hash = createHash('sha256').update(`${sourceId}\n${type}`).digest('hex');
-  return TIME_ORDERED.test(sourceId)
-    ? `evt_${sourceId.slice(0, 8)}${sourceId.slice(9, 13)}${hash.slice(0, 20)}`
-    : `evt_${hash.slice(0, 32)}`;
+  const lead = timeLead(createdMs);
+  return `evt_${lead}${hash.slice(0, 32 - lead.length)}`;
+};
+
+/**
+ * Stable across a job's attempts and across reprocessing. Led, as its event's id is, by the
+ * change's stored time: the schedule's index by job id (finished jobs stay for the retention)
+ * grows at its end.
+ */
+export const jobId = (eventId: string, subscriptionId: string, createdMs = 0): string => {
+  const hash = createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex');
+  const lead = timeLead(createdMs);
+  return `job_${lead}${hash.slice(0, 32 - lead.length)}`;
 };
 
 /** The key of a stored event on the change stream: the device of device and trail streams. */
@@ -108,7 +127,7 @@ export function derive(state: DeviceActor, change: Change): { state: DeviceActor
   const emit = (type: EventType, data: Record<string, unknown>, owner = s.owner) => {
     if (!owner) return; // an unowned device has nobody to tell
     events.push({
-      id: eventId(change.id, type),
+      id: eventId(change.id, type, change.created),
       type,
       api_version: API_VERSION,
       created: Math.floor(change.created / 1000),

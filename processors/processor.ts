@@ -3,7 +3,6 @@
 // hands one delivery job per matching subscription to the `deliveries` topic. A batch's offsets
 // are committed only after all of that, and actor states are saved last, so a crash at any point
 // replays the batch into the same events (same ids) and nothing is lost.
-import { createHash } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Bus, Consumer, InMessage } from '../infra/bus/port.ts';
 import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
@@ -13,7 +12,7 @@ import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
 import type { Job } from './deliveries.ts';
-import { type Change, type DeviceActor, derive, initialActor, type WebhookEvent } from './derive.ts';
+import { type Change, type DeviceActor, derive, initialActor, jobId, type WebhookEvent } from './derive.ts';
 import type { EventLog } from './eventlog.ts';
 
 /** What matching needs of a subscription (the read model of the webhooks projection). */
@@ -71,18 +70,6 @@ export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0): Subsc
     },
   };
 }
-
-/**
- * Stable across a job's attempts and across reprocessing. Led by the event id's first 12 digits,
- * which are the change's time when the event id is time-ordered (processors/derive.ts eventId):
- * the schedule's index by job id, which keeps finished jobs for the retention, then grows at its
- * end instead of taking each job at a random place.
- */
-export const jobId = (eventId: string, subscriptionId: string) => {
-  const hash = createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex');
-  const lead = /^evt_([0-9a-f]{12})/.exec(eventId)?.[1];
-  return `job_${lead ? `${lead}${hash.slice(0, 20)}` : hash.slice(0, 32)}`;
-};
 
 const CHANGE_SCHEMA = 'ChangeRecord';
 
@@ -291,7 +278,7 @@ export class StreamProcessor {
       for (const sub of await subs) {
         if (!matches(sub, e)) continue;
         jobs.push({
-          job_id: jobId(e.id, sub.id),
+          job_id: jobId(e.id, sub.id, e.created_ms),
           subscription_id: sub.id,
           owner: e.owner,
           kind: 'event',

@@ -1,7 +1,7 @@
 // The pure parts of the stream processor: derivation of each event type, deterministic ids,
 // replays skipped, matching, and the actor runtime's ordering and eviction.
 import assert from 'node:assert/strict';
-import { timeOrderedId } from '../../infra/eventstore/aggregate.ts';
+import { createHash } from 'node:crypto';
 import { ActorRuntime, type ActorStates, MemoryActorStates } from '../../processors/actors.ts';
 import {
   aggregateKey,
@@ -11,9 +11,11 @@ import {
   EVENT_TYPES,
   eventId,
   initialActor,
+  jobId,
+  TIME_LED_IDS_FROM,
   type WebhookEvent,
 } from '../../processors/derive.ts';
-import { jobId, matches, type SubscriptionFilter } from '../../processors/processor.ts';
+import { matches, type SubscriptionFilter } from '../../processors/processor.ts';
 import { redacted } from '../../processors/relay.ts';
 
 const PRN = 'prn:::devices:/0123456789abcdef01234567';
@@ -111,23 +113,31 @@ describe('webhook event derivation (unit)', () => {
     const a = run([created]).events[0]!;
     const b = run([created]).events[0]!;
     assert.equal(a.id, b.id);
-    assert.equal(a.id, eventId(created.id, 'device.created'));
-    assert.notEqual(eventId(created.id, 'device.updated'), a.id);
-    assert.notEqual(eventId('other', 'device.created'), a.id);
+    assert.equal(a.id, eventId(created.id, 'device.created', created.created));
+    assert.notEqual(eventId(created.id, 'device.updated', created.created), a.id);
+    assert.notEqual(eventId('other', 'device.created', created.created), a.id);
   });
 
-  it("ids of time-ordered changes (UUIDv7) sort by the change's time; other ids are a hash", () => {
-    const sources = Array.from({ length: 300 }, () => timeOrderedId());
-    const ids = sources.map((s) => eventId(s, 'device.device_meta.updated'));
+  it('ids of changes stored from the cut-over on lead with the stored time; earlier ones keep the hash', () => {
+    const at = TIME_LED_IDS_FROM + 1000;
+    const ids = Array.from({ length: 300 }, (_, i) => eventId(`c${i}`, 'device.device_meta.updated', at + i));
     for (const id of ids) assert.match(id, /^evt_[0-9a-f]{32}$/);
-    // The same millisecond gives the same prefix, so compare by time; a later one sorts after.
-    const first = eventId('01890000-0000-7000-8000-000000000000', 'device.created');
-    const later = eventId('01890000-0001-7000-8000-000000000000', 'device.created');
-    assert.ok(first.slice(0, 16) === 'evt_018900000000' && later > first);
-    assert.equal(ids[0]!.slice(4, 16), sources[0]!.replace('-', '').slice(0, 12));
+    assert.deepEqual([...ids].sort(), ids); // one a millisecond: sorted by time
+    assert.equal(ids[0]!.slice(4, 16), at.toString(16).padStart(12, '0'));
     assert.equal(new Set(ids).size, ids.length);
-    assert.match(eventId('not-a-uuid', 'device.created'), /^evt_[0-9a-f]{32}$/);
-    assert.notEqual(eventId('not-a-uuid', 'device.created').slice(4, 16), 'not-a-uuid'.slice(0, 12));
+    // Before the cut-over (and with no time given): the hash alone, as such ids always were.
+    const before = eventId('c0', 'device.created', TIME_LED_IDS_FROM - 1);
+    assert.equal(before, eventId('c0', 'device.created'));
+    assert.equal(
+      before,
+      `evt_${createHash('sha256').update('c0\ndevice.created').digest('hex').slice(0, 32)}`,
+    );
+    // The change's id and type still tell events of one time apart.
+    assert.notEqual(eventId('c0', 'device.created', at), eventId('c1', 'device.created', at));
+    assert.notEqual(eventId('c0', 'device.created', at), eventId('c0', 'device.updated', at));
+    // derive gives its events the change's stored time.
+    const late = run([{ ...created, created: at }]).events[0]!;
+    assert.equal(late.id, eventId(created.id, 'device.created', at));
   });
 
   it('a change at or below the last applied position derives nothing and changes nothing', () => {
@@ -227,14 +237,20 @@ describe('subscription matching (unit)', () => {
     assert.match(jobId('evt_1', 's1'), /^job_[0-9a-f]{32}$/);
   });
 
-  it("job ids lead with the event id's time, so that later events' jobs sort after", () => {
-    const early = eventId('01890000-0000-7000-8000-000000000000', 'device.created');
-    const late = eventId('01890000-0001-7000-8000-000000000000', 'device.created');
+  it("job ids lead with the change's stored time from the cut-over on, and keep the hash before", () => {
+    const at = TIME_LED_IDS_FROM + 5000;
     for (const sub of ['s1', 's2', 'zz']) {
-      assert.match(jobId(early, sub), /^job_018900000000[0-9a-f]{20}$/);
-      assert.ok(jobId(late, sub) > jobId(early, 'zz'));
+      assert.match(
+        jobId('evt_1', sub, at),
+        new RegExp(`^job_${at.toString(16).padStart(12, '0')}[0-9a-f]{20}$`),
+      );
+      assert.ok(jobId('evt_1', sub, at + 1) > jobId('evt_1', 'zz', at));
     }
-    assert.notEqual(jobId(early, 's1'), jobId(early, 's2'));
+    assert.notEqual(jobId('evt_1', 's1', at), jobId('evt_1', 's2', at));
+    assert.equal(
+      jobId('evt_1', 's1', TIME_LED_IDS_FROM - 1),
+      `job_${createHash('sha256').update('evt_1\ns1').digest('hex').slice(0, 32)}`,
+    );
   });
 });
 

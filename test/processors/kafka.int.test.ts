@@ -58,8 +58,10 @@ describe('stream processor on Kafka (int)', function () {
     const expected = new Set<string>();
     const append = async (id: string, type: string, data: Record<string, unknown>, derived: string) => {
       const source = crypto.randomUUID();
-      await hub.node.store.append(`device-${id}`, [{ id: source, type, data }]);
-      expected.add(eventId(source, derived));
+      const { nextRevision } = await hub.node.store.append(`device-${id}`, [{ id: source, type, data }]);
+      // The stored time leads the id (from the cut-over on): read it back.
+      const [stored] = await hub.node.store.readStream(`device-${id}`, nextRevision, 1);
+      expected.add(eventId(source, derived, stored!.created));
     };
     await Promise.all(
       ids.map((id) =>

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { type Bus, TOPICS } from '../../infra/bus/port.ts';
-import { jobId } from '../../processors/processor.ts';
+import { jobId } from '../../processors/derive.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import type { TestHub, User } from '../hub.ts';
 
@@ -170,7 +170,7 @@ export function assertJobs(jobs: LoggedEvent[], log: LoggedEvent[], subscription
   assert.deepEqual(jobs.map((j) => j.event.id).sort(), wanted.map((e) => e.id).sort());
   for (const j of jobs) {
     assert.equal(j.subscription_id, subscription);
-    assert.equal(j.job_id, jobId(j.event.id, subscription));
+    assert.equal(j.job_id, jobId(j.event.id, subscription, j.event.created_ms));
     assert.equal(j.kind, 'event');
     assert.equal(j.attempt, 1);
     assert.deepEqual(JSON.parse(j.event.data), log.find((e) => e.id === j.event.id)!.data);
