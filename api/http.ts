@@ -139,7 +139,7 @@ export function rateLimit(limiter: RateLimit): Middleware {
   };
 }
 
-const JSON_TYPE = /^application\/json\s*(?:;|$)/i;
+const JSON_TYPE = /^application\/json[ \t]*(?:;|$)/i; // type-is trims spaces and tabs alone
 
 /** Reads a JSON body: 415 for another content type, 413 above the limit, 400 when it does not parse. */
 export async function readJsonBody(ctx: Context, limitBytes: number): Promise<unknown> {

@@ -50,9 +50,11 @@ const threadCount: Parser<number> = (raw) => {
     }
   }
   // More threads than cores only add switching. At most 4: every thread's writes and reads go
-  // through the one main thread (measured on 2 cores; a larger machine may choose a count).
+  // through the one main thread (measured on 2 cores; a larger machine may choose a count). The
+  // threads share the port with SO_REUSEPORT, which Node offers on Linux and FreeBSD only.
   const cores = availableParallelism();
-  return cores < 2 ? 0 : Math.min(cores, 4);
+  const reusePort = process.platform === 'linux' || process.platform === 'freebsd';
+  return cores < 2 || !reusePort ? 0 : Math.min(cores, 4);
 };
 const text: Parser<string> = (raw) => raw;
 /** A PEM block; `\n` escapes (one-line environment values) become newlines. */
@@ -101,7 +103,7 @@ export const knobs = {
   apiThreads: knob(
     'HUB_API_THREADS',
     'auto',
-    'Embedded profile: worker threads serving the HTTP API, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the event store, the read models and the change pipeline. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4, and 0 on a single core.',
+    'Embedded profile: worker threads serving the HTTP API, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the event store, the read models and the change pipeline. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4; 0 on a single core, and off Linux and FreeBSD (the threads share the port with SO_REUSEPORT).',
     threadCount,
   ),
   dataDir: knob(

@@ -148,10 +148,16 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
 }
 
 export async function startNode(
-  config: Config,
+  configured: Config,
   roles: Role[],
   options: { logger?: Logger } = {},
 ): Promise<HubNode> {
+  // API threads only where this process serves the API in the embedded profile: elsewhere the
+  // event store stays this thread's alone (its aggregate caches authoritative).
+  const config: Config = {
+    ...configured,
+    apiThreads: roles.includes('api') && configured.profile === 'embedded' ? configured.apiThreads : 0,
+  };
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
   const stores = await openStores(config, metrics.registry);
@@ -320,7 +326,7 @@ export async function startNode(
 
   // Every role serves HTTP on HUB_PORT: the API role its routes, every role the operations
   // endpoints (/metrics, /healthz, /readyz), so each process is scraped and probed alike.
-  if (roles.includes('api') && config.profile === 'embedded' && config.apiThreads > 0) {
+  if (config.apiThreads > 0) {
     // The API threads serve all of it, the main thread keeping what they share (api/threads.ts).
     const threads = await startApiThreads({
       config,

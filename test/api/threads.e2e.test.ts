@@ -131,6 +131,17 @@ describe('API threads (e2e)', () => {
     assert.ok(!hub.logs().some((l) => l.includes('wrong-password-here')));
   });
 
+  it('a process without the API role starts no threads: its event store stays its own', async () => {
+    assert.equal(hub.node.store.exclusiveWriter, false); // the hub above: threads append too
+    const projector = await startHub({ HUB_API_THREADS: '2' }, ['projector']);
+    try {
+      assert.equal(projector.node.store.exclusiveWriter, true);
+      assert.equal((await fresh(projector.url, 'GET', '/healthz')).status, 200);
+    } finally {
+      await projector.stop();
+    }
+  });
+
   it('readiness asks the main thread', async () => {
     const ready = await fresh(hub.url, 'GET', '/readyz');
     assert.equal(ready.status, 200);

@@ -12,9 +12,10 @@ describe('configuration (unit)', () => {
     assert.deepEqual(c.kafkaBrokers, ['127.0.0.1:9092']);
   });
 
-  it('serves the API on a thread per core by default (auto), at most 4, none on one core', () => {
+  it('serves the API on a thread per core by default (auto), at most 4, none on one core or without SO_REUSEPORT', () => {
     const cores = availableParallelism();
-    assert.equal(loadConfig({}).apiThreads, cores < 2 ? 0 : Math.min(cores, 4));
+    const reusePort = process.platform === 'linux' || process.platform === 'freebsd';
+    assert.equal(loadConfig({}).apiThreads, cores < 2 || !reusePort ? 0 : Math.min(cores, 4));
     assert.equal(loadConfig({ HUB_API_THREADS: 'auto' }).apiThreads, loadConfig({}).apiThreads);
     assert.equal(loadConfig({ HUB_API_THREADS: '0' }).apiThreads, 0);
     assert.equal(loadConfig({ HUB_API_THREADS: '3' }).apiThreads, 3);
