@@ -434,7 +434,7 @@ the main thread under about 55 µs per delivery and the whole process under abou
 of our own and one timer for every attempt's time limit, instead of \`request()\` with a body
 stream and a timer each (main thread 93 → 72 µs per delivery); a leased job's writes found by
 rowid rather than through the index of its random id (claims 20 → 15 µs per job on the SQLite
-thread); event and job ids led by the change's time (its UUIDv7), so that the indexes by event id
+thread); event and job ids led by the change's stored time, so that the indexes by event id
 and by job id grow at their ends instead of taking each id at a random place (off the main thread
 40–51 µs of CPU per delivery instead of 58–60, embedded runs alone: the jobs here are named as the
 processor names them); jobs and attempts crossing to the SQLite thread as JSON, claims reading due jobs lazily;
