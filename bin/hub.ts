@@ -3,7 +3,7 @@
 import { parseArgs } from 'node:util';
 import { type Config, ConfigError, loadConfig } from '../infra/config.ts';
 import { runDoctor } from '../infra/doctor.ts';
-import { openStores, type Role, startNode } from '../infra/node.ts';
+import { forRoles, openStores, type Role, startNode } from '../infra/node.ts';
 import { newOwnerId } from '../infra/readstore/redis.ts';
 import { createLogger } from '../infra/telemetry.ts';
 import { projectionNamed, projections } from '../projections/index.ts';
@@ -168,7 +168,7 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
     );
   }
   const logger = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel);
-  const stores = await openStores(config);
+  const stores = await openStores(forRoles(config, [])); // no API: no threads share the store
   try {
     if (sub === 'status') {
       const rows = await projectionStatus(stores.store, stores.readStore, projections);

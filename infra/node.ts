@@ -147,17 +147,24 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
   };
 }
 
+/**
+ * The configuration as a process with these roles uses it: API threads only where it serves the
+ * API in the embedded profile. Elsewhere (other roles, CLI commands) the event store stays the
+ * thread's alone, its aggregate caches authoritative.
+ */
+export function forRoles(config: Config, roles: Role[]): Config {
+  return {
+    ...config,
+    apiThreads: roles.includes('api') && config.profile === 'embedded' ? config.apiThreads : 0,
+  };
+}
+
 export async function startNode(
   configured: Config,
   roles: Role[],
   options: { logger?: Logger } = {},
 ): Promise<HubNode> {
-  // API threads only where this process serves the API in the embedded profile: elsewhere the
-  // event store stays this thread's alone (its aggregate caches authoritative).
-  const config: Config = {
-    ...configured,
-    apiThreads: roles.includes('api') && configured.profile === 'embedded' ? configured.apiThreads : 0,
-  };
+  const config = forRoles(configured, roles);
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
   const stores = await openStores(config, metrics.registry);

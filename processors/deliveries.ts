@@ -275,7 +275,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     // restarts); a power loss may lose the last moments of attempt records. Checkpoints run on a
     // thread of their own (infra/checkpointer.ts): copying pages back was a quarter of this store's
     // time, in stalls, while each attempt and job dirtied a page of the event and job indexes at
-    // random (ids now lead with the change's time: processors/derive.ts, processor.ts).
+    // random (ids now lead with the change's stored time: eventId and jobId, processors/derive.ts).
     this.db.exec(`PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = ${BACKSTOP_PAGES};
       CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL, sub TEXT) STRICT;
       CREATE TABLE IF NOT EXISTS attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,

@@ -3,7 +3,8 @@
 // threads. (CI also runs the whole e2e suite a second time this way.)
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
-import type { JsonResponse } from '../harness.ts';
+import { forRoles } from '../../infra/node.ts';
+import { type JsonResponse, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 /** One request on a connection of its own. */
@@ -133,6 +134,14 @@ describe('API threads (e2e)', () => {
 
   it('a process without the API role starts no threads: its event store stays its own', async () => {
     assert.equal(hub.node.store.exclusiveWriter, false); // the hub above: threads append too
+    // The rule startNode and the CLI share: threads for the API role of an embedded process only.
+    const two = testConfig({ HUB_API_THREADS: '2' });
+    assert.equal(forRoles(two, ['api', 'projector']).apiThreads, 2);
+    assert.equal(forRoles(two, []).apiThreads, 0);
+    assert.equal(
+      forRoles(testConfig({ HUB_API_THREADS: '2', HUB_PROFILE: 'distributed' }), ['api']).apiThreads,
+      0,
+    );
     const projector = await startHub({ HUB_API_THREADS: '2' }, ['projector']);
     try {
       assert.equal(projector.node.store.exclusiveWriter, true);
