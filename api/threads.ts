@@ -141,10 +141,11 @@ export async function startApiThreads(o: {
       }),
     );
   };
+  const turns = new StreamTurns<ThreadChannel>(TURN_MS);
   // A thread's appends are told to the other threads, whose cached states then stay current.
   const storeOf = (self: ThreadChannel) => ({
     append: async (stream: string, events: NewEvent[], expected?: ExpectedRevision) => {
-      const result = await owned.store.append(stream, events, expected);
+      const result = await turns.run(stream, self, () => owned.store.append(stream, events, expected));
       const recorded = appendedEvents(stream, events, result);
       for (const t of threads)
         if (t.channel !== self) t.channel.send('appended', 'apply', [stream, recorded]);
@@ -203,6 +204,56 @@ export async function startApiThreads(o: {
   }
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
   return { url: `http://${host}:${port}`, stop };
+}
+
+/** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an append). */
+const TURN_MS = 100;
+
+/**
+ * Turns on contended streams. Each thread runs its commands on one stream one at a time, but two
+ * threads race: the one that just appended decides its next command on the state it cached and
+ * appends at once, while the loser must read the stream again before it retries, and so can lose
+ * every race to a thread with a queue of commands for that stream (one device reporting on many
+ * connections). A thread whose append lost (a conflict) therefore gets the stream's turn: the
+ * other threads' appends to it wait until the loser appends again (its retry) or `turnMs` passes
+ * (it decided that nothing was left to do). A command thus loses at most one race while the turn
+ * holds. Uncontended streams pay one map lookup.
+ */
+export class StreamTurns<Who> {
+  private readonly held = new Map<string, { holder: Who; until: number; over: PromiseWithResolvers<void> }>();
+  private readonly turnMs: number;
+  constructor(turnMs: number) {
+    this.turnMs = turnMs;
+  }
+
+  async run<T>(stream: string, who: Who, append: () => Promise<T>): Promise<T> {
+    for (let turn = this.held.get(stream); turn; turn = this.held.get(stream)) {
+      const left = turn.until - Date.now();
+      if (turn.holder === who || left <= 0) {
+        this.end(stream, turn);
+        break;
+      }
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([turn.over.promise, new Promise((r) => (timer = setTimeout(r, left)))]);
+      clearTimeout(timer);
+    }
+    try {
+      return await append();
+    } catch (err) {
+      if (err instanceof WrongExpectedRevisionError && !this.held.has(stream))
+        this.held.set(stream, {
+          holder: who,
+          until: Date.now() + this.turnMs,
+          over: Promise.withResolvers(),
+        });
+      throw err;
+    }
+  }
+
+  private end(stream: string, turn: { over: PromiseWithResolvers<void> }): void {
+    this.held.delete(stream);
+    turn.over.resolve();
+  }
 }
 
 async function runApiThread(data: ThreadData): Promise<void> {

@@ -208,7 +208,7 @@ export function handle<S, T>(
   stream: string,
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => Decided<T> | Promise<Decided<T>>,
-  attempts = 10,
+  attempts = 5,
   cache: StateCache<S> = cacheOf(store, evolver),
   /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
   loaded?: Loaded<S>,

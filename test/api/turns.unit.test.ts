@@ -1,0 +1,79 @@
+// Turns on a stream between API threads (api/threads.ts StreamTurns), without threads: the
+// "threads" are names, the store an append that fails on a stale revision.
+import assert from 'node:assert/strict';
+import { StreamTurns } from '../../api/threads.ts';
+import { WrongExpectedRevisionError } from '../../infra/eventstore/port.ts';
+
+/** One stream's revision; an append at any other revision is a conflict. */
+function stream() {
+  const log: string[] = [];
+  let revision = -1;
+  return {
+    log,
+    get revision() {
+      return revision;
+    },
+    append: (who: string, expected: number) => async () => {
+      if (expected !== revision) throw new WrongExpectedRevisionError('s', expected, revision);
+      revision++;
+      log.push(who);
+      return revision;
+    },
+  };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+describe('StreamTurns (unit)', () => {
+  it('lets appends through at once while no append lost a race', async () => {
+    const s = stream();
+    const turns = new StreamTurns<string>(1000);
+    for (const who of ['a', 'b', 'a']) await turns.run('s', who, s.append(who, s.revision));
+    assert.deepEqual(s.log, ['a', 'b', 'a']);
+  });
+
+  it("holds other threads' appends after a conflict until the loser appends again", async () => {
+    const s = stream();
+    const turns = new StreamTurns<string>(10_000);
+    await turns.run('s', 'a', s.append('a', -1));
+    // b decided on a state before a's append: it loses and gets the turn.
+    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    // a, deciding on the state it just wrote, would win again at once; it waits instead.
+    let aDone = false;
+    const a = turns.run('s', 'a', s.append('a', 0)).finally(() => (aDone = true));
+    await tick();
+    await tick();
+    assert.equal(aDone, false);
+    assert.deepEqual(s.log, ['a']);
+    // b's retry, on a fresh read, appends: the turn ends and a's append runs after it (and, on
+    // its now stale revision, loses in turn).
+    await turns.run('s', 'b', s.append('b', 0));
+    await assert.rejects(a, WrongExpectedRevisionError);
+    assert.deepEqual(s.log, ['a', 'b']);
+    // a holds the turn now; its retry goes through.
+    await turns.run('s', 'a', s.append('a', 1));
+    assert.deepEqual(s.log, ['a', 'b', 'a']);
+  });
+
+  it('ends a turn its holder does not use within the time given', async () => {
+    const s = stream();
+    const turns = new StreamTurns<string>(30);
+    await turns.run('s', 'a', s.append('a', -1));
+    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    // b decided that nothing was left to do and appends no more: a waits out the turn, then appends.
+    const started = Date.now();
+    await turns.run('s', 'a', s.append('a', 0));
+    assert.ok(Date.now() - started >= 25, `waited ${Date.now() - started} ms`);
+    assert.deepEqual(s.log, ['a', 'a']);
+  });
+
+  it('holds only the contended stream', async () => {
+    const s = stream();
+    const other = stream();
+    const turns = new StreamTurns<string>(10_000);
+    await turns.run('s', 'a', s.append('a', -1));
+    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    await turns.run('t', 'a', other.append('a', -1));
+    assert.deepEqual(other.log, ['a']);
+  });
+});
