@@ -556,9 +556,12 @@ class Exchange implements HttpDispatcher.DispatchHandler {
 
   onResponseStart(_c: HttpDispatcher.DispatchController, status: number, headers: Record<string, unknown>) {
     this.status = status;
-    this.headers = Object.create(null); // a header may be named like anything, __proto__ too
-    for (const [k, v] of Object.entries(headers))
-      this.headers[k] = Array.isArray(v) ? v.join(', ') : String(v);
+    // fromEntries: a header may be named like anything, __proto__ too, and each becomes an own
+    // property of an ordinary object (one without a prototype took V8's JSON.stringify off its
+    // fast path for the whole attempt record: 4-5 µs a record instead of 2-3).
+    this.headers = Object.fromEntries(
+      Object.entries(headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]),
+    );
   }
 
   onResponseData(controller: HttpDispatcher.DispatchController, chunk: Buffer): void {

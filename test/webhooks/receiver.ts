@@ -51,6 +51,8 @@ export class Receiver {
         const headers: Record<string, string> = { 'content-type': 'text/plain' };
         const retryAfter = url.searchParams.get('retry-after');
         if (retryAfter) headers['retry-after'] = retryAfter;
+        // ?proto: a header named __proto__, which the attempt record must keep as any other.
+        if (url.searchParams.has('proto')) res.setHeader('__proto__', 'a header like any other');
         res.writeHead(status ? Number(status) : 200, headers);
         res.end(`answer ${'x'.repeat(Number(url.searchParams.get('size') ?? 2))}`);
       });

@@ -226,7 +226,7 @@ describe('webhooks (e2e)', function () {
         ['/status/503', 'failed', '5xx', 'yes'],
         ['/hang/timeout', 'failed', 'timeout', 'yes'],
         [`refused:${closed}`, 'failed', 'network', 'yes'],
-        ['/status/200?size=10000', 'succeeded', '2xx', 'no'], // an answer longer than is kept
+        ['/status/200?size=10000&proto', 'succeeded', '2xx', 'no'], // an answer longer than is kept
       ];
       const subs = await Promise.all(
         cases.map(async ([path]) => {
@@ -280,6 +280,11 @@ describe('webhooks (e2e)', function () {
       assert.equal(long.body.response.body, `answer ${'x'.repeat(4089)}`);
       assert.equal(long.body.response.truncated, true);
       assert.equal(long.body.response.headers['content-type'], 'text/plain');
+      // A header may be named like anything: __proto__ is kept as an own property, as any other.
+      assert.equal(
+        Object.getOwnPropertyDescriptor(long.body.response.headers, '__proto__')?.value,
+        'a header like any other',
+      );
     });
 
     it('a shortened retry schedule runs to dead-letter; failed and dead_lettered filter the log', async () => {
