@@ -1,7 +1,9 @@
 // The delivery store contract on every adapter: SQLite, SQLite on its own thread (embedded), and the real Redis.
+import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import {
   RedisDeliveryStore,
@@ -9,7 +11,7 @@ import {
   ThreadedDeliveryStore,
 } from '../../processors/deliveries.ts';
 import { testConfig } from '../harness.ts';
-import { deliveryStoreContract } from './deliveries.ts';
+import { deliveryStoreContract, job } from './deliveries.ts';
 
 const RETENTION_MS = 86_400_000;
 
@@ -35,4 +37,49 @@ after(() => redis.disconnect());
 deliveryStoreContract('Redis', async () => {
   await redis.flushdb();
   return new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS });
+});
+
+describe('SQLite delivery store: a file from before the schedule and the bodies were apart', () => {
+  for (const withSub of [true, false])
+    it(`moves its jobs over${withSub ? '' : ' (the oldest files: no sub column)'}: due ones are claimed with their bodies, finished ones stay known`, async () => {
+      const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+      const due = job('sub_old');
+      const done = job('sub_old');
+      const old = new DatabaseSync(path);
+      old.exec(
+        `CREATE TABLE jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL${withSub ? ', sub TEXT' : ''}) STRICT`,
+      );
+      const insert = old.prepare(
+        `INSERT INTO jobs (job_id, due, body, created${withSub ? ', sub' : ''}) VALUES (?, ?, ?, ?${withSub ? ', ?' : ''})`,
+      );
+      const now = Date.now();
+      for (const [j, at] of [
+        [due, now - 1000],
+        [done, null],
+      ] as const)
+        insert.run(j.job_id, at, JSON.stringify(j), now, ...(withSub ? [j.subscription_id] : []));
+      old.close();
+
+      const store = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
+      try {
+        assert.equal((await store.pending()).count, 1);
+        // A job finished before the move is still known: sent again, it is not scheduled again.
+        await store.enqueue([done]);
+        assert.equal((await store.pending()).count, 1);
+        const claimed = await store.claim(now, 10, 30_000);
+        assert.deepEqual(
+          claimed.map((c) => c.job),
+          [due],
+        );
+        await store.finish(due, null, null);
+        assert.equal((await store.pending()).count, 0);
+      } finally {
+        await store.close();
+      }
+      const tables = new DatabaseSync(path)
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .all()
+        .map((r) => r.name);
+      assert.deepEqual(tables, ['attempts', 'job_bodies', 'schedule']);
+    });
 });
