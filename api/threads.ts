@@ -175,6 +175,7 @@ export async function startApiThreads(o: {
       worker.once('exit', (code) => {
         const gone = new Error(`API thread ${i + 1} exited (${code})`);
         channel.close(gone);
+        turns.forget(channel);
         listening.reject(gone);
       });
       const served: Record<keyof typeof SERVED, object> = {
@@ -206,52 +207,103 @@ export async function startApiThreads(o: {
   return { url: `http://${host}:${port}`, stop };
 }
 
-/** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an append). */
+/** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an
+ * append); a turn its holder does not use ends then. */
 const TURN_MS = 100;
 
+interface Turn<Who> {
+  holder: Who;
+  until: number;
+  /** Threads that lost while the turn was held: each gets it in this order. */
+  next: Who[];
+  /** Resolved when the turn passes on. */
+  over: PromiseWithResolvers<void>;
+  timer: NodeJS.Timeout;
+}
+
 /**
- * Turns on contended streams. Each thread runs its commands on one stream one at a time, but two
+ * Turns on contended streams. Each thread runs its commands on one stream one at a time, but the
  * threads race: the one that just appended decides its next command on the state it cached and
- * appends at once, while the loser must read the stream again before it retries, and so can lose
+ * appends at once, while a loser must read the stream again before it retries, and so can lose
  * every race to a thread with a queue of commands for that stream (one device reporting on many
- * connections). A thread whose append lost (a conflict) therefore gets the stream's turn: the
- * other threads' appends to it wait until the loser appends again (its retry) or `turnMs` passes
- * (it decided that nothing was left to do). A command thus loses at most one race while the turn
- * holds. Uncontended streams pay one map lookup.
+ * connections). A thread whose append lost (a conflict) therefore gets the stream's turn, or a
+ * place in line for it: the other threads' appends to the stream wait until the holder has
+ * appended (its retry), then the turn passes to the next in line. A turn its holder does not use
+ * within `turnMs` (it decided that nothing was left to do, or its thread ended) passes on then.
+ * A command thus loses at most twice: once to get in line, and once more if the append it had
+ * waiting when its turn came was decided before the previous holder's. Uncontended streams pay
+ * one map lookup.
  */
 export class StreamTurns<Who> {
-  private readonly held = new Map<string, { holder: Who; until: number; over: PromiseWithResolvers<void> }>();
+  private readonly held = new Map<string, Turn<Who>>();
   private readonly turnMs: number;
   constructor(turnMs: number) {
     this.turnMs = turnMs;
   }
 
   async run<T>(stream: string, who: Who, append: () => Promise<T>): Promise<T> {
-    for (let turn = this.held.get(stream); turn; turn = this.held.get(stream)) {
-      const left = turn.until - Date.now();
-      if (turn.holder === who || left <= 0) {
-        this.end(stream, turn);
-        break;
-      }
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([turn.over.promise, new Promise((r) => (timer = setTimeout(r, left)))]);
-      clearTimeout(timer);
-    }
+    for (let turn = this.held.get(stream); turn && turn.holder !== who; turn = this.held.get(stream))
+      await turn.over.promise;
+    let result: T;
     try {
-      return await append();
+      result = await append();
     } catch (err) {
-      if (err instanceof WrongExpectedRevisionError && !this.held.has(stream))
-        this.held.set(stream, {
-          holder: who,
-          until: Date.now() + this.turnMs,
-          over: Promise.withResolvers(),
-        });
+      if (err instanceof WrongExpectedRevisionError) this.lost(stream, who);
+      else this.done(stream, who);
       throw err;
+    }
+    this.done(stream, who);
+    return result;
+  }
+
+  /** Ends every turn `who` holds and its places in line (its thread is gone). */
+  forget(who: Who): void {
+    for (const [stream, turn] of this.held) {
+      turn.next = turn.next.filter((w) => w !== who);
+      if (turn.holder === who) this.pass(stream, turn);
     }
   }
 
-  private end(stream: string, turn: { over: PromiseWithResolvers<void> }): void {
+  private lost(stream: string, who: Who): void {
+    const turn = this.held.get(stream);
+    if (!turn) this.hand(stream, who, []);
+    else if (turn.holder === who)
+      turn.until = Date.now() + this.turnMs; // its retry: the turn holds
+    else if (!turn.next.includes(who)) turn.next.push(who);
+  }
+
+  /** `who` appended (or failed otherwise): its turn, if it held one, passes on. */
+  private done(stream: string, who: Who): void {
+    const turn = this.held.get(stream);
+    if (turn?.holder === who) this.pass(stream, turn);
+  }
+
+  private hand(stream: string, holder: Who, next: Who[]): void {
+    const turn: Turn<Who> = {
+      holder,
+      until: Date.now() + this.turnMs,
+      next,
+      over: Promise.withResolvers(),
+      timer: setTimeout(() => this.expire(stream, turn), this.turnMs),
+    };
+    turn.timer.unref();
+    this.held.set(stream, turn);
+  }
+
+  private expire(stream: string, turn: Turn<Who>): void {
+    if (this.held.get(stream) !== turn) return;
+    const left = turn.until - Date.now();
+    if (left > 0) {
+      turn.timer = setTimeout(() => this.expire(stream, turn), left);
+      turn.timer.unref();
+    } else this.pass(stream, turn);
+  }
+
+  private pass(stream: string, turn: Turn<Who>): void {
+    clearTimeout(turn.timer);
     this.held.delete(stream);
+    const next = turn.next.shift();
+    if (next !== undefined) this.hand(stream, next, turn.next);
     turn.over.resolve();
   }
 }

@@ -67,6 +67,49 @@ describe('StreamTurns (unit)', () => {
     assert.deepEqual(s.log, ['a', 'a']);
   });
 
+  it('gives the turn to every thread that lost, in order, before the others append again', async () => {
+    const s = stream();
+    const turns = new StreamTurns<string>(10_000);
+    await turns.run('s', 'a', s.append('a', -1));
+    // b and c decided on the empty stream and append at once: both lose, b first.
+    await Promise.all([
+      assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError),
+      assert.rejects(turns.run('s', 'c', s.append('c', -1)), WrongExpectedRevisionError),
+    ]);
+    // a's next command and c's retry (both on a fresh read) wait while b holds the turn.
+    let aSettled = false;
+    const a = turns.run('s', 'a', s.append('a', 0)).finally(() => (aSettled = true));
+    const c = turns.run('s', 'c', s.append('c', 0));
+    await tick();
+    assert.deepEqual(s.log, ['a']);
+    // b's retry appends; the turn passes to c, whose waiting append was decided before b's: it
+    // loses a second time and keeps the turn for its next retry, while a still waits.
+    await turns.run('s', 'b', s.append('b', 0));
+    await assert.rejects(c, WrongExpectedRevisionError);
+    await tick();
+    await tick();
+    assert.equal(aSettled, false, "a's append waits for c's turn");
+    assert.deepEqual(s.log, ['a', 'b']);
+    await turns.run('s', 'c', s.append('c', 1));
+    // The line is empty: a's stale append goes and loses; its retry then holds a turn of its own.
+    await assert.rejects(a, WrongExpectedRevisionError);
+    await turns.run('s', 'a', s.append('a', 2));
+    assert.deepEqual(s.log, ['a', 'b', 'c', 'a']);
+  });
+
+  it("ends a thread's turns and places in line when the thread is gone", async () => {
+    const s = stream();
+    const turns = new StreamTurns<string>(10_000);
+    await turns.run('s', 'a', s.append('a', -1));
+    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    const a = turns.run('s', 'a', s.append('a', 0));
+    await tick();
+    assert.deepEqual(s.log, ['a']);
+    turns.forget('b');
+    await a;
+    assert.deepEqual(s.log, ['a', 'a']);
+  });
+
   it('holds only the contended stream', async () => {
     const s = stream();
     const other = stream();
