@@ -257,7 +257,6 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private readonly sql: Record<
     | 'insertJob'
     | 'insertBody'
-    | 'rewriteBody'
     | 'insertAttempt'
     | 'rowOf'
     | 'reschedule'
@@ -307,10 +306,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
         'INSERT OR REPLACE INTO attempts (id, subscription_id, owner, event_id, status, started, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
       ),
       rowOf: this.db.prepare('SELECT row FROM schedule WHERE job_id = ?'),
-      // The id is checked too: a rowid kept since the claim is the row's unless the file was
-      // vacuumed meanwhile (from outside), which renumbers rows; then the row is found by its id.
+      // The id is checked too: a guard on a row number kept since the claim.
       reschedule: this.db.prepare('UPDATE schedule SET due = ? WHERE row = ? AND job_id = ?'),
-      rewriteBody: this.db.prepare('UPDATE job_bodies SET body = ? WHERE row = ?'),
       complete: this.db.prepare('UPDATE schedule SET due = NULL WHERE row = ? AND job_id = ?'),
       due: this.db.prepare(
         'SELECT row, due, sub FROM schedule WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
@@ -451,7 +448,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
             attempt.body,
           );
         }
-        // A job not leased here (its lease taken over), or whose row was renumbered, by its id.
+        // A job not leased here (its lease taken over) is found by its id.
         if (row === undefined || this.writeJob(row, jobId, body, next) === 0) {
           const found = this.sql.rowOf.get(jobId) as { row: number } | undefined;
           if (found) this.writeJob(found.row, jobId, body, next);
@@ -471,23 +468,24 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private writeJob(row: number, jobId: string, body: string | null, next: number | null): number | bigint {
     if (next === null || body === null) return this.sql.complete.run(row, jobId).changes;
     const { changes } = this.sql.reschedule.run(next, row, jobId);
-    if (changes) this.sql.rewriteBody.run(body, row);
+    if (changes) this.sql.insertBody.run(row, body);
     return changes;
   }
 
   /**
    * Files written before the schedule and the bodies were apart kept jobs in one table, `jobs`
-   * (the oldest without a `sub` column): its rows move over, numbered as they were, in one
-   * transaction; then it is dropped.
+   * (the oldest without a `sub` column): its rows move over by job id, in one transaction (a job
+   * the schedule knows already keeps its row and body); then it is dropped.
    */
   private moveOldJobs(): void {
     const columns = this.db.prepare('PRAGMA table_info(jobs)').all() as { name: string }[];
     if (columns.length === 0) return;
     const sub = columns.some((c) => c.name === 'sub') ? 'sub' : 'NULL';
     this.transaction(() => {
-      this.db.exec(`INSERT OR IGNORE INTO schedule (row, job_id, due, created, sub)
-          SELECT rowid, job_id, due, created, ${sub} FROM jobs;
-        INSERT OR IGNORE INTO job_bodies (row, body) SELECT rowid, body FROM jobs;
+      this.db.exec(`INSERT OR IGNORE INTO schedule (job_id, due, created, sub)
+          SELECT job_id, due, created, ${sub} FROM jobs ORDER BY rowid;
+        INSERT OR IGNORE INTO job_bodies (row, body)
+          SELECT s.row, j.body FROM jobs j JOIN schedule s USING (job_id);
         DROP TABLE jobs;`);
     });
   }

@@ -82,4 +82,30 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
         .map((r) => r.name);
       assert.deepEqual(tables, ['attempts', 'job_bodies', 'schedule']);
     });
+
+  it('moves them by job id beside a schedule already there (an older version ran on the file in between)', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+    const newer = job('sub_x');
+    const older = job('sub_x');
+    const first = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
+    await first.enqueue([newer]); // the schedule's row 1
+    await first.close();
+    const old = new DatabaseSync(path);
+    old.exec(
+      'CREATE TABLE jobs (job_id TEXT PRIMARY KEY, due INTEGER, body TEXT NOT NULL, created INTEGER NOT NULL, sub TEXT) STRICT',
+    );
+    // Its rowid 1 too; and the newer job once more, as the processor may send a job twice.
+    const insert = old.prepare('INSERT INTO jobs (job_id, due, body, created, sub) VALUES (?, ?, ?, ?, ?)');
+    for (const j of [older, newer])
+      insert.run(j.job_id, Date.now() - 1000, JSON.stringify(j), Date.now(), 'sub_x');
+    old.close();
+    const store = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
+    try {
+      const claimed = await store.claim(Date.now() + 1, 10, 30_000);
+      assert.deepEqual(claimed.map((c) => c.job.job_id).sort(), [newer.job_id, older.job_id].sort());
+      assert.deepEqual(claimed.find((c) => c.job.job_id === older.job_id)!.job, older);
+    } finally {
+      await store.close();
+    }
+  });
 });
