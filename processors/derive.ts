@@ -85,31 +85,26 @@ export const initialActor = (): DeviceActor => ({
  */
 export const TIME_LED_IDS_FROM = Date.parse('2026-11-22T00:00:00Z');
 
-/** The 12 hex digits of a change's stored time (ms) that lead its ids, or '' before the cut-over. */
-const timeLead = (createdMs: number): string =>
-  createdMs >= TIME_LED_IDS_FROM ? createdMs.toString(16).padStart(12, '0').slice(-12) : '';
-
 /**
- * Deterministic: the same change and type give the same id in every process, every time. From the
- * cut-over on, the change's stored time (48 bits) leads, then 80 bits of the hash: the delivery
- * log's index by event id grows at its end instead of taking each event at a random place.
+ * `<prefix>_` and 32 hex digits, deterministic: the same text and time give the same id in every
+ * process, every time. From the cut-over on, the change's stored time (48 bits, 12 digits) leads,
+ * then 80 bits of the text's hash, so the indexes by these ids grow at their ends instead of taking
+ * each id at a random place; before it, the hash alone.
  */
-export const eventId = (sourceId: string, type: string, createdMs = 0): string => {
-  const hash = createHash('sha256').update(`${sourceId}\n${type}`).digest('hex');
-  const lead = timeLead(createdMs);
-  return `evt_${lead}${hash.slice(0, 32 - lead.length)}`;
-};
+function derivedId(prefix: string, text: string, createdMs: number): string {
+  const hash = createHash('sha256').update(text).digest('hex');
+  const lead = createdMs >= TIME_LED_IDS_FROM ? createdMs.toString(16).padStart(12, '0').slice(-12) : '';
+  return `${prefix}_${lead}${hash.slice(0, 32 - lead.length)}`;
+}
 
-/**
- * Stable across a job's attempts and across reprocessing. Led, as its event's id is, by the
- * change's stored time: the schedule's index by job id (finished jobs stay for the retention)
- * grows at its end.
- */
-export const jobId = (eventId: string, subscriptionId: string, createdMs = 0): string => {
-  const hash = createHash('sha256').update(`${eventId}\n${subscriptionId}`).digest('hex');
-  const lead = timeLead(createdMs);
-  return `job_${lead}${hash.slice(0, 32 - lead.length)}`;
-};
+/** An event's id, from its change and type (the delivery log is indexed by it). */
+export const eventId = (sourceId: string, type: string, createdMs = 0): string =>
+  derivedId('evt', `${sourceId}\n${type}`, createdMs);
+
+/** A job's id, stable across its attempts and across reprocessing (the schedule is indexed by it:
+ * finished jobs stay for the retention). */
+export const jobId = (eventId: string, subscriptionId: string, createdMs = 0): string =>
+  derivedId('job', `${eventId}\n${subscriptionId}`, createdMs);
 
 /** The key of a stored event on the change stream: the device of device and trail streams. */
 export function aggregateKey(stream: string): string {

@@ -42,17 +42,26 @@ function fresh(
   });
 }
 
+/** Room for a hundred requests at once from one caller. */
+const BURSTS = { HUB_RATE_LIMIT_PER_SECOND: '5', HUB_RATE_LIMIT_BURST: '2000' };
+
+/** A hub of the test's own, stopped when `run` is done. */
+async function onHub(env: Record<string, string>, run: (hub: TestHub) => Promise<void>): Promise<void> {
+  const hub = await startHub(env);
+  try {
+    await run(hub);
+  } finally {
+    await hub.stop();
+  }
+}
+
 describe('API threads (e2e)', () => {
   let hub: TestHub;
   let alice: User;
   let device: Device;
 
   before(async () => {
-    hub = await startHub({
-      HUB_API_THREADS: '2',
-      HUB_RATE_LIMIT_PER_SECOND: '5',
-      HUB_RATE_LIMIT_BURST: '2000',
-    });
+    hub = await startHub({ HUB_API_THREADS: '2', ...BURSTS });
     alice = await signup(hub, 'alice');
     device = await createDevice(hub, alice);
   });
@@ -85,17 +94,10 @@ describe('API threads (e2e)', () => {
   });
 
   it('so they do on four threads, where several threads lose at once and wait in line for the turn', async () => {
-    const four = await startHub({
-      HUB_API_THREADS: '4',
-      HUB_RATE_LIMIT_PER_SECOND: '5',
-      HUB_RATE_LIMIT_BURST: '2000',
-    });
-    try {
+    await onHub({ HUB_API_THREADS: '4', ...BURSTS }, async (four) => {
       const bob = await signup(four, 'bob');
       await hundredReports(four, bob, await createDevice(four, bob));
-    } finally {
-      await four.stop();
-    }
+    });
   });
 
   it('a write answered on one connection is read on the next, whichever thread takes it', async () => {
@@ -125,22 +127,18 @@ describe('API threads (e2e)', () => {
   });
 
   it('the rate limit is one budget per caller for the whole process', async () => {
-    const limited = await startHub({
-      HUB_API_THREADS: '2',
-      HUB_RATE_LIMIT_PER_SECOND: '1',
-      HUB_RATE_LIMIT_BURST: '10',
-    });
-    try {
-      const statuses = await Promise.all(
-        Array.from({ length: 30 }, () => fresh(limited.url, 'GET', '/openapi.json').then((r) => r.status)),
-      );
-      // 10 tokens, and perhaps one more refilled meanwhile: two threads on their own would allow 20.
-      const allowed = statuses.filter((s) => s === 200).length;
-      assert.ok(allowed >= 10 && allowed <= 11, `allowed ${allowed}`);
-      assert.equal(statuses.filter((s) => s === 429).length, 30 - allowed);
-    } finally {
-      await limited.stop();
-    }
+    await onHub(
+      { HUB_API_THREADS: '2', HUB_RATE_LIMIT_PER_SECOND: '1', HUB_RATE_LIMIT_BURST: '10' },
+      async (limited) => {
+        const statuses = await Promise.all(
+          Array.from({ length: 30 }, () => fresh(limited.url, 'GET', '/openapi.json').then((r) => r.status)),
+        );
+        // 10 tokens, and perhaps one more refilled meanwhile: two threads on their own would allow 20.
+        const allowed = statuses.filter((s) => s === 200).length;
+        assert.ok(allowed >= 10 && allowed <= 11, `allowed ${allowed}`);
+        assert.equal(statuses.filter((s) => s === 429).length, 30 - allowed);
+      },
+    );
   });
 
   it("the threads' log lines reach the process's logger, secrets redacted", async () => {

@@ -24,6 +24,15 @@ function stream() {
 
 const tick = () => new Promise((r) => setImmediate(r));
 
+/** The usual race: a appends first; b, which decided on the empty stream, loses and gets the turn. */
+async function bLostToA(turnMs: number) {
+  const s = stream();
+  const turns = new StreamTurns<string>(turnMs);
+  await turns.run('s', 'a', s.append('a', -1));
+  await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+  return { s, turns };
+}
+
 describe('StreamTurns (unit)', () => {
   it('lets appends through at once while no append lost a race', async () => {
     const s = stream();
@@ -33,11 +42,8 @@ describe('StreamTurns (unit)', () => {
   });
 
   it("holds other threads' appends after a conflict until the loser appends again", async () => {
-    const s = stream();
-    const turns = new StreamTurns<string>(10_000);
-    await turns.run('s', 'a', s.append('a', -1));
     // b decided on a state before a's append: it loses and gets the turn.
-    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    const { s, turns } = await bLostToA(10_000);
     // a, deciding on the state it just wrote, would win again at once; it waits instead.
     let aDone = false;
     const a = turns.run('s', 'a', s.append('a', 0)).finally(() => (aDone = true));
@@ -56,10 +62,7 @@ describe('StreamTurns (unit)', () => {
   });
 
   it('ends a turn its holder does not use within the time given', async () => {
-    const s = stream();
-    const turns = new StreamTurns<string>(30);
-    await turns.run('s', 'a', s.append('a', -1));
-    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    const { s, turns } = await bLostToA(30);
     // b decided that nothing was left to do and appends no more: a waits out the turn, then appends.
     const started = Date.now();
     await turns.run('s', 'a', s.append('a', 0));
@@ -98,10 +101,7 @@ describe('StreamTurns (unit)', () => {
   });
 
   it("ends a thread's turns and places in line when the thread is gone", async () => {
-    const s = stream();
-    const turns = new StreamTurns<string>(10_000);
-    await turns.run('s', 'a', s.append('a', -1));
-    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
+    const { s, turns } = await bLostToA(10_000);
     const a = turns.run('s', 'a', s.append('a', 0));
     await tick();
     assert.deepEqual(s.log, ['a']);
@@ -111,11 +111,8 @@ describe('StreamTurns (unit)', () => {
   });
 
   it('holds only the contended stream', async () => {
-    const s = stream();
+    const { turns } = await bLostToA(10_000);
     const other = stream();
-    const turns = new StreamTurns<string>(10_000);
-    await turns.run('s', 'a', s.append('a', -1));
-    await assert.rejects(turns.run('s', 'b', s.append('b', -1)), WrongExpectedRevisionError);
     await turns.run('t', 'a', other.append('a', -1));
     assert.deepEqual(other.log, ['a']);
   });
