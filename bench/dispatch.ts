@@ -35,6 +35,7 @@ import {
   fmt,
   isolatedDistributed,
   machine,
+  medianBy,
   percentile,
   recordFigures,
   startListening,
@@ -409,10 +410,8 @@ async function main() {
     }
     // Median against median, as the ingestion bench: the median rate (and that run's CPU figures)
     // against the median loop.
-    const middle = <T>(xs: T[], by: (x: T) => number) =>
-      [...xs].sort((a, b) => by(a) - by(b))[Math.floor((xs.length - 1) / 2)]!;
-    const median = middle(pairs, (p) => p.run.rate);
-    const plain = middle(pairs, (p) => p.loop).loop;
+    const median = medianBy(pairs, (p) => p.run.rate);
+    const plain = medianBy(pairs, (p) => p.loop).loop;
     rows.push({
       ...median.run,
       target: `${median.run.target}${PAIRS > 1 ? ` (the median of ${PAIRS} runs, against the median of their loops; the pairs: ${pairs.map((p) => `${fmt(p.run.rate)} against ${fmt(p.loop)}, ${fmt((100 * p.run.rate) / p.loop)} %`).join('; ')})` : ''}`,

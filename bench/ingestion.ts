@@ -10,6 +10,7 @@ import {
   fmt,
   isolatedDistributed,
   machine,
+  medianBy,
   recordFigures,
   startListening,
   writeSection,
@@ -174,7 +175,7 @@ async function hubRun(target: string, env: Record<string, string>, floor?: strin
  * apart carried that drift into the ratio.
  */
 const ROUNDS = 3;
-const median = (runs: Result[]): Result => [...runs].sort((a, b) => a.rps - b.rps)[runs.length >> 1]!;
+const median = (runs: Result[]): Result => medianBy(runs, (r) => r.rps);
 /** What HUB_API_THREADS=auto, the default, gives this machine. */
 const AUTO_THREADS = loadConfig({}).apiThreads;
 const DEFAULT = `embedded, as it starts (\`HUB_API_THREADS=auto\`: ${AUTO_THREADS} API threads here)`;

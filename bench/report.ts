@@ -17,6 +17,11 @@ export function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
+/** The middle one of `xs` by `by` (of an even count, the upper middle): the benches' medians of runs. */
+export function medianBy<T>(xs: T[], by: (x: T) => number): T {
+  return [...xs].sort((a, b) => by(a) - by(b))[xs.length >> 1]!;
+}
+
 export function machine(): string {
   const cpu = cpus();
   return `${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
