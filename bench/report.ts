@@ -3,14 +3,23 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { seal } from '../api/auth/secrets.ts';
 import { webhookStream } from '../api/webhooks/subscriptions.ts';
 import { loadConfig } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
+
+// Every temporary directory of a bench run (its stores, the hubs it spawns) goes under one
+// directory of the run, removed when the bench exits: os.tmpdir() reads TMPDIR at each call,
+// and spawned processes inherit it. (A run's stores reach gigabytes; left behind, they add up.)
+const scratch = mkdtempSync(join(tmpdir(), 'hub-bench-run-'));
+process.env.TMPDIR = scratch;
+process.on('exit', () => rmSync(scratch, { recursive: true, force: true }));
+process.once('SIGINT', () => process.exit(130)); // interrupted, the directory goes too
+process.once('SIGTERM', () => process.exit(143));
 
 export function percentile(sorted: number[], p: number): number {
   if (sorted.length === 0) return Number.NaN;
