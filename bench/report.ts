@@ -38,7 +38,11 @@ export function machine(): string {
 
 const DOC = new URL('../docs/benchmarks.md', import.meta.url);
 
+/** HUB_BENCH_PRINT_ONLY=1: the benches' sections are printed only, the docs and figures left alone. */
+const PRINT_ONLY = Boolean(process.env.HUB_BENCH_PRINT_ONLY);
+
 export function writeSection(name: string, body: string): void {
+  if (PRINT_ONLY) return;
   let doc: string;
   try {
     doc = readFileSync(DOC, 'utf8');
@@ -229,6 +233,7 @@ const FIGURES_DIR = new URL('../.hub/bench/', import.meta.url);
 
 /** Kept beside the section: bench/summary.ts puts every benchmark's figures in one table. */
 export function recordFigures(name: string, figures: Figure[]): void {
+  if (PRINT_ONLY) return;
   mkdirSync(FIGURES_DIR, { recursive: true });
   writeFileSync(
     new URL(`${name}.json`, FIGURES_DIR),
