@@ -1,6 +1,6 @@
 // Webhook dispatch: deliveries/s to a local keep-alive receiver answering 200 (its own process),
-// through the dispatcher (jobs on the bus → durable schedule → signed POST → attempt recorded),
-// beside the ceiling measured in the same run: a plain undici request loop to the same receiver
+// through the dispatcher (jobs handed off or on the topic → durable schedule → signed POST →
+// attempt recorded), beside the ceiling measured in the same run: a plain undici request loop to the same receiver
 // at the same concurrency. Then end-to-end latency: PATCH device-meta at 1,000 requests/s to a
 // whole hub, each change delivered to a subscription, timed at the receiver.
 //
@@ -16,13 +16,19 @@ import { Registry } from 'prom-client';
 import { Agent, request } from 'undici';
 import { KafkaBus } from '../infra/bus/kafka.ts';
 import { MemoryBus } from '../infra/bus/memory.ts';
-import { type Bus, SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
+import { type Bus, TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
 import { timeOrderedId } from '../infra/eventstore/aggregate.ts';
 import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { createLogger } from '../infra/telemetry.ts';
-import { type DeliveryStore, RedisDeliveryStore, ThreadedDeliveryStore } from '../processors/deliveries.ts';
+import {
+  type DeliveryStore,
+  encodeJob,
+  type Job,
+  RedisDeliveryStore,
+  ThreadedDeliveryStore,
+} from '../processors/deliveries.ts';
 import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
@@ -47,6 +53,8 @@ const JOBS = Number(process.argv[2] ?? 60_000);
 const WARMUP_JOBS = 10_000;
 const SUBSCRIPTIONS = 10;
 const CONCURRENCY = 128;
+/** Jobs per hand-off in the embedded runs: a batch of the changes topic, as the processor takes it. */
+const HANDOFF_BATCH = 1000;
 /** `npm run bench` measures a minute; HUB_BENCH_E2E_SECONDS shortens it for a quick look. */
 const E2E_SECONDS = Number(process.env.HUB_BENCH_E2E_SECONDS ?? 60);
 /** Sent before the measured seconds and left out of the latencies: the hub's code warms up (four
@@ -129,41 +137,47 @@ async function dispatchRun(
       }),
     );
   await o.bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 12 }]);
-  const messages = Array.from({ length: WARMUP_JOBS + JOBS }, (_, i) => {
+  const jobs: Job[] = Array.from({ length: WARMUP_JOBS + JOBS }, (_, i) => {
     const now = Date.now();
     // As the processor names them: from the change's id and its stored time.
     const event = eventId(timeOrderedId(), 'device.device_meta.updated', now);
+    const sub = subs[i % SUBSCRIPTIONS]!;
     return {
-      key: subs[i % SUBSCRIPTIONS]!,
-      value: registry.encode('DeliveryJob', {
-        job_id: jobId(event, subs[i % SUBSCRIPTIONS]!, now),
-        subscription_id: subs[i % SUBSCRIPTIONS]!,
+      job_id: jobId(event, sub, now),
+      subscription_id: sub,
+      owner,
+      kind: 'event',
+      attempt: 0,
+      enqueued: now,
+      event: {
+        id: event,
+        type: 'device.device_meta.updated',
+        api_version: API_VERSION,
+        created: Math.floor(now / 1000),
         owner,
-        kind: 'event',
-        attempt: 1,
-        not_before: 0,
-        event: {
-          id: event,
-          type: 'device.device_meta.updated',
-          api_version: API_VERSION,
-          created: Math.floor(now / 1000),
-          owner,
-          resource_prn: 'prn:::devices:/000000000000000000000000',
-          livemode: true,
-          data: JSON.stringify({ keys: ['temp'], changed: { temp: String(i) } }),
-          source_position: i,
-          sequence: 0,
-          created_ms: now,
-        },
-      }),
-      headers: { [SCHEMA_HEADER]: 'DeliveryJob.v1' },
+        resource_prn: 'prn:::devices:/000000000000000000000000',
+        livemode: true,
+        data: { keys: ['temp'], changed: { temp: String(i) } },
+        source_position: i,
+        sequence: 0,
+        created_ms: now,
+      },
     };
   });
+  // Kafka: the deliveries topic, as the processors' producers fill it. Embedded: handed to the
+  // dispatcher in batches, as the embedded processor hands them off (no topic, no Avro).
   const send = async (from: number, to: number) => {
-    for (let i = from; i < to; i += 5000)
-      await o.bus.send(TOPICS.deliveries, messages.slice(i, Math.min(i + 5000, to)));
+    if (o.prefill)
+      for (let i = from; i < to; i += 5000)
+        await o.bus.send(
+          TOPICS.deliveries,
+          jobs.slice(i, Math.min(i + 5000, to)).map((j) => encodeJob(registry, j)),
+        );
+    else
+      for (let i = from; i < to; i += HANDOFF_BATCH)
+        await dispatcher.take(jobs.slice(i, Math.min(i + HANDOFF_BATCH, to)));
   };
-  if (o.prefill) await send(0, messages.length);
+  if (o.prefill) await send(0, jobs.length);
   const metrics = new Registry();
   const dispatcher = new Dispatcher({
     bus: o.bus,
@@ -203,7 +217,7 @@ async function dispatchRun(
   const started = performance.now();
   const cpu = process.cpuUsage();
   const mainCpu = process.threadCpuUsage();
-  if (!o.prefill) await send(WARMUP_JOBS, messages.length);
+  if (!o.prefill) await send(WARMUP_JOBS, jobs.length);
   // With Kafka a few measured jobs may be delivered before the warm-up's end is seen: the rate
   // counts what was delivered after it.
   const measured = (await deliveredAll(WARMUP_JOBS + JOBS)) - warm;
@@ -394,12 +408,16 @@ async function main() {
         retentionMs: 86_400_000,
       });
       const memory = new MemoryBus({ logger });
-      const run = await dispatchRun('embedded (in-process bus, SQLite schedule on its own thread)', rx.url, {
-        bus: memory,
-        store: embeddedStore,
-        deliveries: embeddedDeliveries,
-        prefill: false,
-      });
+      const run = await dispatchRun(
+        'embedded (handed off in-process, SQLite schedule on its own thread)',
+        rx.url,
+        {
+          bus: memory,
+          store: embeddedStore,
+          deliveries: embeddedDeliveries,
+          prefill: false,
+        },
+      );
       await memory.close();
       await embeddedDeliveries.close();
       await embeddedStore.close();
@@ -430,11 +448,12 @@ async function main() {
     const body = `## Webhook dispatch
 
 \`node bench/dispatch.ts ${JOBS}\` on ${machine()}. ${fmt(JOBS)} delivery jobs for ${SUBSCRIPTIONS} subscriptions
-go through the dispatcher: from the deliveries topic into the durable schedule, claimed, signed, POSTed
+go through the dispatcher: into the durable schedule, claimed, signed, POSTed
 to a keep-alive receiver in its own process that answers 200, and recorded. ${fmt(WARMUP_JOBS)} jobs go first
 and are left out of the rate (the dispatcher's code warms up, as in a running hub). Embedded: once
-they are delivered, the measured jobs are sent on the in-process bus at once, so the time counted
-includes storing all of them in the schedule. Distributed: the Kafka topic is prefilled with both,
+they are delivered, the measured jobs are handed to the dispatcher in batches of ${fmt(HANDOFF_BATCH)}, as the
+embedded processor hands its jobs off (no topic, no Avro), each batch as soon as the last is stored,
+so the time counted includes storing all of them in the schedule. Distributed: the Kafka topic is prefilled with both,
 then consumed; the time is counted from the warm-up's last delivery. The ceiling, in the same run, is
 a plain undici loop POSTing to the same receiver at ${CONCURRENCY} requests in flight, after ${fmt(WARMUP_JOBS)} requests
 left out as well. The embedded runs are ${PAIRS}, each right after a loop of its own; the
@@ -457,7 +476,11 @@ attempt's record and its indexes) and V8's collector
 threads. On the main thread undici and the socket write, which wakes the receiver, are about half;
 signing, the attempt's record, the JSON of claims and records, and metrics the rest. With the
 receiver beside it the machine is nearly all busy: the 50 % target (${fmt(Math.round(plain / 2000) * 1000)}/s here) would need
-the main thread under about 55 µs per delivery and the whole process under about 100. Kept because measured: each attempt dispatched through undici with a handler
+the whole process under about ${fmt(3e6 / plain)} µs of CPU per delivery (a core and a half, the receiver taking
+the other half) and its main thread under about ${fmt(1.8e6 / plain)}. Until 2026-11-22 the embedded runs sent
+their jobs on the in-process bus as Avro, a path an embedded hub does not take (its processor hands
+jobs to the dispatcher): 117–128 µs of CPU per delivery, 65–79 on the main thread, against 97–103
+and 58–62 handed off, in the same session. Kept because measured: each attempt dispatched through undici with a handler
 of our own and one timer for every attempt's time limit, instead of \`request()\` with a body
 stream and a timer each (main thread 93 → 72 µs per delivery); a leased job's writes found by
 rowid rather than through the index of its random id (claims 20 → 15 µs per job on the SQLite
@@ -474,7 +497,11 @@ longer rewrites the body's page (measured alone, per job: a claim 24 → 10 µs,
 here the SQLite thread went from about 48 to 45 % busy). Tried and not kept, equal or slower: shorter or longer queues per subscription, more
 connections per origin, a larger young generation, more jobs held per dispatcher, finishes
 group-committed every 5 ms instead of every turn (140 instead of 55 rows a commit, the same CPU),
-an HMAC key object kept per secret (2.2 against 2.3 µs a signature).
+an HMAC key object kept per secret (2.2 against 2.3 µs a signature), new jobs waiting for free
+slots where they come from instead of in the schedule (then 51,300 of 70,000 jobs were held as they
+were stored rather than claimed, at the same CPU per delivery), HTTP pipelining (4 requests a
+connection: 124–140 instead of 117–128 µs a delivery; it would also let a slow answer hold up other
+subscriptions of the same origin), 12 attempts in flight per subscription instead of 32 (137–144 µs).
 
 ### End-to-end latency
 
