@@ -1,7 +1,7 @@
 // Webhook dispatch: deliveries/s to a local keep-alive receiver answering 200 (its own process),
 // through the dispatcher (jobs handed off or on the topic → durable schedule → signed POST →
-// attempt recorded), beside the ceiling measured in the same run: a plain undici request loop to the same receiver
-// at the same concurrency. Then end-to-end latency: PATCH device-meta at 1,000 requests/s to a
+// attempt recorded), beside the ceiling measured in the same run: a plain undici request loop to
+// the same receiver at the same concurrency. Then end-to-end latency: PATCH device-meta at 1,000 requests/s to a
 // whole hub, each change delivered to a subscription, timed at the receiver.
 //
 //   node bench/dispatch.ts [jobs]     (the distributed runs need `npm run infra:up`)
@@ -122,7 +122,14 @@ async function ceiling(url: string): Promise<number> {
 async function dispatchRun(
   target: string,
   receiver: string,
-  o: { bus: Bus; store: EventStore; deliveries: DeliveryStore; prefill: boolean },
+  o: {
+    bus: Bus;
+    store: EventStore;
+    deliveries: DeliveryStore;
+    /** How jobs reach the dispatcher: on the deliveries topic, prefilled (the distributed runs), or
+     * handed off as the embedded processor hands them (the embedded runs). */
+    route: 'topic' | 'handOff';
+  },
 ): Promise<{ target: string; rate: number; p50: number; p99: number; cpu: string }> {
   const sealKey = randomBytes(32);
   const owner = `prn:::accounts:/bench-${randomBytes(3).toString('hex')}`;
@@ -167,7 +174,7 @@ async function dispatchRun(
   // Kafka: the deliveries topic, as the processors' producers fill it. Embedded: handed to the
   // dispatcher in batches, as the embedded processor hands them off (no topic, no Avro).
   const send = async (from: number, to: number) => {
-    if (o.prefill)
+    if (o.route === 'topic')
       for (let i = from; i < to; i += 5000)
         await o.bus.send(
           TOPICS.deliveries,
@@ -177,7 +184,7 @@ async function dispatchRun(
       for (let i = from; i < to; i += HANDOFF_BATCH)
         await dispatcher.take(jobs.slice(i, Math.min(i + HANDOFF_BATCH, to)));
   };
-  if (o.prefill) await send(0, jobs.length);
+  if (o.route === 'topic') await send(0, jobs.length);
   const metrics = new Registry();
   const dispatcher = new Dispatcher({
     bus: o.bus,
@@ -209,15 +216,15 @@ async function dispatchRun(
     }
     return done;
   };
-  // Embedded: the warm-up jobs, delivered; then the measured ones sent at once, so that the time
-  // counted includes storing them in the schedule. Kafka: all prefilled; counted from the first
+  // Embedded: the warm-up jobs, delivered; then the measured ones handed off as fast as they are
+  // taken, so that the time counted includes storing them in the schedule. Kafka: all prefilled; counted from the first
   // measured job's delivery.
-  if (!o.prefill) await send(0, WARMUP_JOBS);
+  if (o.route === 'handOff') await send(0, WARMUP_JOBS);
   const warm = await deliveredAll(WARMUP_JOBS);
   const started = performance.now();
   const cpu = process.cpuUsage();
   const mainCpu = process.threadCpuUsage();
-  if (!o.prefill) await send(WARMUP_JOBS, jobs.length);
+  if (o.route === 'handOff') await send(WARMUP_JOBS, jobs.length);
   // With Kafka a few measured jobs may be delivered before the warm-up's end is seen: the rate
   // counts what was delivered after it.
   const measured = (await deliveredAll(WARMUP_JOBS + JOBS)) - warm;
@@ -390,15 +397,16 @@ async function main() {
         bus: kafka,
         store: pg,
         deliveries: new RedisDeliveryStore(redis, { retentionMs: 86_400_000 }),
-        prefill: true,
+        route: 'topic',
       });
       await kafka.close();
       await redis.flushdb(); // 60,000 jobs and attempts kept for a day: not the end-to-end run's
       redis.disconnect();
       await pg.close();
     }
-    // Embedded: the in-process bus, the SQLite schedule, the SQLite event store; each run on files
-    // of its own, right after a loop of its own.
+    // Embedded: jobs handed off, the SQLite schedule, the SQLite event store (the in-process bus only
+    // for the dispatcher's consumer, which stays idle as in a hub); each run on files of its own,
+    // right after a loop of its own.
     const pairs: { loop: number; run: Awaited<ReturnType<typeof dispatchRun>> }[] = [];
     for (let i = 0; i < PAIRS; i++) {
       const loop = await ceiling(rx.url);
@@ -415,7 +423,7 @@ async function main() {
           bus: memory,
           store: embeddedStore,
           deliveries: embeddedDeliveries,
-          prefill: false,
+          route: 'handOff',
         },
       );
       await memory.close();

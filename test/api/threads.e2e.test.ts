@@ -3,7 +3,7 @@
 // threads. (CI also runs the whole e2e suite a second time this way.)
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
-import { forRoles } from '../../infra/node.ts';
+import { forRoles, type Role } from '../../infra/node.ts';
 import { type JsonResponse, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
@@ -45,9 +45,13 @@ function fresh(
 /** Room for a hundred requests at once from one caller. */
 const BURSTS = { HUB_RATE_LIMIT_PER_SECOND: '5', HUB_RATE_LIMIT_BURST: '2000' };
 
-/** A hub of the test's own, stopped when `run` is done. */
-async function onHub(env: Record<string, string>, run: (hub: TestHub) => Promise<void>): Promise<void> {
-  const hub = await startHub(env);
+/** A hub of the test's own (the API and projector roles unless told), stopped when `run` is done. */
+async function onHub(
+  env: Record<string, string>,
+  run: (hub: TestHub) => Promise<void>,
+  roles?: Role[],
+): Promise<void> {
+  const hub = await startHub(env, roles);
   try {
     await run(hub);
   } finally {
@@ -160,13 +164,14 @@ describe('API threads (e2e)', () => {
       forRoles(testConfig({ HUB_API_THREADS: '2', HUB_PROFILE: 'distributed' }), ['api']).apiThreads,
       0,
     );
-    const projector = await startHub({ HUB_API_THREADS: '2' }, ['projector']);
-    try {
-      assert.equal(projector.node.store.exclusiveWriter, true);
-      assert.equal((await fresh(projector.url, 'GET', '/healthz')).status, 200);
-    } finally {
-      await projector.stop();
-    }
+    await onHub(
+      { HUB_API_THREADS: '2' },
+      async (projector) => {
+        assert.equal(projector.node.store.exclusiveWriter, true);
+        assert.equal((await fresh(projector.url, 'GET', '/healthz')).status, 200);
+      },
+      ['projector'],
+    );
   });
 
   it('readiness asks the main thread', async () => {
