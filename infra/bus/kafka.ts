@@ -1,6 +1,7 @@
 // The Kafka bus of the distributed profile (kafkajs). One idempotent producer per process (acks
 // from all in-sync replicas, one request in flight, so a key's messages keep their order across
-// retries); consumer groups whose offsets move only past batches their handler finished.
+// retries), and a plain one for messages whose order is free, each sending what waits for it in
+// one request; consumer groups whose offsets move only past batches their handler finished.
 import {
   Kafka,
   type KafkaConfig,
@@ -13,17 +14,40 @@ import {
 import type { Logger } from '../telemetry.ts';
 import type { Bus, ConsumeOptions, Consumer, InMessage, OutMessage } from './port.ts';
 
+/** Bytes a fetch waits for, up to the fetch wait (a few dozen changes or jobs). */
+const FETCH_MIN_BYTES = 8192;
+/** Most bytes of message values merged into one request (see `send`). */
+const MERGED_BYTES = 1 << 20;
+
+interface WaitingSend {
+  topic: string;
+  messages: OutMessage[];
+  resolve: () => void;
+  reject: (err: Error) => void;
+}
+
+/** One producer's sends: one request in flight, the sends waiting for it. */
+interface Lane {
+  ordered: boolean;
+  busy: boolean;
+  waiting: WaitingSend[];
+}
+
 export class KafkaBus implements Bus {
   readonly kind = 'kafka';
   private readonly kafka: Kafka;
   /** Idempotent, one request in flight: keys keep their order across retries (the relay). */
   private producer: Promise<Producer> | undefined;
-  /** Acks from all in-sync replicas, many requests in flight: for messages whose order is free. */
+  /** Acks from all in-sync replicas, not idempotent: for messages whose order is free (their
+   * sends do not wait behind the ordered ones). */
   private unordered: Promise<Producer> | undefined;
+  private readonly orderedLane: Lane = { ordered: true, busy: false, waiting: [] };
+  private readonly unorderedLane: Lane = { ordered: false, busy: false, waiting: [] };
   private readonly consumers = new Set<Consumer>();
   /** Put before every topic and group name (HUB_KAFKA_PREFIX). */
   private readonly prefix: string;
   private readonly maxBatch: number;
+  private readonly fetchWaitMs: number;
   private readonly log: Logger;
 
   constructor(o: {
@@ -33,10 +57,13 @@ export class KafkaBus implements Bus {
     prefix?: string;
     /** Most messages per handler call. */
     maxBatch?: number;
+    /** HUB_KAFKA_FETCH_WAIT_MS (default 20). */
+    fetchWaitMs?: number;
     config?: Partial<KafkaConfig>;
   }) {
     this.prefix = o.prefix ?? '';
     this.maxBatch = o.maxBatch ?? 1000;
+    this.fetchWaitMs = o.fetchWaitMs ?? 20;
     const log = o.logger.child({ component: 'kafka' });
     this.log = log;
     this.kafka = new Kafka({
@@ -102,21 +129,65 @@ export class KafkaBus implements Bus {
     return this.unordered;
   }
 
-  async send(topic: string, messages: OutMessage[], options: { ordered?: boolean } = {}): Promise<void> {
-    if (messages.length === 0) return;
-    const ordered = options.ordered ?? true;
+  /**
+   * Sends that arrive while their producer's request is in flight go out together in the next
+   * one: the processor's partitions each hand off a few jobs at a time, and at 1,000 changes/s a
+   * request per hand-off cost more than its messages, here, in the broker and in the consumers'
+   * fetches. The order of sends is kept, so an ordered send stays in order.
+   */
+  send(topic: string, messages: OutMessage[], options: { ordered?: boolean } = {}): Promise<void> {
+    if (messages.length === 0) return Promise.resolve();
+    const lane = (options.ordered ?? true) ? this.orderedLane : this.unorderedLane;
+    return new Promise((resolve, reject) => {
+      lane.waiting.push({ topic: this.prefix + topic, messages, resolve, reject });
+      this.pump(lane);
+    });
+  }
+
+  private pump(lane: Lane): void {
+    if (lane.busy || lane.waiting.length === 0) return;
+    // Whole sends, up to about a megabyte (the broker's default limit on one partition's batch).
+    let bytes = 0;
+    let n = 0;
+    while (n < lane.waiting.length && (n === 0 || bytes < MERGED_BYTES)) {
+      for (const m of lane.waiting[n]!.messages) bytes += m.value.length;
+      n++;
+    }
+    const sends = lane.waiting.splice(0, n);
+    lane.busy = true;
+    this.sendNow(lane.ordered, sends)
+      .then(
+        () => {
+          for (const w of sends) w.resolve();
+        },
+        (err: Error) => {
+          for (const w of sends) w.reject(err);
+        },
+      )
+      .finally(() => {
+        lane.busy = false;
+        this.pump(lane);
+      });
+  }
+
+  private async sendNow(ordered: boolean, sends: WaitingSend[]): Promise<void> {
     const connected = this.connectedProducer(ordered);
     const producer = await connected;
+    const byTopic = new Map<string, { key: string; value: Buffer; headers?: Record<string, string> }[]>();
+    for (const w of sends) {
+      const list = byTopic.get(w.topic) ?? [];
+      for (const m of w.messages) list.push({ key: m.key, value: m.value, headers: m.headers });
+      byTopic.set(w.topic, list);
+    }
     try {
-      await producer.send({
-        topic: this.prefix + topic,
+      await producer.sendBatch({
         acks: -1,
-        messages: messages.map((m) => ({ key: m.key, value: m.value, headers: m.headers })),
+        topicMessages: [...byTopic].map(([topic, messages]) => ({ topic, messages })),
       });
     } catch (err) {
       // A producer that failed past its retries (a broker restart, say) may stay broken: an
       // idempotent one keeps a producer id and sequence numbers the restarted broker may refuse.
-      // The caller sends the batch again (at least once), through a new producer.
+      // The callers send their batches again (at least once), through a new producer.
       if (ordered && this.producer === connected) this.producer = undefined;
       if (!ordered && this.unordered === connected) this.unordered = undefined;
       void producer.disconnect().catch(() => {});
@@ -174,7 +245,11 @@ export class KafkaBus implements Bus {
       sessionTimeout: 10_000,
       heartbeatInterval: 1000,
       rebalanceTimeout: 20_000,
-      maxWaitTimeInMs: 50,
+      // The broker answers a fetch once FETCH_MIN_BYTES are there or the wait is over: at high
+      // rates a handler call then takes more than a message or two (see HUB_KAFKA_FETCH_WAIT_MS).
+      ...(this.fetchWaitMs > 0
+        ? { minBytes: FETCH_MIN_BYTES, maxWaitTimeInMs: this.fetchWaitMs }
+        : { minBytes: 1, maxWaitTimeInMs: 50 }),
       maxBytesPerPartition: 4 * 1024 * 1024,
     });
     consumer.on(consumer.events.GROUP_JOIN, (e) => {
