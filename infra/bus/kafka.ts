@@ -1,7 +1,7 @@
-// The Kafka bus of the distributed profile (kafkajs). One idempotent producer per process (acks
-// from all in-sync replicas, one request in flight, so a key's messages keep their order across
-// retries), and a plain one for messages whose order is free, each sending what waits for it in
-// one request; consumer groups whose offsets move only past batches their handler finished.
+// The Kafka bus of the distributed profile (kafkajs). Two producers per process, acks from all
+// in-sync replicas: an idempotent one (one request in flight, so a key's messages keep their order
+// across retries) and a plain one for messages whose order is free, each sending what waits for it
+// in one request; consumer groups whose offsets move only past batches their handler finished.
 import {
   Kafka,
   type KafkaConfig,
@@ -26,9 +26,14 @@ interface WaitingSend {
   reject: (err: Error) => void;
 }
 
-/** One producer's sends: one request in flight, the sends waiting for it. */
+/**
+ * A producer and its sends: one request in flight, the sends waiting for it. Ordered: idempotent,
+ * so a key's messages keep their order across retries (the relay). Unordered: for messages whose
+ * order is free, whose sends then do not wait behind the ordered ones (the delivery jobs).
+ */
 interface Lane {
   ordered: boolean;
+  producer: Promise<Producer> | undefined;
   busy: boolean;
   waiting: WaitingSend[];
 }
@@ -36,13 +41,8 @@ interface Lane {
 export class KafkaBus implements Bus {
   readonly kind = 'kafka';
   private readonly kafka: Kafka;
-  /** Idempotent, one request in flight: keys keep their order across retries (the relay). */
-  private producer: Promise<Producer> | undefined;
-  /** Acks from all in-sync replicas, not idempotent: for messages whose order is free (their
-   * sends do not wait behind the ordered ones). */
-  private unordered: Promise<Producer> | undefined;
-  private readonly orderedLane: Lane = { ordered: true, busy: false, waiting: [] };
-  private readonly unorderedLane: Lane = { ordered: false, busy: false, waiting: [] };
+  private readonly orderedLane: Lane = { ordered: true, producer: undefined, busy: false, waiting: [] };
+  private readonly unorderedLane: Lane = { ordered: false, producer: undefined, busy: false, waiting: [] };
   private readonly consumers = new Set<Consumer>();
   /** Put before every topic and group name (HUB_KAFKA_PREFIX). */
   private readonly prefix: string;
@@ -105,28 +105,21 @@ export class KafkaBus implements Bus {
     }
   }
 
-  private connectedProducer(ordered: boolean): Promise<Producer> {
+  private connectedProducer(lane: Lane): Promise<Producer> {
     const make = async () => {
       const producer = this.kafka.producer(
-        ordered
+        lane.ordered
           ? { idempotent: true, maxInFlightRequests: 1, createPartitioner: Partitioners.DefaultPartitioner }
           : { createPartitioner: Partitioners.DefaultPartitioner },
       );
       await producer.connect();
       return producer;
     };
-    if (ordered) {
-      this.producer ??= make().catch((err) => {
-        this.producer = undefined;
-        throw err;
-      });
-      return this.producer;
-    }
-    this.unordered ??= make().catch((err) => {
-      this.unordered = undefined;
+    lane.producer ??= make().catch((err) => {
+      lane.producer = undefined;
       throw err;
     });
-    return this.unordered;
+    return lane.producer;
   }
 
   /**
@@ -155,7 +148,7 @@ export class KafkaBus implements Bus {
     }
     const sends = lane.waiting.splice(0, n);
     lane.busy = true;
-    this.sendNow(lane.ordered, sends)
+    this.sendNow(lane, sends)
       .then(
         () => {
           for (const w of sends) w.resolve();
@@ -170,8 +163,8 @@ export class KafkaBus implements Bus {
       });
   }
 
-  private async sendNow(ordered: boolean, sends: WaitingSend[]): Promise<void> {
-    const connected = this.connectedProducer(ordered);
+  private async sendNow(lane: Lane, sends: WaitingSend[]): Promise<void> {
+    const connected = this.connectedProducer(lane);
     const producer = await connected;
     const byTopic = new Map<string, { key: string; value: Buffer; headers?: Record<string, string> }[]>();
     for (const w of sends) {
@@ -188,8 +181,7 @@ export class KafkaBus implements Bus {
       // A producer that failed past its retries (a broker restart, say) may stay broken: an
       // idempotent one keeps a producer id and sequence numbers the restarted broker may refuse.
       // The callers send their batches again (at least once), through a new producer.
-      if (ordered && this.producer === connected) this.producer = undefined;
-      if (!ordered && this.unordered === connected) this.unordered = undefined;
+      if (lane.producer === connected) lane.producer = undefined;
       void producer.disconnect().catch(() => {});
       throw err;
     }
@@ -299,8 +291,8 @@ export class KafkaBus implements Bus {
 
   async close(): Promise<void> {
     await Promise.all([...this.consumers].map((c) => c.stop()));
-    for (const p of [this.producer, this.unordered]) {
-      const producer = await p?.catch(() => undefined);
+    for (const lane of [this.orderedLane, this.unorderedLane]) {
+      const producer = await lane.producer?.catch(() => undefined);
       await producer?.disconnect();
     }
   }
