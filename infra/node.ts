@@ -288,17 +288,19 @@ export async function startNode(
       partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
       handOff: embedded
         ? async (jobs) => {
-            // Straight to this process's dispatcher (below) once it runs: it starts what it has room for.
-            if (dispatcher) await dispatcher.take(jobs);
-            else await stores.deliveries.enqueue(jobs);
+            // Straight to this process's dispatcher (below) once it runs: it delivers what it has
+            // room for before storing it.
+            if (dispatcher) return dispatcher.handOff(jobs);
+            await stores.deliveries.enqueue(jobs);
           }
-        : (jobs) =>
+        : async (jobs) => {
             // Deliveries promise no order: the producer may keep several requests in flight.
-            bus.send(
+            await bus.send(
               TOPICS.deliveries,
               jobs.map((j) => encodeJob(registry, j)),
               { ordered: false },
-            ),
+            );
+          },
       handOffCheckpoint: embedded
         ? { checkpoints: stores.checkpoints, name: 'processor-handoff' }
         : undefined,

@@ -111,8 +111,10 @@ export interface DeliveryStore {
   claim(now: number, limit: number, leaseMs: number, rooms?: Rooms): Promise<{ job: Job; due: number }[]>;
   /** Extends the leases of claimed jobs to `until`; a job finished meanwhile is left alone. */
   renew(jobIds: string[], until: number): Promise<void>;
-  /** Records an attempt; the job is due again at `next`, or done when null. */
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void>;
+  /** Records an attempt; the job is due again at `next`, or done when null. `fresh`: the job was
+   * delivered before it was ever stored (handed off to this process): it is stored only if it is
+   * due again, and need not be kept once done (its attempt is its record). */
+  finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh?: boolean): Promise<void>;
   /** The earliest due time, if any job is pending. */
   nextDue(): Promise<number | undefined>;
   pending(): Promise<{ count: number; oldestDue: number | undefined }>;
@@ -180,6 +182,8 @@ const attemptRow = (a: AttemptRecord): AttemptRow => ({
 
 interface FinishedRow {
   jobId: string;
+  sub: string;
+  fresh: boolean;
   /** The job's rowid when it is leased here (it is found by it without its id's index). */
   row: number | undefined;
   /** The job's body when it is due again (`next`), else null. */
@@ -237,8 +241,15 @@ const heldOf = (jobs: Job[], ids: Iterable<string>): Job[] => {
 const claimed = ({ body, due }: { body: string; due: number }) => ({ job: JSON.parse(body) as Job, due });
 
 /** `finish`'s arguments as `finishRow` takes them: a finished job needs no body. */
-const finishArgs = (job: Job, attempt: AttemptRecord | null, next: number | null) =>
-  [job.job_id, next === null ? null : JSON.stringify(job), attempt && attemptRow(attempt), next] as const;
+const finishArgs = (job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false) =>
+  [
+    job.job_id,
+    job.subscription_id,
+    next === null ? null : JSON.stringify(job),
+    attempt && attemptRow(attempt),
+    next,
+    fresh,
+  ] as const;
 
 export class SqliteDeliveryStore implements DeliveryStore {
   private readonly db: DatabaseSync;
@@ -403,16 +414,18 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   /** Group-committed: the attempts finished within one turn of the event loop share a transaction. */
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
-    return this.finishRow(...finishArgs(job, attempt, next));
+  finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false): Promise<void> {
+    return this.finishRow(...finishArgs(job, attempt, next, fresh));
   }
 
-  /** `finish` in rows: the job's id, its body when it is due again, the attempt's row. */
+  /** `finish` in rows: the job's id and subscription, its body when it is due again, the attempt's row. */
   finishRow(
     jobId: string,
+    sub: string,
     body: string | null,
     attempt: AttemptRow | null,
     next: number | null,
+    fresh = false,
   ): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the delivery store is closed'));
     return new Promise((resolve, reject) => {
@@ -420,6 +433,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
       this.leased.delete(jobId);
       this.finishing.push({
         jobId,
+        sub,
+        fresh,
         row,
         body,
         attempt,
@@ -433,10 +448,11 @@ export class SqliteDeliveryStore implements DeliveryStore {
   private flushFinished(): void {
     const batch = this.finishing;
     this.finishing = [];
+    const now = Date.now();
     let failure: Error | undefined;
     try {
       this.db.exec('BEGIN');
-      for (const { jobId, row, body, attempt, next } of batch) {
+      for (const { jobId, sub, fresh, row, body, attempt, next } of batch) {
         if (attempt) {
           this.sql.insertAttempt.run(
             attempt.id,
@@ -448,8 +464,14 @@ export class SqliteDeliveryStore implements DeliveryStore {
             attempt.body,
           );
         }
-        // A job not leased here (its lease taken over) is found by its id.
-        if (row === undefined || this.writeJob(row, jobId, body, next) === 0) {
+        if (fresh) {
+          // Never stored: stored now if it is due again.
+          if (next === null || body === null) continue;
+          const { changes, lastInsertRowid } = this.sql.insertJob.run(jobId, next, now, sub);
+          if (changes === 1) this.sql.insertBody.run(lastInsertRowid, body);
+          else this.writeJob((this.sql.rowOf.get(jobId) as { row: number }).row, jobId, body, next);
+        } else if (row === undefined || this.writeJob(row, jobId, body, next) === 0) {
+          // A job not leased here (its lease taken over) is found by its id.
           const found = this.sql.rowOf.get(jobId) as { row: number } | undefined;
           if (found) this.writeJob(found.row, jobId, body, next);
         }
@@ -657,8 +679,8 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   renew(jobIds: string[], until: number): Promise<void> {
     return this.call('renew', jobIds, until);
   }
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
-    return this.call('finishRow', ...finishArgs(job, attempt, next));
+  finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false): Promise<void> {
+    return this.call('finishRow', ...finishArgs(job, attempt, next, fresh));
   }
   nextDue(): Promise<number | undefined> {
     return this.call('nextDue');

@@ -45,6 +45,55 @@ const BUSY_RECHECK_MS = 1000;
 export const LEASE_MS = 30_000;
 /** Jobs waiting here per subscription, as a multiple of its attempts in flight. */
 const QUEUE_FACTOR = 8;
+/** A job handed off and held here unstored is stored (leased to this process) once it has been
+ * here this long unfinished, so that the hand-off checkpoint moves on past a slow endpoint. */
+export const SPILL_MS = 1000;
+/** How long a hand-off waits for slots to free before it stores its remaining jobs for a claim. */
+const ROOM_WAIT_MS = 250;
+
+/** A job this process holds: running or waiting for its subscription's slot. */
+interface Held {
+  job: Job;
+  /** When it was due (claimed) or came (handed off), ms. */
+  due: number;
+  /** Handed off and not stored (yet): the hand-off it came with, told when it is. */
+  fresh?: Durability;
+  /** The write storing a fresh job that stayed too long, while it is under way. */
+  spill?: Promise<void>;
+  /** Its finish is being written: a fresh one is then not spilled (its finish stores it). */
+  recording?: boolean;
+}
+
+/** Whether every fresh job of one hand-off is durable: finished (its attempt recorded) or stored. */
+class Durability {
+  private left = 0;
+  private sealed = false;
+  private resolve!: () => void;
+  private reject!: (err: Error) => void;
+  readonly done = new Promise<void>((resolve, reject) => {
+    this.resolve = resolve;
+    this.reject = reject;
+  });
+
+  add(): void {
+    this.left++;
+  }
+
+  settle(): void {
+    this.left--;
+    if (this.sealed && this.left === 0) this.resolve();
+  }
+
+  fail(err: Error): void {
+    this.reject(err);
+  }
+
+  /** No more jobs come: done once those added are settled. */
+  seal(): void {
+    this.sealed = true;
+    if (this.left === 0) this.resolve();
+  }
+}
 
 export interface DispatcherOptions {
   bus: Bus;
@@ -110,15 +159,22 @@ export class Dispatcher {
   private loopDone: Promise<void> | undefined;
   private wake: (() => void) | undefined;
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
-  private readonly waiting = new Map<string, Job[]>(); // subscription → claimed jobs waiting
+  private readonly waiting = new Map<string, Held[]>(); // subscription → jobs waiting for a slot
   private held = 0; // running + waiting (+ recording)
   private reserved = 0; // held by enqueues not yet answered
   private readonly reservedOf = new Map<string, number>(); // the same, by subscription
   private starved = false; // the last claim found due jobs only of subscriptions with full queues
-  private readonly holding = new Set<string>(); // job ids running or waiting here
+  private readonly holding = new Map<string, Held>(); // job id → the job, running or waiting here
+  /** Jobs handed off and not stored, in the order they came. */
+  private readonly fresh = new Set<Held>();
+  /** Hand-offs waiting for slots to free. */
+  private roomWaiters: (() => void)[] = [];
+  private spiller: NodeJS.Timeout | undefined;
+  private stopping: Promise<void> | undefined;
   /** Attempt ids: a random prefix per process and a counter (unique without a syscall each). */
   private readonly idPrefix = randomBytes(7).toString('hex');
   private attempts = 0;
+  private attemptsInFlight = 0;
   private readonly cache = new Map<string, Cached>();
   private readonly deadlines = new Deadlines();
   private readonly metrics: ReturnType<typeof dispatcherMetrics>;
@@ -134,7 +190,10 @@ export class Dispatcher {
       headersTimeout: options.timeoutMs,
       bodyTimeout: options.timeoutMs,
     });
-    this.metrics = dispatcherMetrics(options.metrics, options.deliveries, () => this.held);
+    this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
+      held: () => this.held,
+      inFlight: () => this.attemptsInFlight,
+    });
   }
 
   async start(): Promise<void> {
@@ -149,11 +208,99 @@ export class Dispatcher {
     this.running = true;
     this.loopDone = this.loop();
     this.renewer = setInterval(() => {
-      if (this.holding.size === 0) return;
-      this.o.deliveries.renew([...this.holding], Date.now() + LEASE_MS).catch((err) => {
+      const leased = [...this.holding.values()].filter((h) => !h.fresh).map((h) => h.job.job_id);
+      if (leased.length === 0) return;
+      this.o.deliveries.renew(leased, Date.now() + LEASE_MS).catch((err) => {
         this.o.logger.warn({ err: (err as Error).message }, 'dispatcher: leases not renewed');
       });
     }, LEASE_MS / 3);
+    this.spiller = setInterval(() => this.spill(), SPILL_MS / 4);
+  }
+
+  /**
+   * Jobs handed off by the embedded processor, delivered first and stored only if they must be: a
+   * job its subscription's queue here has room for is held in memory and started as a slot frees;
+   * it is stored (leased to this process) only if it is not finished within SPILL_MS, or when the
+   * process stops first. Delivery is at least once, and a job's durable record is then its attempt,
+   * written as it would be anyway: most jobs never touch the schedule. While every slot here is
+   * taken the hand-off waits for one (the processor's backpressure); a job whose subscription's
+   * queue is full, and every job once no slot freed for ROOM_WAIT_MS, is stored for a claim.
+   * Resolves once each job is held here or stored; `durable` once each is finished or stored, and
+   * only then may the processor's hand-off checkpoint move past them.
+   */
+  async handOff(jobs: Job[]): Promise<{ durable: Promise<void> }> {
+    const durability = new Durability();
+    const stored: Job[] = [];
+    let patient = true;
+    for (const job of jobs) {
+      if (this.holding.has(job.job_id)) continue; // here already: handed off twice
+      let room = this.running && this.queued(job.subscription_id) < this.queueLimit;
+      while (room && patient && this.held + this.reserved >= this.o.maxInFlight)
+        patient = await this.roomFreed();
+      room &&= this.running && this.held + this.reserved < this.o.maxInFlight;
+      if (!room) {
+        stored.push(job);
+        continue;
+      }
+      durability.add();
+      const held: Held = { job, due: Date.now(), fresh: durability };
+      this.fresh.add(held);
+      this.hold(held);
+    }
+    durability.seal();
+    if (stored.length > 0) await this.o.deliveries.enqueue(stored);
+    return { durable: durability.done };
+  }
+
+  /** Resolves true when a sixteenth of the slots (at most 64) are free, false after ROOM_WAIT_MS
+   * without (or once the dispatcher stops). */
+  private roomFreed(): Promise<boolean> {
+    return new Promise((resolve) => {
+      const woken = () => {
+        clearTimeout(timer);
+        resolve(this.running);
+      };
+      const timer = setTimeout(() => {
+        this.roomWaiters = this.roomWaiters.filter((w) => w !== woken);
+        resolve(false);
+      }, ROOM_WAIT_MS);
+      this.roomWaiters.push(woken);
+    });
+  }
+
+  /** Stores the fresh jobs held here for SPILL_MS and not finished, leased to this process: their
+   * attempts go on as they were, and their hand-offs need not wait for them. */
+  private spill(now = Date.now()): void {
+    const old: Held[] = [];
+    for (const h of this.fresh) {
+      if (h.due > now - SPILL_MS) break;
+      if (!h.spill && !h.recording) old.push(h);
+    }
+    if (old.length === 0) return;
+    const spill = this.o.deliveries
+      .enqueue(
+        old.map((h) => h.job),
+        { ids: old.map((h) => h.job.job_id), until: now + LEASE_MS },
+      )
+      .then(
+        // A job the store knew already (sent twice) is stored as well: its finish finds it by id.
+        () => {
+          for (const h of old) this.stored(h);
+        },
+        (err: Error) => {
+          this.o.logger.warn({ err: err.message, jobs: old.length }, 'dispatcher: jobs not stored; retrying');
+          for (const h of old) h.spill = undefined;
+        },
+      );
+    for (const h of old) h.spill = spill;
+  }
+
+  /** A fresh job is durable now: stored, or finished. */
+  private stored(h: Held): void {
+    h.fresh?.settle();
+    h.fresh = undefined;
+    h.spill = undefined;
+    this.fresh.delete(h);
   }
 
   /** New jobs (from the deliveries topic, or the embedded processor): stored, and so durable, when
@@ -203,24 +350,46 @@ export class Dispatcher {
   }
 
   /** Stops taking work: waiting jobs go back to the schedule at once, attempts in flight finish
-   * (bounded by the attempt timeout) and are recorded. */
-  async stop(): Promise<void> {
+   * (bounded by the attempt timeout) and are recorded. Once, however often it is called. */
+  stop(): Promise<void> {
+    this.stopping ??= this.shut();
+    return this.stopping;
+  }
+
+  private async shut(): Promise<void> {
     await this.consumer?.stop();
     this.running = false;
     this.wake?.();
+    for (const woken of this.roomWaiters.splice(0)) woken();
+    clearInterval(this.spiller);
     await this.loopDone;
-    const back = [...this.waiting.values()].flat() as (Job & { due: number })[];
+    await Promise.all([...this.fresh].map((h) => h.spill));
+    const back = [...this.waiting.values()].flat();
     this.waiting.clear();
-    for (const job of back) this.holding.delete(job.job_id);
+    for (const h of back) this.holding.delete(h.job.job_id);
     this.held -= back.length;
     const now = Date.now();
-    await Promise.all(
-      back.map((job) =>
-        this.o.deliveries.finish(job, null, Math.min(job.due, now)).catch(() => {
-          // Not handed back: the lease runs out and another dispatcher claims it.
-        }),
-      ),
+    // Fresh jobs not started go into the schedule, due now; stored ones are handed back.
+    const fresh = back.filter((h) => h.fresh);
+    const storing = this.o.deliveries.enqueue(fresh.map((h) => h.job)).then(
+      () => {
+        for (const h of fresh) this.stored(h);
+      },
+      (err: Error) => {
+        // Not stored: their hand-offs fail, so the hand-off checkpoint stays before them.
+        for (const h of fresh) h.fresh?.fail(err);
+      },
     );
+    await Promise.all([
+      storing,
+      ...back
+        .filter((h) => !h.fresh)
+        .map((h) =>
+          this.o.deliveries.finish(h.job, null, Math.min(h.due, now)).catch(() => {
+            // Not handed back: the lease runs out and another dispatcher claims it.
+          }),
+        ),
+    ]);
     while (this.held > 0) await new Promise((r) => setTimeout(r, 20));
     clearInterval(this.renewer);
     this.unsubscribe?.();
@@ -277,18 +446,22 @@ export class Dispatcher {
     return { of, otherwise: this.queueLimit };
   }
 
-  /** A claimed job: started at once if its subscription has a free slot, else waits here. */
+  /** A claimed (or held) job: started at once if its subscription has a free slot, else waits here. */
   private accept(job: Job, due: number): void {
-    const sub = job.subscription_id;
     if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
-    const queue = this.waiting.get(sub) ?? [];
-    if (queue.length >= this.queueLimit) {
+    if ((this.waiting.get(job.subscription_id)?.length ?? 0) >= this.queueLimit) {
       void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
       return;
     }
-    queue.push(Object.assign(job, { due }));
-    this.waiting.set(sub, queue);
-    this.holding.add(job.job_id);
+    this.hold({ job, due });
+  }
+
+  private hold(h: Held): void {
+    const sub = h.job.subscription_id;
+    const queue = this.waiting.get(sub);
+    if (queue) queue.push(h);
+    else this.waiting.set(sub, [h]);
+    this.holding.set(h.job.job_id, h);
     this.held++;
     this.pump(sub);
   }
@@ -299,7 +472,7 @@ export class Dispatcher {
   private pump(sub: string): void {
     const queue = this.waiting.get(sub);
     while (queue && queue.length > 0 && (this.inFlight.get(sub) ?? 0) < this.o.maxInFlightPerSubscription) {
-      const job = queue.shift()!;
+      const held = queue.shift()!;
       this.inFlight.set(sub, (this.inFlight.get(sub) ?? 0) + 1);
       let slot = true;
       const release = () => {
@@ -312,11 +485,14 @@ export class Dispatcher {
         }
         this.pump(sub);
       };
-      void this.run(job as Job & { due: number }, release).finally(() => {
+      void this.run(held, release).finally(() => {
         release();
-        this.holding.delete(job.job_id);
+        this.holding.delete(held.job.job_id);
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
+        const free = this.o.maxInFlight - this.held - this.reserved;
+        if (this.roomWaiters.length > 0 && free >= Math.min(64, this.o.maxInFlight / 16))
+          for (const woken of this.roomWaiters.splice(0)) woken();
       });
     }
   }
@@ -358,23 +534,47 @@ export class Dispatcher {
     }
   }
 
-  private async run(job: Job & { due: number }, release: () => void): Promise<void> {
-    const { deliveries, logger } = this.o;
+  private async run(held: Held, release: () => void): Promise<void> {
+    const { job } = held;
     try {
       const found = await this.subscription(job.subscription_id);
-      if (!found || found.sub.deleted) return await deliveries.finish(job, null, null); // deleted: nothing more
-      if (!found.sub.enabled) return await deliveries.finish(job, null, Date.now() + PAUSED_RECHECK_MS);
-      const attempt = await this.attempt(job, found);
+      if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
+      if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
+      const attempt = await this.attempt(job, held.due, found);
       release();
       job.attempt = attempt.attempt;
-      await deliveries.finish(
-        job,
-        attempt,
-        attempt.next_attempt_at ? Date.parse(attempt.next_attempt_at) : null,
-      );
+      await this.finish(held, attempt, attempt.next_attempt_at ? Date.parse(attempt.next_attempt_at) : null);
     } catch (err) {
       // Not recorded: the lease runs out and the job is claimed again.
-      logger.warn({ err: (err as Error).message, job: job.job_id }, 'dispatcher: attempt not recorded');
+      this.o.logger.warn(
+        { err: (err as Error).message, job: job.job_id },
+        'dispatcher: attempt not recorded',
+      );
+    }
+  }
+
+  /** Records the attempt, and the job's next due time. A fresh job has no row to be claimed again
+   * from: its record is written again, a second apart, until it is (or the process stops, and its
+   * hand-off fails: the hand-off checkpoint stays before it). */
+  private async finish(held: Held, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+    for (;;) {
+      await held.spill; // being stored: the finish then finds its row
+      held.recording = true;
+      try {
+        await this.o.deliveries.finish(held.job, attempt, next, held.fresh !== undefined);
+        this.stored(held);
+        return;
+      } catch (err) {
+        if (!held.fresh || !this.running) {
+          held.fresh?.fail(err as Error);
+          throw err;
+        }
+        this.o.logger.warn(
+          { err: (err as Error).message, job: held.job.job_id },
+          'dispatcher: attempt not recorded; retrying',
+        );
+        await new Promise((r) => setTimeout(r, 1000));
+      }
     }
   }
 
@@ -393,7 +593,7 @@ export class Dispatcher {
     });
   }
 
-  private async attempt(job: Job & { due: number }, { sub, secrets, url }: Cached): Promise<AttemptRecord> {
+  private async attempt(job: Job, due: number, { sub, secrets, url }: Cached): Promise<AttemptRecord> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     const timestamp = Math.floor(Date.now() / 1000);
@@ -411,8 +611,8 @@ export class Dispatcher {
     let status: number | null = null;
     let error: string | null = null;
     let response: AttemptRecord['response'] = null;
-    this.metrics.inFlight.inc();
-    const timer = this.metrics.duration.startTimer();
+    this.attemptsInFlight++;
+    const startedAt = performance.now();
     try {
       if (url instanceof EgressError) throw url;
       response = await this.post(url, headers, body);
@@ -435,11 +635,11 @@ export class Dispatcher {
           ? `no answer within ${this.o.timeoutMs} ms`
           : (e.cause?.code ?? e.code ?? e.message);
     } finally {
-      timer();
-      this.metrics.inFlight.dec();
+      this.metrics.duration.observe((performance.now() - startedAt) / 1000);
+      this.attemptsInFlight--;
     }
     const finished = Date.now();
-    this.metrics.attempts.inc({ outcome });
+    this.metrics.attempts(outcome).inc();
     let next: number | null = null;
     let attemptStatus: AttemptRecord['status'] = 'succeeded';
     if (outcome === '2xx') {
@@ -470,10 +670,10 @@ export class Dispatcher {
       response_code: status,
       error,
       duration_ms: finished - started,
-      scheduled_at: new Date(job.due).toISOString(),
-      started_at: new Date(started).toISOString(),
-      finished_at: new Date(finished).toISOString(),
-      next_attempt_at: next === null ? null : new Date(next).toISOString(),
+      scheduled_at: isoTime(due),
+      started_at: isoTime(started),
+      finished_at: isoTime(finished),
+      next_attempt_at: next === null ? null : isoTime(next),
       request: { url: sub.url, headers, body },
       response,
     };
@@ -481,6 +681,22 @@ export class Dispatcher {
 }
 
 type Answer = NonNullable<AttemptRecord['response']>;
+
+let isoSecond = Number.NaN;
+let isoPrefix = '';
+/** `new Date(ms).toISOString()`, the date and time of the second kept from the last call: an
+ * attempt records four times, most in the same second (a fifth of an attempt's own CPU before). */
+export function isoTime(ms: number): string {
+  const second = Math.floor(ms / 1000);
+  if (second !== isoSecond) {
+    const whole = new Date(ms).toISOString();
+    if (whole.length !== 24) return whole; // a year beyond 9999: not cached
+    isoSecond = second;
+    isoPrefix = whole.slice(0, 20);
+  }
+  const milli = ms - second * 1000;
+  return `${isoPrefix}${milli < 10 ? '00' : milli < 100 ? '0' : ''}${milli}Z`;
+}
 
 /** Thrown into an attempt past its time limit; classified like undici's own timeouts. */
 class AttemptTimeoutError extends Error {
@@ -605,15 +821,35 @@ class Exchange implements HttpDispatcher.DispatchHandler {
   }
 }
 
-function dispatcherMetrics(registry: Registry, deliveries: DeliveryStore, held: () => number) {
+function dispatcherMetrics(
+  registry: Registry,
+  deliveries: DeliveryStore,
+  now: { held: () => number; inFlight: () => number },
+) {
   new Gauge({
     name: 'hub_webhook_jobs_held',
     help: 'Jobs this dispatcher holds: attempts in flight and jobs waiting for their subscription.',
     registers: [registry],
     collect() {
-      this.set(held());
+      this.set(now.held());
     },
   });
+  new Gauge({
+    name: 'hub_webhook_attempts_in_flight',
+    help: 'Delivery attempts in flight in this process.',
+    registers: [registry],
+    collect() {
+      this.set(now.inFlight());
+    },
+  });
+  const attempts = new Counter({
+    name: 'hub_webhook_attempts_total',
+    help: 'Delivery attempts by outcome: 2xx, 3xx, 4xx, 5xx, timeout, network, refused_address.',
+    labelNames: ['outcome'],
+    registers: [registry],
+  });
+  // Each outcome's series, looked up once rather than by its labels at every attempt.
+  const byOutcome = new Map<Outcome, ReturnType<typeof attempts.labels>>();
   new Gauge({
     name: 'hub_webhook_retry_backlog',
     help: 'Jobs pending in the schedule (new and retries), all dispatchers together.',
@@ -632,12 +868,14 @@ function dispatcherMetrics(registry: Registry, deliveries: DeliveryStore, held: 
     },
   });
   return {
-    attempts: new Counter({
-      name: 'hub_webhook_attempts_total',
-      help: 'Delivery attempts by outcome: 2xx, 3xx, 4xx, 5xx, timeout, network, refused_address.',
-      labelNames: ['outcome'],
-      registers: [registry],
-    }),
+    attempts(outcome: Outcome) {
+      let series = byOutcome.get(outcome);
+      if (!series) {
+        series = attempts.labels(outcome);
+        byOutcome.set(outcome, series);
+      }
+      return series;
+    },
     duration: new Histogram({
       name: 'hub_webhook_attempt_duration_seconds',
       help: 'Duration of one delivery attempt.',
@@ -658,11 +896,6 @@ function dispatcherMetrics(registry: Registry, deliveries: DeliveryStore, held: 
     deadLettered: new Counter({
       name: 'hub_webhook_dead_lettered_total',
       help: 'Deliveries dead-lettered: a non-retryable answer, or attempts spent.',
-      registers: [registry],
-    }),
-    inFlight: new Gauge({
-      name: 'hub_webhook_attempts_in_flight',
-      help: 'Delivery attempts in flight in this process.',
       registers: [registry],
     }),
   };

@@ -151,9 +151,10 @@ export interface ProcessorOptions {
   /** Device actors run at once per partition. */
   concurrency?: number;
   partitionsConcurrently?: number;
-  /** Hands delivery jobs to the dispatcher durably: the `deliveries` topic (distributed), or
-   * straight into the schedule (embedded: the in-process bus is memory only). */
-  handOff: (jobs: Job[]) => Promise<void>;
+  /** Hands delivery jobs to the dispatcher: the `deliveries` topic (distributed: durable when it
+   * resolves), or the dispatcher of this process (embedded: the in-process bus is memory only),
+   * which may deliver them before it stores them: then they are durable once `durable` resolves. */
+  handOff: (jobs: Job[]) => Promise<{ durable: Promise<void> } | undefined>;
   /**
    * Embedded profile: actor states and the log live in memory and are rebuilt from the start of
    * the store at each start, but jobs handed off before must not go out twice. Changes at or below
@@ -169,6 +170,10 @@ export class StreamProcessor {
   private untrack: (() => void) | undefined;
   private handOffFloor = 0;
   private handedOff = 0;
+  /** The hand-off checkpoint's writes, in order, each once its batch's jobs are durable. */
+  private checkpointing: Promise<void> = Promise.resolve();
+  /** Set when a batch's jobs could not be made durable: the checkpoint stays before them. */
+  private checkpointHeld = false;
 
   constructor(options: ProcessorOptions) {
     this.o = options;
@@ -202,6 +207,7 @@ export class StreamProcessor {
   async stop(): Promise<void> {
     await this.consumer?.stop();
     this.consumer = undefined;
+    await this.checkpointing;
     this.untrack?.();
   }
 
@@ -251,7 +257,7 @@ export class StreamProcessor {
     const { out: events, changed } = await this.runtime(partition).run(batch);
     await this.o.log.append(events);
     const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
-    await this.o.handOff(jobs);
+    const handed = await this.o.handOff(jobs);
     metrics.jobs.inc(jobs.length);
     // Saved last: a crash before this derives the batch again, into the same ids.
     await this.o.states.save(changed);
@@ -261,7 +267,28 @@ export class StreamProcessor {
     const cp = this.o.handOffCheckpoint;
     if (cp && last > this.handedOff) {
       this.handedOff = last;
-      await cp.checkpoints.set(cp.name, last);
+      // Moved once this batch's jobs are durable, without holding up the next batch: a crash
+      // before it hands them off again (delivery is at least once).
+      const durable = handed?.durable;
+      this.checkpointing = this.checkpointing.then(async () => {
+        if (this.checkpointHeld) return;
+        try {
+          await durable;
+        } catch (err) {
+          this.checkpointHeld = true;
+          this.o.logger.error(
+            { err: (err as Error).message },
+            'processor: delivery jobs not stored; the hand-off checkpoint stays before them until a restart',
+          );
+          return;
+        }
+        await cp.checkpoints.set(cp.name, last).catch((err: Error) => {
+          this.o.logger.warn(
+            { err: err.message },
+            'processor: hand-off checkpoint not written; the next one is',
+          );
+        });
+      });
     }
   }
 

@@ -138,6 +138,25 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       );
     });
 
+    it('a job finished fresh (delivered before it was stored) is stored only when it is due again', async () => {
+      const done = job('sub_f');
+      const retried = job('sub_f');
+      const t = Date.now();
+      const first = attemptOf(done, 1, 'succeeded');
+      await store.finish({ ...done, attempt: 1 }, first, null, true);
+      await store.finish({ ...retried, attempt: 1 }, attemptOf(retried, 1, 'failed'), t + 60_000, true);
+      assert.equal((await store.pending()).count, 1, 'only the retry is pending');
+      assert.deepEqual(await store.claim(t + 59_000, 10, 1000), [], 'the retry is not due before its time');
+      const due = await store.claim(t + 60_000, 10, 1000);
+      assert.deepEqual(
+        due.map((d) => [d.job.job_id, d.job.attempt, d.due]),
+        [[retried.job_id, 1, t + 60_000]],
+        'the retry, with its body, at its time',
+      );
+      assert.deepEqual(await store.attempt(first.id), first, 'the done one is known by its attempt');
+      assert.equal((await store.attempts('sub_f', { limit: 10, skip: 0 })).total, 2);
+    });
+
     it('records attempts, lists them newest first with status filters', async () => {
       const j = job(`sub_${randomBytes(4).toString('hex')}`);
       await store.enqueue([j]);

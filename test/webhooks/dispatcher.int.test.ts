@@ -1,16 +1,18 @@
-// The dispatcher's per-subscription bounds with a real receiver and the embedded stores: a burst
-// for one subscription is held only as far as its queue goes, and the rest waits in the schedule,
-// due, instead of being taken and sent back for a second.
+// The dispatcher with a real receiver and the embedded stores: a burst for one subscription is held
+// only as far as its queue goes, and the rest waits in the schedule, due, instead of being taken
+// and sent back for a second; jobs handed off are delivered before they are stored, and stored
+// only when they stay too long.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { Registry } from 'prom-client';
 import { benchSubscription } from '../../bench/report.ts';
 import { MemoryBus } from '../../infra/bus/memory.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
 import { openEventStore } from '../../infra/eventstore/open.ts';
 import { type Job, SqliteDeliveryStore } from '../../processors/deliveries.ts';
-import { Dispatcher } from '../../processors/dispatcher.ts';
+import { Dispatcher, SPILL_MS } from '../../processors/dispatcher.ts';
 import { Egress } from '../../processors/egress.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import { memoryLogger, testConfig } from '../harness.ts';
@@ -72,6 +74,117 @@ describe('dispatcher bounds per subscription (int)', () => {
       const pending = await deliveries.pending();
       assert.equal(pending.count, 100);
       assert.ok(pending.oldestDue! <= Date.now(), 'the other 82 are due now, not sent back for later');
+    } finally {
+      await dispatcher.stop();
+      await deliveries.close();
+      await store.close();
+      await rx.stop();
+      await bus.close();
+    }
+  });
+
+  it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
+    const config = testConfig();
+    const store = await openEventStore(config);
+    const file = join(config.dataDir, 'deliveries.sqlite');
+    const deliveries = new SqliteDeliveryStore(file, { retentionMs: 86_400_000 });
+    const rows = () => {
+      const db = new DatabaseSync(file, { readOnly: true });
+      try {
+        return (db.prepare('SELECT count(*) AS n FROM schedule').get() as { n: number }).n;
+      } finally {
+        db.close();
+      }
+    };
+    const rx = await new Receiver().start();
+    const sealKey = randomBytes(32);
+    const owner = 'prn:::accounts:/handoff';
+    const subscribe = (path: string) =>
+      benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
+    const [fast, slow, stopped] = [
+      await subscribe('/ok'),
+      await subscribe('/hang'),
+      await subscribe('/hang/2'),
+    ];
+    const jobsOf = (sub: string, n: number): Job[] =>
+      Array.from({ length: n }, (_, i) => ({
+        job_id: `job_${sub}_${i}_${randomBytes(3).toString('hex')}`,
+        subscription_id: sub,
+        owner,
+        kind: 'event',
+        event: event(owner, 'device.created', `d${i}`, Math.floor(Date.now() / 1000)),
+        attempt: 0,
+        enqueued: Date.now(),
+      }));
+    const bus = new MemoryBus({ logger: memoryLogger().logger });
+    await bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 1 }]);
+    const dispatcher = new Dispatcher({
+      bus,
+      registry: new SchemaRegistry(),
+      deliveries,
+      store,
+      sealKey,
+      egress: new Egress({ allowHttp: true, allowNetworks: ['127.0.0.0/8'] }),
+      logger: memoryLogger().logger,
+      metrics: new Registry(),
+      version: 'test',
+      timeoutMs: 3 * SPILL_MS,
+      maxInFlight: 1024,
+      maxInFlightPerSubscription: 2,
+      rotationWindowMs: 0,
+    });
+    try {
+      await dispatcher.start();
+      // Delivered and recorded, and the schedule never held them.
+      await (await dispatcher.handOff(jobsOf(fast, 5))).durable;
+      assert.equal(rx.at('/ok').length, 5);
+      assert.equal((await deliveries.attempts(fast, { limit: 10, skip: 0 })).total, 5);
+      assert.equal(rows(), 0, 'no schedule row for a job delivered first');
+
+      // A hanging endpoint: two attempts in flight, two waiting; stored once they stay too long,
+      // and only then is their hand-off durable. Another subscription's jobs go out meanwhile.
+      const handedAt = Date.now();
+      const { durable } = await dispatcher.handOff(jobsOf(slow, 4));
+      let durableAt = 0;
+      void durable.then(() => {
+        durableAt = Date.now();
+      });
+      await rx.waitFor('/hang', 2);
+      await (await dispatcher.handOff(jobsOf(fast, 3))).durable;
+      assert.equal(rx.at('/ok').length, 8, 'the other subscription’s jobs were delivered meanwhile');
+      assert.equal(durableAt, 0, 'the hanging jobs are not durable yet');
+      assert.equal(rows(), 0);
+      await durable;
+      const waited = durableAt - handedAt;
+      assert.ok(waited >= SPILL_MS && waited < SPILL_MS + 1500, `durable after ${waited} ms`);
+      assert.equal(rows(), 4, 'the four stored, leased to this dispatcher');
+      assert.equal(rx.at('/hang').length, 2, 'stored, not sent again');
+
+      // Stopped while jobs wait: those waiting are stored, due; those in flight are recorded (they
+      // time out) with their retries.
+      const last = await dispatcher.handOff(jobsOf(stopped, 5));
+      await rx.waitFor('/hang/2', 2);
+      await dispatcher.stop();
+      await last.durable;
+      const left = await deliveries.claim(Date.now() + 1, 100, 1000);
+      assert.equal(left.filter((c) => c.job.subscription_id === stopped).length, 3, 'the three waiting');
+      assert.equal(
+        (await deliveries.attempts(stopped, { limit: 10, skip: 0 })).items.filter(
+          (a) => a.outcome === 'timeout',
+        ).length,
+        2,
+        'the two in flight, recorded',
+      );
+      const db = new DatabaseSync(file, { readOnly: true });
+      const bySub = db
+        .prepare('SELECT sub, due IS NULL AS done, count(*) AS n FROM schedule GROUP BY 1, 2')
+        .all();
+      db.close();
+      assert.equal(
+        (await deliveries.pending()).count,
+        4 + 5,
+        `every hanging job is pending: ${JSON.stringify(bySub)} ${fast} ${slow} ${stopped}`,
+      );
     } finally {
       await dispatcher.stop();
       await deliveries.close();

@@ -1,0 +1,106 @@
+// The embedded processor's hand-off checkpoint: the dispatcher may deliver jobs before it stores
+// them, so the checkpoint moves past a batch only once its jobs are durable, in order, and never
+// past jobs that could not be made so. The in-process bus and a stub dispatcher, with real derivation.
+import assert from 'node:assert/strict';
+import { Registry } from 'prom-client';
+import { MemoryBus } from '../../infra/bus/memory.ts';
+import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
+import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
+import { MemoryActorStates } from '../../processors/actors.ts';
+import type { Job } from '../../processors/deliveries.ts';
+import type { DeviceActor } from '../../processors/derive.ts';
+import { MemoryEventLog } from '../../processors/eventlog.ts';
+import { ProcessorMetrics, StreamProcessor } from '../../processors/processor.ts';
+import { SchemaRegistry } from '../../schemas/registry.ts';
+import { memoryLogger } from '../harness.ts';
+
+const OWNER = 'prn:::accounts:/handoff';
+
+describe('processor hand-off checkpoint (int)', () => {
+  it('moves past a batch once its jobs are durable, in order; stays before jobs that could not be', async () => {
+    const registry = SchemaRegistry.load();
+    const { logger, lines } = memoryLogger();
+    const bus = new MemoryBus({ logger });
+    await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+    const checkpoints = new MemoryCheckpoints();
+    const handed: { jobs: Job[]; settle: (err?: Error) => void }[] = [];
+    const processor = new StreamProcessor({
+      bus,
+      registry,
+      states: new MemoryActorStates<DeviceActor>(),
+      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      subscriptions: {
+        of: async () => [
+          {
+            id: 'whk_handoff',
+            owner: OWNER,
+            enabled: true,
+            event_types: ['device.created'],
+            devices: [],
+            user_meta_keys: [],
+            device_meta_keys: [],
+          },
+        ],
+      },
+      logger,
+      metrics: new ProcessorMetrics(new Registry()),
+      partitionsConcurrently: 1,
+      handOff: async (jobs) => {
+        let settle!: (err?: Error) => void;
+        const durable = new Promise<void>((resolve, reject) => {
+          settle = (err) => (err ? reject(err) : resolve());
+        });
+        handed.push({ jobs, settle });
+        return { durable };
+      },
+      handOffCheckpoint: { checkpoints, name: 'processor-handoff' },
+    });
+    const created = (position: number) => ({
+      key: `d${position}`,
+      value: registry.encode('ChangeRecord', {
+        id: `00000000-0000-4000-8000-${String(position).padStart(12, '0')}`,
+        type: 'DeviceCreated',
+        stream: `device-d${position}`,
+        revision: 0,
+        schema_version: 1,
+        position,
+        created: Date.now(),
+        data: JSON.stringify({ prn: `prn:::devices:/d${position}`, owner_prn: OWNER, nick: 'n' }),
+      }),
+      headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
+    });
+    const checkpoint = () => checkpoints.get('processor-handoff');
+    const until = async (what: () => boolean | Promise<boolean>) => {
+      for (let i = 0; i < 200 && !(await what()); i++) await new Promise((r) => setTimeout(r, 10));
+      assert.ok(await what());
+    };
+    await processor.start();
+    try {
+      await bus.send(TOPICS.changes, [created(1)]);
+      await until(() => handed.length === 1);
+      await bus.send(TOPICS.changes, [created(2)]);
+      await until(() => handed.length === 2); // the next batch was not held up by the first's durability
+      assert.equal(handed[0]!.jobs.length, 1);
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await checkpoint(), 0, 'nothing durable yet');
+      handed[1]!.settle();
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await checkpoint(), 0, 'the second batch is durable, the first is not: it waits');
+      handed[0]!.settle();
+      await until(async () => (await checkpoint()) === 2);
+      // Jobs that could not be made durable: the checkpoint stays before them from then on.
+      await bus.send(TOPICS.changes, [created(3)]);
+      await until(() => handed.length === 3);
+      await bus.send(TOPICS.changes, [created(4)]);
+      await until(() => handed.length === 4);
+      handed[2]!.settle(new Error('the disk is full'));
+      handed[3]!.settle();
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(await checkpoint(), 2);
+      assert.ok(lines().some((l) => /hand-off checkpoint stays before them/.test(l)));
+    } finally {
+      await processor.stop();
+      await bus.close();
+    }
+  });
+});
