@@ -252,8 +252,8 @@ export class Dispatcher {
     return { durable: durability.done };
   }
 
-  /** Resolves true when a sixteenth of the slots (at most 64) are free, false after ROOM_WAIT_MS
-   * without (or once the dispatcher stops). */
+  /** Resolves true when `roomChunk` slots are free, false after ROOM_WAIT_MS without (or once the
+   * dispatcher stops). */
   private roomFreed(): Promise<boolean> {
     return new Promise((resolve) => {
       const woken = () => {
@@ -277,26 +277,26 @@ export class Dispatcher {
       if (!h.spill && !h.recording) old.push(h);
     }
     if (old.length === 0) return;
-    const spill = this.o.deliveries
-      .enqueue(
-        old.map((h) => h.job),
-        { ids: old.map((h) => h.job.job_id), until: now + LEASE_MS },
-      )
-      .then(
-        // A job the store knew already (sent twice) is stored as well: its finish finds it by id.
-        () => {
-          for (const h of old) this.stored(h);
-        },
-        (err: Error) => {
-          this.o.logger.warn({ err: err.message, jobs: old.length }, 'dispatcher: jobs not stored; retrying');
-          for (const h of old) h.spill = undefined;
-        },
-      );
+    const spill = this.storeFresh(old, now + LEASE_MS).catch((err: Error) => {
+      this.o.logger.warn({ err: err.message, jobs: old.length }, 'dispatcher: jobs not stored; retrying');
+      for (const h of old) h.spill = undefined;
+    });
     for (const h of old) h.spill = spill;
   }
 
+  /** Stores fresh jobs: leased to this process until `until`, or due now. A job the store knew
+   * already (sent twice) counts as stored: its finish finds it by id. */
+  private async storeFresh(fresh: Held[], until?: number): Promise<void> {
+    const jobs = fresh.map((h) => h.job);
+    await this.o.deliveries.enqueue(
+      jobs,
+      until === undefined ? undefined : { ids: jobs.map((j) => j.job_id), until },
+    );
+    for (const h of fresh) this.durable(h);
+  }
+
   /** A fresh job is durable now: stored, or finished. */
-  private stored(h: Held): void {
+  private durable(h: Held): void {
     h.fresh?.settle();
     h.fresh = undefined;
     h.spill = undefined;
@@ -349,6 +349,12 @@ export class Dispatcher {
     return this.o.maxInFlightPerSubscription * QUEUE_FACTOR;
   }
 
+  /** While most slots are busy, claims and hand-offs wait for this many to free (a sixteenth, at
+   * most 64), so that they take work in batches rather than a job at a time. */
+  private get roomChunk(): number {
+    return Math.min(64, this.o.maxInFlight / 16);
+  }
+
   /** Stops taking work: waiting jobs go back to the schedule at once, attempts in flight finish
    * (bounded by the attempt timeout) and are recorded. Once, however often it is called. */
   stop(): Promise<void> {
@@ -371,15 +377,10 @@ export class Dispatcher {
     const now = Date.now();
     // Fresh jobs not started go into the schedule, due now; stored ones are handed back.
     const fresh = back.filter((h) => h.fresh);
-    const storing = this.o.deliveries.enqueue(fresh.map((h) => h.job)).then(
-      () => {
-        for (const h of fresh) this.stored(h);
-      },
-      (err: Error) => {
-        // Not stored: their hand-offs fail, so the hand-off checkpoint stays before them.
-        for (const h of fresh) h.fresh?.fail(err);
-      },
-    );
+    const storing = this.storeFresh(fresh).catch((err: Error) => {
+      // Not stored: their hand-offs fail, so the hand-off checkpoint stays before them.
+      for (const h of fresh) h.fresh?.fail(err);
+    });
     await Promise.all([
       storing,
       ...back
@@ -412,7 +413,7 @@ export class Dispatcher {
       try {
         const free = this.o.maxInFlight - this.held - this.reserved;
         // Claim in batches: while most slots are busy, wait for a sixteenth of them to free.
-        if (free <= 0 || (this.held > 0 && free < Math.min(64, this.o.maxInFlight / 16))) {
+        if (free <= 0 || (this.held > 0 && free < this.roomChunk)) {
           await this.sleep(1000); // woken when a slot frees
           continue;
         }
@@ -491,7 +492,7 @@ export class Dispatcher {
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
         const free = this.o.maxInFlight - this.held - this.reserved;
-        if (this.roomWaiters.length > 0 && free >= Math.min(64, this.o.maxInFlight / 16))
+        if (this.roomWaiters.length > 0 && free >= this.roomChunk)
           for (const woken of this.roomWaiters.splice(0)) woken();
       });
     }
@@ -558,11 +559,11 @@ export class Dispatcher {
    * hand-off fails: the hand-off checkpoint stays before it). */
   private async finish(held: Held, attempt: AttemptRecord | null, next: number | null): Promise<void> {
     for (;;) {
-      await held.spill; // being stored: the finish then finds its row
+      if (held.spill) await held.spill; // being stored: the finish then finds its row
       held.recording = true;
       try {
         await this.o.deliveries.finish(held.job, attempt, next, held.fresh !== undefined);
-        this.stored(held);
+        this.durable(held);
         return;
       } catch (err) {
         if (!held.fresh || !this.running) {

@@ -19,39 +19,52 @@ import { memoryLogger, testConfig } from '../harness.ts';
 import { event } from '../processors/eventlog.ts';
 import { Receiver } from './receiver.ts';
 
+/** The embedded stores, a receiver, and a dispatcher on the in-process bus with two attempts in
+ * flight per subscription (and a queue of 16 waiting beside them); `close` ends them all. */
+async function rig(o: { timeoutMs: number; metrics?: Registry }) {
+  const config = testConfig();
+  const store = await openEventStore(config);
+  const file = join(config.dataDir, 'deliveries.sqlite');
+  const deliveries = new SqliteDeliveryStore(file, { retentionMs: 86_400_000 });
+  const rx = await new Receiver().start();
+  const sealKey = randomBytes(32);
+  const bus = new MemoryBus({ logger: memoryLogger().logger });
+  await bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 1 }]);
+  const dispatcher = new Dispatcher({
+    bus,
+    registry: new SchemaRegistry(),
+    deliveries,
+    store,
+    sealKey,
+    egress: new Egress({ allowHttp: true, allowNetworks: ['127.0.0.0/8'] }),
+    logger: memoryLogger().logger,
+    metrics: o.metrics ?? new Registry(),
+    version: 'test',
+    timeoutMs: o.timeoutMs,
+    maxInFlight: 1024,
+    maxInFlightPerSubscription: 2,
+    rotationWindowMs: 0,
+  });
+  const close = async () => {
+    await dispatcher.stop();
+    await deliveries.close();
+    await store.close();
+    await rx.stop();
+    await bus.close();
+  };
+  return { store, file, deliveries, rx, sealKey, dispatcher, close };
+}
+
 describe('dispatcher bounds per subscription (int)', () => {
   it('holds a burst only as far as its subscription’s queue goes; the rest stays due', async () => {
-    const config = testConfig();
-    const store = await openEventStore(config);
-    const deliveries = new SqliteDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
-      retentionMs: 86_400_000,
-    });
-    const rx = await new Receiver().start();
-    const sealKey = randomBytes(32);
+    const metrics = new Registry();
+    const { store, deliveries, rx, sealKey, dispatcher, close } = await rig({ timeoutMs: 1000, metrics });
     const owner = 'prn:::accounts:/bounds';
     const sub = await benchSubscription(store, {
       owner,
       url: `${rx.url}/hang`,
       eventType: 'device.created',
       sealKey,
-    });
-    const metrics = new Registry();
-    const bus = new MemoryBus({ logger: memoryLogger().logger });
-    await bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 1 }]);
-    const dispatcher = new Dispatcher({
-      bus,
-      registry: new SchemaRegistry(),
-      deliveries,
-      store,
-      sealKey,
-      egress: new Egress({ allowHttp: true, allowNetworks: ['127.0.0.0/8'] }),
-      logger: memoryLogger().logger,
-      metrics,
-      version: 'test',
-      timeoutMs: 1000,
-      maxInFlight: 1024,
-      maxInFlightPerSubscription: 2, // a queue of 16 waiting beside them
-      rotationWindowMs: 0,
     });
     try {
       await dispatcher.start();
@@ -75,19 +88,14 @@ describe('dispatcher bounds per subscription (int)', () => {
       assert.equal(pending.count, 100);
       assert.ok(pending.oldestDue! <= Date.now(), 'the other 82 are due now, not sent back for later');
     } finally {
-      await dispatcher.stop();
-      await deliveries.close();
-      await store.close();
-      await rx.stop();
-      await bus.close();
+      await close();
     }
   });
 
   it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
-    const config = testConfig();
-    const store = await openEventStore(config);
-    const file = join(config.dataDir, 'deliveries.sqlite');
-    const deliveries = new SqliteDeliveryStore(file, { retentionMs: 86_400_000 });
+    const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
+      timeoutMs: 3 * SPILL_MS,
+    });
     const rows = () => {
       const db = new DatabaseSync(file, { readOnly: true });
       try {
@@ -96,8 +104,6 @@ describe('dispatcher bounds per subscription (int)', () => {
         db.close();
       }
     };
-    const rx = await new Receiver().start();
-    const sealKey = randomBytes(32);
     const owner = 'prn:::accounts:/handoff';
     const subscribe = (path: string) =>
       benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
@@ -116,23 +122,6 @@ describe('dispatcher bounds per subscription (int)', () => {
         attempt: 0,
         enqueued: Date.now(),
       }));
-    const bus = new MemoryBus({ logger: memoryLogger().logger });
-    await bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 1 }]);
-    const dispatcher = new Dispatcher({
-      bus,
-      registry: new SchemaRegistry(),
-      deliveries,
-      store,
-      sealKey,
-      egress: new Egress({ allowHttp: true, allowNetworks: ['127.0.0.0/8'] }),
-      logger: memoryLogger().logger,
-      metrics: new Registry(),
-      version: 'test',
-      timeoutMs: 3 * SPILL_MS,
-      maxInFlight: 1024,
-      maxInFlightPerSubscription: 2,
-      rotationWindowMs: 0,
-    });
     try {
       await dispatcher.start();
       // Delivered and recorded, and the schedule never held them.
@@ -186,11 +175,7 @@ describe('dispatcher bounds per subscription (int)', () => {
         `every hanging job is pending: ${JSON.stringify(bySub)} ${fast} ${slow} ${stopped}`,
       );
     } finally {
-      await dispatcher.stop();
-      await deliveries.close();
-      await store.close();
-      await rx.stop();
-      await bus.close();
+      await close();
     }
   });
 });
