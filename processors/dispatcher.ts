@@ -30,7 +30,7 @@ import {
 } from './deliveries.ts';
 import type { WebhookEvent } from './derive.ts';
 import { type Egress, EgressError } from './egress.ts';
-import { signatureHeader } from './signing.ts';
+import { WebhookSigner } from './signing.ts';
 
 /** Bytes of a receiver's answer kept in the attempt record. */
 export const RESPONSE_BODY_LIMIT = 4096;
@@ -145,7 +145,10 @@ export function retryAfterS(header: string | undefined, now = Date.now()): numbe
 
 interface Cached {
   sub: Subscription;
-  secrets: string[];
+  /** Signs with the secrets in force: the current one, and the previous while its window lasts. */
+  signer: WebhookSigner;
+  /** How many secrets the signer has (the previous one drops out when its window ends). */
+  sealed: number;
   /** The URL checked against the egress rules, or why it may not be called. */
   url: URL | EgressError;
   at: number;
@@ -512,13 +515,13 @@ export class Dispatcher {
     // The previous secret signs beside the new one until the window ends or the next rotation.
     const sealed = [state.secretSealed];
     if (state.previousSealed && now < overlapEnds(state)) sealed.push(state.previousSealed);
-    const same = hit && hit.secrets.length === sealed.length && hit.sub.secretSealed === state.secretSealed;
+    const same = hit && hit.sealed === sealed.length && hit.sub.secretSealed === state.secretSealed;
     if (same && hit.sub === state) {
       hit.at = now; // the very state read before: nothing to work out again
       return hit;
     }
-    const secrets = same ? hit.secrets : sealed.map((s) => unseal(this.o.sealKey, s));
-    const entry = { sub: state, secrets, url: this.checked(state.url), at: now };
+    const signer = same ? hit.signer : new WebhookSigner(sealed.map((s) => unseal(this.o.sealKey, s)));
+    const entry = { sub: state, signer, sealed: sealed.length, url: this.checked(state.url), at: now };
     this.cache.set(id, entry);
     if (this.cache.size > 10_000) this.cache.delete(this.cache.keys().next().value as string);
     return entry;
@@ -594,7 +597,7 @@ export class Dispatcher {
     });
   }
 
-  private async attempt(job: Job, due: number, { sub, secrets, url }: Cached): Promise<AttemptRecord> {
+  private async attempt(job: Job, due: number, { sub, signer, url }: Cached): Promise<AttemptRecord> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     const timestamp = Math.floor(Date.now() / 1000);
@@ -604,7 +607,7 @@ export class Dispatcher {
       'user-agent': `Hub-Webhooks/${this.o.version}`,
       'webhook-id': id,
       'webhook-timestamp': String(timestamp),
-      'webhook-signature': signatureHeader(secrets, id, timestamp, body),
+      'webhook-signature': signer.header(id, timestamp, body),
     };
     const n = job.attempt + 1;
     const started = Date.now();
