@@ -39,17 +39,20 @@ export class WebhookSigner {
     });
   }
 
-  header(id: string, timestamp: number, body: string): string {
+  /** `body` as sent: its UTF-8 bytes, or the string they encode. */
+  header(id: string, timestamp: number, body: string | Buffer): string {
     // The signed text, after the inner key block, in a buffer reused while it is big enough.
     const prefix = `${id}.${timestamp}.`;
     const most = BLOCK + prefix.length * 3 + body.length * 3; // UTF-8: at most 3 bytes a UTF-16 unit
     if (scratch.length < most) scratch = Buffer.allocUnsafe(Math.max(most, scratch.length * 2));
     let end = BLOCK + scratch.write(prefix, BLOCK, 'utf8');
-    end += scratch.write(body, end, 'utf8');
+    end += typeof body === 'string' ? scratch.write(body, end, 'utf8') : body.copy(scratch, end);
     let out = '';
     for (const { inner, outer } of this.pads) {
       inner.copy(scratch, 0);
-      hash('sha256', scratch.subarray(0, end), 'buffer').copy(outer, BLOCK);
+      // The inner digest as hex, written into the outer block: a Buffer out of hash() cost twice
+      // what the hash did.
+      outer.write(hash('sha256', scratch.subarray(0, end), 'hex'), BLOCK, 'hex');
       out += `${out === '' ? '' : ' '}v1,${hash('sha256', outer, 'hex')}`;
     }
     return out;
