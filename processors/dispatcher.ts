@@ -16,7 +16,7 @@ import {
 } from '../api/webhooks/subscriptions.ts';
 import type { Bus, Consumer } from '../infra/bus/port.ts';
 import { TOPICS } from '../infra/bus/port.ts';
-import { load } from '../infra/eventstore/aggregate.ts';
+import { load, loadedNow } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
@@ -190,8 +190,11 @@ export class Dispatcher {
       connect: { lookup: options.egress.lookup, timeout: options.timeoutMs },
       connections: 128,
       keepAliveTimeout: 30_000,
-      headersTimeout: options.timeoutMs,
-      bodyTimeout: options.timeoutMs,
+      // No timers of undici's per request: each attempt's time limit, from connecting to the end of
+      // the answer, is `deadlines`' (undici's headers and body timers were set, refreshed and
+      // cleared at every request, beside the keep-alive timer).
+      headersTimeout: 0,
+      bodyTimeout: 0,
     });
     this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
       held: () => this.held,
@@ -501,20 +504,27 @@ export class Dispatcher {
     }
   }
 
-  private async subscription(id: string): Promise<Cached | undefined> {
+  /** The subscription as this dispatcher uses it. The embedded store's aggregate cache is
+   * authoritative and cheap, so a deletion or a pause holds from the next attempt on, and it is
+   * answered without a promise; elsewhere a view at most a second old spares the store a read per
+   * attempt. */
+  private subscription(id: string): Cached | undefined | Promise<Cached | undefined> {
     const now = Date.now();
     const hit = this.cache.get(id);
-    // The embedded store's aggregate cache is authoritative and cheap, so a deletion or a pause
-    // holds from the next attempt on; elsewhere a view at most a second old spares the store a
-    // read per attempt.
-    const overlapEnds = (s: Subscription) =>
-      this.o.rotationWindowMs === 0 ? Number.POSITIVE_INFINITY : s.rotated + this.o.rotationWindowMs;
     if (hit && !this.o.store.exclusiveWriter && now - hit.at < 1000) return hit;
-    const { state } = await load(this.o.store, webhookStream(id), subscriptions);
+    const stream = webhookStream(id);
+    const loaded = loadedNow(this.o.store, stream, subscriptions);
+    if (loaded) return this.cached(id, loaded.state, hit, now);
+    return load(this.o.store, stream, subscriptions).then(({ state }) => this.cached(id, state, hit, now));
+  }
+
+  private cached(id: string, state: Subscription, hit: Cached | undefined, now: number): Cached | undefined {
     if (!state.id) return undefined;
     // The previous secret signs beside the new one until the window ends or the next rotation.
+    const overlapEnds =
+      this.o.rotationWindowMs === 0 ? Number.POSITIVE_INFINITY : state.rotated + this.o.rotationWindowMs;
     const sealed = [state.secretSealed];
-    if (state.previousSealed && now < overlapEnds(state)) sealed.push(state.previousSealed);
+    if (state.previousSealed && now < overlapEnds) sealed.push(state.previousSealed);
     const same = hit && hit.sealed === sealed.length && hit.sub.secretSealed === state.secretSealed;
     if (same && hit.sub === state) {
       hit.at = now; // the very state read before: nothing to work out again
@@ -541,7 +551,8 @@ export class Dispatcher {
   private async run(held: Held, release: () => void): Promise<void> {
     const { job } = held;
     try {
-      const found = await this.subscription(job.subscription_id);
+      const looked = this.subscription(job.subscription_id);
+      const found = looked instanceof Promise ? await looked : looked;
       if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
       if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
       const attempt = await this.attempt(job, held.due, found);
@@ -585,7 +596,7 @@ export class Dispatcher {
   /** One POST through the pooled agent, its answer read up to RESPONSE_BODY_LIMIT. Dispatched with
    * a handler of our own rather than `request()`: no body stream, no async iterator and no timer per
    * attempt (the time limit is `deadlines`' one timer), a fifth of the CPU an attempt took. */
-  private post(url: URL, headers: Record<string, string>, body: string): Promise<Answer> {
+  private post(url: URL, headers: Record<string, string>, body: Buffer): Promise<Answer> {
     return new Promise((resolve, reject) => {
       // A monotonic clock: a step of the wall clock neither cuts attempts short nor reorders them.
       const exchange = new Exchange(performance.now() + this.o.timeoutMs, this.deadlines, resolve, reject);
@@ -600,6 +611,8 @@ export class Dispatcher {
   private async attempt(job: Job, due: number, { sub, signer, url }: Cached): Promise<AttemptRecord> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
+    // Encoded once, for the signature and the request alike.
+    const bytes = Buffer.from(body);
     const timestamp = Math.floor(Date.now() / 1000);
     const headers: Record<string, string> = {
       ...sub.custom_headers,
@@ -607,7 +620,7 @@ export class Dispatcher {
       'user-agent': `Hub-Webhooks/${this.o.version}`,
       'webhook-id': id,
       'webhook-timestamp': String(timestamp),
-      'webhook-signature': signer.header(id, timestamp, body),
+      'webhook-signature': signer.header(id, timestamp, bytes),
     };
     const n = job.attempt + 1;
     const started = Date.now();
@@ -619,7 +632,7 @@ export class Dispatcher {
     const startedAt = performance.now();
     try {
       if (url instanceof EgressError) throw url;
-      response = await this.post(url, headers, body);
+      response = await this.post(url, headers, bytes);
       status = response.status;
       outcome = status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx';
     } catch (err) {
@@ -776,12 +789,19 @@ class Exchange implements HttpDispatcher.DispatchHandler {
 
   onResponseStart(_c: HttpDispatcher.DispatchController, status: number, headers: Record<string, unknown>) {
     this.status = status;
-    // fromEntries: a header may be named like anything, __proto__ too, and each becomes an own
-    // property of an ordinary object (one without a prototype took V8's JSON.stringify off its
-    // fast path for the whole attempt record: 4-5 µs a record instead of 2-3).
-    this.headers = Object.fromEntries(
-      Object.entries(headers).map(([k, v]) => [k, Array.isArray(v) ? v.join(', ') : String(v)]),
-    );
+    // Copied into an ordinary object: undici's has no prototype, which took V8's JSON.stringify
+    // off its fast path for the whole attempt record (4-5 µs a record instead of 2-3). A header
+    // may be named like anything, __proto__ too: that one is defined, as assigning it would set
+    // the prototype instead of a property.
+    const copy: Record<string, string> = {};
+    for (const name in headers) {
+      const v = headers[name];
+      const value = typeof v === 'string' ? v : Array.isArray(v) ? v.join(', ') : String(v);
+      if (name === '__proto__')
+        Object.defineProperty(copy, name, { value, enumerable: true, writable: true, configurable: true });
+      else copy[name] = value;
+    }
+    this.headers = copy;
   }
 
   onResponseData(controller: HttpDispatcher.DispatchController, chunk: Buffer): void {
