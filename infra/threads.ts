@@ -58,8 +58,6 @@ export class ThreadChannel {
   private readonly waiting = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   private nextId = 1;
   private outbox: Message[] = [];
-  /** Calls gathering values in the outbox, by target and method (see `gather`). */
-  private readonly gathering = new Map<string, { values: unknown[]; answer: Promise<unknown> }>();
   private closed: Error | undefined;
 
   constructor(endpoint: Endpoint) {
@@ -81,24 +79,6 @@ export class ThreadChannel {
       this.waiting.set(id, { resolve, reject });
       this.post([id, target, method, args]);
     });
-  }
-
-  /**
-   * Adds `values` to the one call of `method` gathering them until the outbox is next sent: the
-   * method gets them all as one array, and each caller the one answer. For small calls made
-   * thousands of times a second (a finished delivery), where a call and an answer each would cost
-   * more than the work.
-   */
-  gather(target: string, method: string, values: unknown[]): Promise<unknown> {
-    const key = `${target}.${method}`;
-    let call = this.gathering.get(key);
-    if (!call) {
-      const gathered: unknown[] = [];
-      call = { values: gathered, answer: this.call(target, method, [gathered]) };
-      this.gathering.set(key, call);
-    }
-    for (const v of values) call.values.push(v);
-    return call.answer;
   }
 
   /** A call whose answer nobody waits for (a log line). */
@@ -132,7 +112,6 @@ export class ThreadChannel {
     if (this.outbox.length === 0) return;
     const batch = this.outbox;
     this.outbox = [];
-    this.gathering.clear(); // sent as they are: later values start calls of their own
     try {
       this.endpoint.postMessage(batch);
     } catch (err) {

@@ -88,20 +88,6 @@ describe('ThreadChannel (unit)', () => {
     close();
   });
 
-  it('gathered values of one turn reach the method as one array, in one call with one answer', async () => {
-    const { a, b, posted, close } = pair();
-    const seen: unknown[][] = [];
-    a.serve('log', { write: (values: unknown[]) => seen.push(values) && values.length }, ['write']);
-    const answers = [b.gather('log', 'write', [1, 'x']), b.gather('log', 'write', [2, null])];
-    assert.deepEqual(await Promise.all(answers), [4, 4]);
-    assert.deepEqual(seen, [[1, 'x', 2, null]]);
-    assert.deepEqual(posted, { a: 1, b: 1 });
-    // A later turn gathers anew.
-    assert.equal(await b.gather('log', 'write', [3]), 1);
-    assert.deepEqual(seen, [[1, 'x', 2, null], [3]]);
-    close();
-  });
-
   it('a call whose value cannot be copied fails alone', async () => {
     const { a, b, close } = pair();
     a.serve('echo', { echo: (x: unknown) => x }, ['echo']);

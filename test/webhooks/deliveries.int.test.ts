@@ -11,7 +11,7 @@ import {
   ThreadedDeliveryStore,
 } from '../../processors/deliveries.ts';
 import { testConfig } from '../harness.ts';
-import { deliveryStoreContract, job } from './deliveries.ts';
+import { attemptOf, deliveryStoreContract, job } from './deliveries.ts';
 
 const RETENTION_MS = 86_400_000;
 
@@ -108,4 +108,64 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
       await store.close();
     }
   });
+});
+
+describe('SQLite delivery store: a file from before attempts kept their request body apart', () => {
+  it('adds the column; its records read back whole, and so do new ones', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+    const j = job('sub_b');
+    const before = attemptOf(j, 1, 'failed');
+    const old = new DatabaseSync(path);
+    old.exec(`CREATE TABLE attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
+      event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT`);
+    old
+      .prepare('INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?)')
+      .run(
+        before.id,
+        j.subscription_id,
+        j.owner,
+        j.event.id,
+        'failed',
+        Date.parse(before.started_at),
+        JSON.stringify(before),
+      );
+    old.close();
+    const store = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
+    try {
+      const after = attemptOf(j, 2, 'succeeded');
+      await store.finish({ ...j, attempt: 2 }, after, null, true);
+      assert.deepEqual(await store.attempt(before.id), before);
+      assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [before, after]);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('SQLite delivery stores: reads and the group commit', () => {
+  for (const [name, Store] of [
+    ['SQLite', SqliteDeliveryStore],
+    ['SQLite on its own thread', ThreadedDeliveryStore],
+  ] as const)
+    it(`${name}: a read made while finishes wait for their commit sees them`, async () => {
+      const store = new Store(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+        retentionMs: RETENTION_MS,
+      });
+      try {
+        const j = job('sub_w');
+        const first = attemptOf(j, 1, 'failed');
+        const second = attemptOf(j, 2, 'succeeded');
+        // Not awaited: both wait for the window's commit when the reads are made.
+        const finishing = [
+          store.finish({ ...j, attempt: 1 }, first, Date.now() + 60_000, true),
+          store.finish({ ...j, attempt: 2 }, second, null, true),
+        ];
+        assert.deepEqual(await store.attempt(second.id), second);
+        assert.deepEqual((await store.attempts('sub_w', { limit: 10, skip: 0 })).items, [second, first]);
+        await Promise.all(finishing);
+        assert.equal((await store.pending()).count, 1, 'the retry is scheduled once');
+      } finally {
+        await store.close();
+      }
+    });
 });

@@ -18,7 +18,7 @@ export function job(subscription: string): Job {
   };
 }
 
-function attemptOf(j: Job, n: number, status: AttemptRecord['status']): AttemptRecord {
+export function attemptOf(j: Job, n: number, status: AttemptRecord['status']): AttemptRecord {
   const at = new Date(Date.now() + n).toISOString();
   return {
     id: `del_${randomBytes(8).toString('hex')}`,
@@ -190,6 +190,33 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
         [first.id, second.id],
       );
       assert.equal((await store.pending()).count, 0);
+    });
+
+    it('reads an attempt back as it was written: every field, in order, whatever its strings hold', async () => {
+      const j = job('sub_r');
+      const odd = 'quotes " and \\ backslash, é, 日本, emoji 🎉, a tab\t, a newline\n, nul \u0000';
+      const written: AttemptRecord = {
+        ...attemptOf(j, 3, 'failed'),
+        error: odd,
+        next_attempt_at: new Date(Date.now() + 60_000).toISOString(),
+        request: {
+          url: 'https://example.com/hook?q="x"',
+          headers: { 'x-custom': odd, 'content-type': 'application/json' },
+          body: JSON.stringify({ id: 'evt_1', data: { note: odd } }),
+        },
+        response: {
+          status: 503,
+          headers: JSON.parse('{"retry-after":"5","__proto__":"a header like any other"}'),
+          body: odd,
+          truncated: true,
+        },
+      };
+      await store.finish({ ...j, attempt: 3 }, written, null, true);
+      const read = await store.attempt(written.id);
+      assert.equal(JSON.stringify(read), JSON.stringify(written));
+      assert.deepEqual(read, written);
+      assert.deepEqual((await store.attemptsOfEvent(j.owner, j.event.id))[0], written);
+      assert.deepEqual((await store.attempts('sub_r', { limit: 1, skip: 0 })).items[0], written);
     });
   });
 }
