@@ -512,7 +512,7 @@ Attempt durations are histogram bucket bounds.
 
 Where the embedded run's time goes (measured with \`process.cpuUsage\`, the main thread's own
 figure, V8's profiler and \`perf\`): ${EMBEDDED_CPU} The
-rest is on the SQLite thread (mostly the attempt's record and its indexes) and V8's collector
+rest is on the SQLite thread (the attempt's record, made JSON there, written with its indexes) and V8's collector
 threads. On the main thread undici and the socket write, which wakes the receiver, are about half;
 signing, the attempt's record and its way to the SQLite thread, promises and metrics the rest. With the
 receiver beside it the machine is nearly all busy: the 50 % target (${fmt(Math.round(plain / 2000) * 1000)}/s here) would need
@@ -544,7 +544,22 @@ a stall); the receiver's answer headers kept in an ordinary object (one without 
 V8's \`JSON.stringify\` off its fast path for the whole attempt record: 4–5 µs a record instead of
 2–3, measured alone); a job's schedule row apart from its body, so that a claim or a finish no
 longer rewrites the body's page (measured alone, per job: a claim 24 → 10 µs, a finish 21 → 4 µs;
-here the SQLite thread went from about 48 to 45 % busy). Tried and not kept, equal or slower: shorter or longer queues per subscription, more
+here the SQLite thread went from about 48 to 45 % busy). Kept on 2026-11-25, measured alternately
+against the code before (three pairs: the main thread 73–75 → 61–64 µs of CPU per delivery, the
+process 94–98 → 80–85, 11.8–12.3k → 13.7–14.1k deliveries/s): the attempt's record made JSON on the
+store's thread from its values (the dispatching thread had stringified the whole record, meeting
+ids, times and a signature made of pieces that each had to be joined, then copied the result:
+4.7 → 3.3 µs a finish with the copy, in one process, alternating), its request body kept in a
+column of its own rather than escaped inside it, the group-commit window gathered on the
+dispatching thread and sent as one message (the store's thread had been woken at every turn), the
+signature's inner digest taken from \`hash()\` as hex rather than as a Buffer (1.9 → 1.35 µs a
+signature), no undici header and body timers per request (each attempt's limit is our one timer),
+the receiver's headers copied by a loop. On that machine the process used about 1.15–1.2 cores in
+every run while its CPU per delivery moved by ±25 % from minute to minute with the machine's speed
+(the plain loop ranged 19,600–38,600/s within one hour), so a change of a few µs shows only in
+alternating runs or alone. Tried then and not kept, within that drift: 256, 320 and 512
+connections per origin, 64 attempts in flight per subscription, a 25-ms commit window.
+Tried and not kept, equal or slower: shorter or longer queues per subscription, more
 connections per origin, a larger young generation, more jobs held per dispatcher, finishes
 group-committed every 5 ms instead of every turn (140 instead of 55 rows a commit, the same CPU),
 an HMAC key object kept per secret (2.2 against 2.3 µs a signature), new jobs waiting for free
