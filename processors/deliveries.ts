@@ -196,8 +196,8 @@ function finishFields(job: Job, a: AttemptRecord | null, next: number | null, fr
     a.next_attempt_at,
     a.request.url,
     JSON.stringify(a.request.headers),
-    a.request.body,
-    JSON.stringify(a.response),
+    a.request.body ?? null,
+    JSON.stringify(a.response ?? null),
   ];
 }
 const ATTEMPT_FIELDS = 19;
@@ -212,7 +212,9 @@ const FINISH_FIELDS = 5 + ATTEMPT_FIELDS;
  * test reads records of every kind of string back whole and in order.
  */
 function recordJson(f: unknown[], at: number, jobId: string, sub: string): string {
-  const q = JSON.stringify;
+  // A value left undefined is written as null, as it would be anywhere else in JSON (undefined
+  // would make the record's text unreadable).
+  const q = (v: unknown) => JSON.stringify(v ?? null);
   return `{"id":${q(f[at])},"job_id":${q(jobId)},"subscription_id":${q(sub)},"owner":${q(f[at + 1])},"event_id":${q(f[at + 2])},"event_type":${q(f[at + 3])},"kind":${q(f[at + 4])},"attempt":${q(f[at + 5])},"status":${q(f[at + 6])},"outcome":${q(f[at + 7])},"response_code":${q(f[at + 8])},"error":${q(f[at + 9])},"duration_ms":${q(f[at + 10])},"scheduled_at":${q(f[at + 11])},"started_at":${q(f[at + 12])},"finished_at":${q(f[at + 13])},"next_attempt_at":${q(f[at + 14])},"request":{"url":${q(f[at + 15])},"headers":${f[at + 16]}},"response":${f[at + 18]}}`;
 }
 
@@ -792,7 +794,13 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     if (!window) return;
     this.window = undefined;
     clearTimeout(window.timer);
-    window.settle(this.call('finishRows', window.fields, true));
+    let committed: Promise<void>;
+    try {
+      committed = this.call('finishRows', window.fields, true);
+    } catch (err) {
+      committed = Promise.reject(err); // no thread could be started: each finisher hears of it
+    }
+    window.settle(committed);
   }
   nextDue(): Promise<number | undefined> {
     this.sendFinishes();

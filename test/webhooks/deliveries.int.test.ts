@@ -155,15 +155,24 @@ describe('SQLite delivery stores: reads and the group commit', () => {
         const j = job('sub_w');
         const first = attemptOf(j, 1, 'failed');
         const second = attemptOf(j, 2, 'succeeded');
-        // Not awaited: both wait for the window's commit when the reads are made.
-        const finishing = [
-          store.finish({ ...j, attempt: 1 }, first, Date.now() + 60_000, true),
-          store.finish({ ...j, attempt: 2 }, second, null, true),
-        ];
+        // Not awaited: each read is made while the finishes before it wait for their commit.
+        const finish = (a: typeof first, next: number | null) =>
+          store.finish({ ...j, attempt: a.attempt }, a, next, true);
+        const finishing = [finish(first, Date.now() + 60_000)];
+        assert.equal((await store.pending()).count, 1, 'the retry is pending');
+        finishing.push(finish(second, null));
         assert.deepEqual(await store.attempt(second.id), second);
-        assert.deepEqual((await store.attempts('sub_w', { limit: 10, skip: 0 })).items, [second, first]);
+        const third = attemptOf(j, 3, 'succeeded');
+        finishing.push(finish(third, null));
+        assert.deepEqual((await store.attempts('sub_w', { limit: 10, skip: 0 })).items, [
+          third,
+          second,
+          first,
+        ]);
+        const fourth = attemptOf(j, 4, 'succeeded');
+        finishing.push(finish(fourth, null));
+        assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [first, second, third, fourth]);
         await Promise.all(finishing);
-        assert.equal((await store.pending()).count, 1, 'the retry is scheduled once');
       } finally {
         await store.close();
       }

@@ -22,9 +22,15 @@ describe('webhook signer (unit)', () => {
       '{"after":"the big one"}', // the buffer grown stays right for a small one
     ];
     for (const body of bodies) {
-      const header = new WebhookSigner(secrets).header('del_0123abcd', 1_763_790_000, body);
       const expected = secrets.map((s) => `v1,${hmacHex(s, `del_0123abcd.1763790000.${body}`)}`).join(' ');
-      assert.equal(header, expected, `body of ${body.length} characters`);
+      const signer = new WebhookSigner(secrets);
+      assert.equal(
+        signer.header('del_0123abcd', 1_763_790_000, body),
+        expected,
+        `body of ${body.length} characters`,
+      );
+      // The dispatcher signs the bytes it sends.
+      assert.equal(signer.header('del_0123abcd', 1_763_790_000, Buffer.from(body)), expected, 'as bytes');
     }
   });
 
