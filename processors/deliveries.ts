@@ -228,8 +228,7 @@ function storedAttempt(row: { body: string; request_body: string | null }): Atte
 
 /**
  * Finishes are committed together, up to FINISH_WINDOW_MS after the first of them (sooner at
- * FINISH_BATCH, or when attempts are read); on its own thread, the window is gathered on the
- * caller's (ThreadedDeliveryStore.finish). A commit rewrites every index page it touched, one per
+ * FINISH_BATCH, or when attempts are read): see FinishWindow. A commit rewrites every index page it touched, one per
  * subscription of the batch in the attempts' index by subscription: measured alone, 30 attempts a
  * commit cost 17-24 µs each, 300 cost 10. The window delays only the record (the POST has been
  * answered) and the job's release, never a delivery.
@@ -237,19 +236,54 @@ function storedAttempt(row: { body: string; request_body: string | null }): Atte
 const FINISH_WINDOW_MS = 10;
 const FINISH_BATCH = 500;
 
-interface FinishedRow {
-  jobId: string;
-  sub: string;
-  fresh: boolean;
-  /** The job's rowid when it is leased here (it is found by it without its id's index). */
-  row: number | undefined;
-  /** The job's body when it is due again (`next`), else null. */
-  body: string | null;
-  next: number | null;
-  /** The attempt's columns (finishFields), from `at` on in `fields`; `at` < 0 without an attempt. */
-  fields: unknown[];
-  at: number;
-  done: ((err?: Error) => void) | undefined;
+/**
+ * The finishes of one group commit, in finishFields' values: handed to `commit` as one array
+ * FINISH_WINDOW_MS after the first of them (sooner at FINISH_BATCH of them, or at `send`, before a
+ * read), every finisher answered by that one commit. Both SQLite stores gather with it: in the
+ * store itself, or on the dispatching thread, whose window then crosses to the store's thread as
+ * one message (sent every turn, finishes woke that thread thousands of times a second).
+ */
+class FinishWindow {
+  private readonly commit: (fields: unknown[]) => Promise<void>;
+  private fields: unknown[] = [];
+  private count = 0;
+  private answer: Promise<void> | undefined;
+  private settle: (committed: Promise<void>) => void = () => {};
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(commit: (fields: unknown[]) => Promise<void>) {
+    this.commit = commit;
+  }
+
+  add(values: unknown[]): Promise<void> {
+    if (!this.answer) {
+      this.answer = new Promise((resolve) => {
+        this.settle = resolve;
+      });
+      this.timer = setTimeout(() => this.send(), FINISH_WINDOW_MS);
+    }
+    const answer = this.answer;
+    for (const v of values) this.fields.push(v);
+    if (++this.count >= FINISH_BATCH) this.send();
+    return answer;
+  }
+
+  /** Commits what is gathered now. */
+  send(): void {
+    if (!this.answer) return;
+    const { fields, settle } = this;
+    clearTimeout(this.timer);
+    this.fields = [];
+    this.count = 0;
+    this.answer = undefined;
+    let committed: Promise<void>;
+    try {
+      committed = this.commit(fields);
+    } catch (err) {
+      committed = Promise.reject(err); // no thread could be started: each finisher hears of it
+    }
+    settle(committed);
+  }
 }
 
 interface FinishedJob {
@@ -312,8 +346,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
    * row by rowid, not through the index of its (random) id: a claim reads only the due index. */
   private readonly leased = new Map<string, number>();
   /** Finished attempts waiting for the next group commit. */
-  private finishing: FinishedRow[] = [];
-  private finishTimer: NodeJS.Timeout | undefined;
+  private readonly window = new FinishWindow((fields) => this.finishRows(fields));
   private readonly sql: Record<
     | 'insertJob'
     | 'insertBody'
@@ -442,7 +475,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   // The file is this process's alone, so the set of leased jobs is known here: a renewal skips
-  // jobs finished meanwhile (or waiting for the group commit, which is written after it anyway).
+  // jobs finished meanwhile (one waiting for its group commit is renewed, and the commit, written
+  // after, finishes it).
   async renew(jobIds: string[], until: number): Promise<void> {
     const held = jobIds.filter((id) => this.leased.has(id));
     if (held.length === 0) return;
@@ -466,59 +500,39 @@ export class SqliteDeliveryStore implements DeliveryStore {
 
   /** Group-committed: the attempts finished within FINISH_WINDOW_MS share a transaction. */
   finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false): Promise<void> {
-    return this.finishRows(finishFields(job, attempt, next, fresh));
+    if (this.closed) return Promise.reject(new Error('the delivery store is closed'));
+    return this.window.add(finishFields(job, attempt, next, fresh));
   }
 
-  /** Finishes in finishFields' values, one after another: settled together, by one commit, at
-   * once with `now` (the caller gathered them for a window of its own), else within the window. */
-  finishRows(fields: unknown[], now = false): Promise<void> {
+  /** Commits finishes in finishFields' values, one after another, in one transaction (a window
+   * gathered here or on the dispatching thread). */
+  finishRows(fields: unknown[]): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the delivery store is closed'));
     if (fields.length === 0) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      if (this.finishing.length === 0)
-        this.finishTimer = setTimeout(() => this.flushFinished(), FINISH_WINDOW_MS);
-      for (let at = 0; at < fields.length; at += FINISH_FIELDS) {
-        const jobId = fields[at] as string;
-        const row = this.leased.get(jobId);
-        this.leased.delete(jobId);
-        this.finishing.push({
-          jobId,
-          sub: fields[at + 1] as string,
-          fresh: fields[at + 2] as boolean,
-          next: fields[at + 3] as number | null,
-          body: fields[at + 4] as string | null,
-          row,
-          fields,
-          at: fields[at + 5] === null ? -1 : at + 5,
-          // All of them are in the same commit: the last one settles the promise.
-          done: at + FINISH_FIELDS >= fields.length ? (err) => (err ? reject(err) : resolve()) : undefined,
-        });
-      }
-      if (now || this.finishing.length >= FINISH_BATCH) this.flushFinished();
-    });
-  }
-
-  /** Commits the finishes waiting (at the window's end, at FINISH_BATCH of them, or before a read). */
-  private flushFinished(): void {
-    clearTimeout(this.finishTimer);
-    const batch = this.finishing;
-    if (batch.length === 0) return;
-    this.finishing = [];
     const now = Date.now();
-    let failure: Error | undefined;
+    let due = false;
     try {
       this.db.exec('BEGIN');
-      for (const { jobId, sub, fresh, row, body, next, fields, at } of batch) {
-        if (at >= 0)
+      for (let at = 0; at < fields.length; at += FINISH_FIELDS) {
+        const jobId = fields[at] as string;
+        const sub = fields[at + 1] as string;
+        const fresh = fields[at + 2] as boolean;
+        const next = fields[at + 3] as number | null;
+        const body = fields[at + 4] as string | null;
+        const a = at + 5; // the attempt's fields, null without one
+        due ||= next !== null;
+        const row = this.leased.get(jobId);
+        this.leased.delete(jobId);
+        if (fields[a] !== null)
           this.sql.insertAttempt.run(
-            fields[at] as string,
+            fields[a] as string,
             sub,
-            fields[at + 1] as string,
-            fields[at + 2] as string,
-            fields[at + 6] as string,
-            Date.parse(fields[at + 12] as string),
-            recordJson(fields, at, jobId, sub),
-            fields[at + 17] as string,
+            fields[a + 1] as string,
+            fields[a + 2] as string,
+            fields[a + 6] as string,
+            Date.parse(fields[a + 12] as string),
+            recordJson(fields, a, jobId, sub),
+            fields[a + 17] as string,
           );
         if (fresh) {
           // Never stored: stored now if it is due again.
@@ -535,11 +549,11 @@ export class SqliteDeliveryStore implements DeliveryStore {
       this.db.exec('COMMIT');
     } catch (err) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
-      failure = err as Error;
+      return Promise.reject(err);
     }
-    for (const f of batch) f.done?.(failure);
-    if (!failure && batch.some((f) => f.next !== null)) this.emitter.emit('enqueue');
+    if (due) this.emitter.emit('enqueue');
     this.sweep();
+    return Promise.resolve();
   }
 
   /** A finished job's row: done, or due again at `next` with its new body. Returns rows changed. */
@@ -601,7 +615,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async pending(): Promise<{ count: number; oldestDue: number | undefined }> {
-    this.flushFinished(); // read what was finished
+    this.window.send(); // read what was finished
     const row = this.db
       .prepare('SELECT count(*) AS n, min(due) AS due FROM schedule WHERE due IS NOT NULL')
       .get() as {
@@ -612,7 +626,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
-    this.flushFinished(); // read what was finished
+    this.window.send(); // read what was finished
     // Failure filters repeat the partial index's condition, so they use it; successes are counted
     // as all attempts less failures, both from an index.
     const failed = "subscription_id = ? AND status != 'succeeded'";
@@ -637,7 +651,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async attempt(id: string): Promise<AttemptRecord | undefined> {
-    this.flushFinished(); // read what was finished
+    this.window.send(); // read what was finished
     const row = this.db.prepare('SELECT body, request_body FROM attempts WHERE id = ?').get(id) as
       | { body: string; request_body: string | null }
       | undefined;
@@ -645,7 +659,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
-    this.flushFinished(); // read what was finished
+    this.window.send(); // read what was finished
     const rows = this.db
       .prepare(
         'SELECT body, request_body FROM attempts WHERE owner = ? AND event_id = ? ORDER BY started, id',
@@ -666,7 +680,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   private async shut(): Promise<void> {
-    this.flushFinished();
+    this.window.send();
     this.closed = true;
     this.emitter.removeAllListeners();
     if (this.db.isOpen) {
@@ -702,16 +716,8 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
   private running: { worker: Worker; channel: ThreadChannel } | undefined;
-  /** Finishes gathering for the next group commit, in finishFields' values. */
-  private window:
-    | {
-        fields: unknown[];
-        count: number;
-        answer: Promise<void>;
-        settle: (committed: Promise<void>) => void;
-        timer: NodeJS.Timeout;
-      }
-    | undefined;
+  /** Finishes gathering for the next group commit, sent to the thread as one call. */
+  private readonly window = new FinishWindow((fields) => this.call('finishRows', fields));
 
   constructor(path: string, o: { retentionMs: number }) {
     this.path = path;
@@ -761,65 +767,28 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   renew(jobIds: string[], until: number): Promise<void> {
     return this.call('renew', jobIds, until);
   }
-  /**
-   * Group-committed here: the finishes of FINISH_WINDOW_MS (or FINISH_BATCH of them) cross to the
-   * thread as one array in one message, committed there at once, and are answered once. Sent every
-   * turn instead, they woke the thread thousands of times a second, each wake-up taking the core
-   * the receivers and the thread share.
-   */
+  /** Group-committed on this thread: the window crosses as one message, committed at once. */
   finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false): Promise<void> {
-    let window = this.window;
-    if (!window) {
-      let settle!: (p: Promise<void>) => void;
-      const answer = new Promise<void>((resolve) => {
-        settle = resolve;
-      });
-      window = {
-        fields: [],
-        count: 0,
-        answer,
-        settle,
-        timer: setTimeout(() => this.sendFinishes(), FINISH_WINDOW_MS),
-      };
-      this.window = window;
-    }
-    for (const v of finishFields(job, attempt, next, fresh)) window.fields.push(v);
-    if (++window.count >= FINISH_BATCH) this.sendFinishes();
-    return window.answer;
-  }
-
-  /** The finishes of the window, to the thread: before any read, so that it reads them. */
-  private sendFinishes(): void {
-    const window = this.window;
-    if (!window) return;
-    this.window = undefined;
-    clearTimeout(window.timer);
-    let committed: Promise<void>;
-    try {
-      committed = this.call('finishRows', window.fields, true);
-    } catch (err) {
-      committed = Promise.reject(err); // no thread could be started: each finisher hears of it
-    }
-    window.settle(committed);
+    return this.window.add(finishFields(job, attempt, next, fresh));
   }
   nextDue(): Promise<number | undefined> {
-    this.sendFinishes();
+    this.window.send();
     return this.call('nextDue');
   }
   pending(): Promise<{ count: number; oldestDue: number | undefined }> {
-    this.sendFinishes();
+    this.window.send();
     return this.call('pending');
   }
   attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
-    this.sendFinishes();
+    this.window.send();
     return this.call<{ items: AttemptRecord[]; total: number }>('attempts', subscription, q);
   }
   attempt(id: string): Promise<AttemptRecord | undefined> {
-    this.sendFinishes();
+    this.window.send();
     return this.call('attempt', id);
   }
   attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
-    this.sendFinishes();
+    this.window.send();
     return this.call('attemptsOfEvent', owner, eventId);
   }
   onEnqueue(listener: () => void): () => void {
@@ -827,7 +796,7 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     return () => this.emitter.off('enqueue', listener);
   }
   async close(): Promise<void> {
-    this.sendFinishes();
+    this.window.send();
     if (!this.running) return;
     await this.call('close');
     const worker = this.running?.worker;
