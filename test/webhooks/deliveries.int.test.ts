@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import {
+  type AttemptRecord,
   RedisDeliveryStore,
   SqliteDeliveryStore,
   ThreadedDeliveryStore,
@@ -80,7 +81,7 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
         .all()
         .map((r) => r.name);
-      assert.deepEqual(tables, ['attempts', 'job_bodies', 'schedule']);
+      assert.deepEqual(tables, ['attempt_log', 'job_bodies', 'schedule']);
     });
 
   it('moves them by job id beside a schedule already there (an older version ran on the file in between)', async () => {
@@ -110,36 +111,56 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
   });
 });
 
-describe('SQLite delivery store: a file from before attempts kept their request body apart', () => {
-  it('adds the column; its records read back whole, and so do new ones', async () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
-    const j = job('sub_b');
-    const before = attemptOf(j, 1, 'failed');
-    const old = new DatabaseSync(path);
-    old.exec(`CREATE TABLE attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
-      event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT`);
-    old
-      .prepare('INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?)')
-      .run(
-        before.id,
-        j.subscription_id,
-        j.owner,
-        j.event.id,
-        'failed',
-        Date.parse(before.started_at),
-        JSON.stringify(before),
-      );
-    old.close();
-    const store = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
-    try {
-      const after = attemptOf(j, 2, 'succeeded');
-      await store.finish({ ...j, attempt: 2 }, after, null, true);
-      assert.deepEqual(await store.attempt(before.id), before);
-      assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [before, after]);
-    } finally {
-      await store.close();
-    }
-  });
+describe('SQLite delivery store: a file from before attempts had rows of columns', () => {
+  for (const bodyApart of [true, false])
+    it(`moves its records over (${bodyApart ? 'the request body in a column of its own' : 'the oldest files: the request body inside the record'}): they read back whole, beside new ones`, async () => {
+      const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+      const j = job('sub_b');
+      const before: AttemptRecord = {
+        ...attemptOf(j, 1, 'failed'),
+        next_attempt_at: new Date(Date.now() + 60_000).toISOString(),
+        request: {
+          url: 'https://example.com/hook',
+          headers: { 'webhook-id': 'del_1' },
+          body: '{"id":"evt_1"}',
+        },
+        response: { status: 503, headers: { 'retry-after': '5' }, body: 'busy', truncated: false },
+      };
+      const old = new DatabaseSync(path);
+      old.exec(`CREATE TABLE attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
+        event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL${bodyApart ? ', request_body TEXT' : ''}) STRICT`);
+      const { body, ...rest } = before.request;
+      const record = bodyApart ? { ...before, request: rest } : before;
+      old
+        .prepare(`INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?${bodyApart ? ', ?' : ''})`)
+        .run(
+          before.id,
+          j.subscription_id,
+          j.owner,
+          j.event.id,
+          'failed',
+          Date.parse(before.started_at),
+          JSON.stringify(record),
+          ...(bodyApart ? [body] : []),
+        );
+      old.close();
+      const store = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
+      try {
+        const after = attemptOf(j, 2, 'succeeded');
+        await store.finish({ ...j, attempt: 2 }, after, null, true);
+        assert.deepEqual(await store.attempt(before.id), before);
+        assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [before, after]);
+        assert.deepEqual((await store.attempts('sub_b', { status: 'failed', limit: 10, skip: 0 })).items, [
+          before,
+        ]);
+      } finally {
+        await store.close();
+      }
+      const tables = new DatabaseSync(path)
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'attempts'")
+        .all();
+      assert.deepEqual(tables, []);
+    });
 });
 
 describe('SQLite delivery stores: reads and the group commit', () => {
