@@ -224,9 +224,15 @@ const ATTEMPT_COLUMNS =
 
 /** attemptFields from `at` as the row's values: the times in ms. */
 function attemptRow(f: unknown[], at: number): SQLInputValue[] {
-  const row = f.slice(at, at + ATTEMPT_FIELDS) as SQLInputValue[];
-  for (let t = 13; t <= 16; t++) if (row[t] !== null) row[t] = Date.parse(row[t] as string);
-  return row;
+  const row = f.slice(at, at + ATTEMPT_FIELDS) as (SQLInputValue | undefined)[];
+  // A value left undefined is written as null, as JSON would have it: SQLite refuses undefined,
+  // and one finish it refused would fail the whole window's commit with it.
+  for (let i = 0; i < ATTEMPT_FIELDS; i++) if (row[i] === undefined) row[i] = null;
+  for (let t = 13; t <= 16; t++) {
+    const ms = typeof row[t] === 'string' ? Date.parse(row[t] as string) : Number.NaN;
+    row[t] = Number.isNaN(ms) ? null : ms;
+  }
+  return row as SQLInputValue[];
 }
 
 /** A row of attempt_log: the record's fields, the times in ms, the request and response apart. */
@@ -234,12 +240,12 @@ type AttemptLogRow = Omit<
   AttemptRecord,
   'scheduled_at' | 'started_at' | 'finished_at' | 'next_attempt_at' | 'request' | 'response'
 > & {
-  scheduled: number;
+  scheduled: number | null;
   started: number;
-  finished: number;
+  finished: number | null;
   next: number | null;
   url: string;
-  request_headers: string;
+  request_headers: string | null;
   request_body: string;
   response_status: number | null;
   response_headers: string | null;
@@ -249,7 +255,7 @@ type AttemptLogRow = Omit<
 
 /** A row of attempt_log as the record it was written from. */
 function attemptOfRow(r: AttemptLogRow): AttemptRecord {
-  const iso = (ms: number) => new Date(ms).toISOString();
+  const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString()) as string;
   return {
     id: r.id,
     job_id: r.job_id,
@@ -267,8 +273,8 @@ function attemptOfRow(r: AttemptLogRow): AttemptRecord {
     scheduled_at: iso(r.scheduled),
     started_at: iso(r.started),
     finished_at: iso(r.finished),
-    next_attempt_at: r.next === null ? null : iso(r.next),
-    request: { url: r.url, headers: JSON.parse(r.request_headers), body: r.request_body },
+    next_attempt_at: iso(r.next),
+    request: { url: r.url, headers: JSON.parse(r.request_headers ?? 'null'), body: r.request_body },
     response:
       r.response_status === null
         ? null
@@ -435,12 +441,11 @@ export class SqliteDeliveryStore implements DeliveryStore {
         created INTEGER NOT NULL, sub TEXT) STRICT;
       CREATE INDEX IF NOT EXISTS schedule_due_sub ON schedule (due, sub) WHERE due IS NOT NULL;
       CREATE TABLE IF NOT EXISTS job_bodies (row INTEGER PRIMARY KEY, body TEXT NOT NULL) STRICT;
-      CREATE TABLE IF NOT EXISTS attempt_log (id TEXT PRIMARY KEY, job_id TEXT NOT NULL,
-        subscription_id TEXT NOT NULL, owner TEXT NOT NULL, event_id TEXT NOT NULL, event_type TEXT NOT NULL,
-        kind TEXT NOT NULL, attempt INTEGER NOT NULL, status TEXT NOT NULL, outcome TEXT NOT NULL,
-        response_code INTEGER, error TEXT, duration_ms INTEGER NOT NULL, scheduled INTEGER NOT NULL,
-        started INTEGER NOT NULL, finished INTEGER NOT NULL, next INTEGER, url TEXT NOT NULL,
-        request_headers TEXT NOT NULL, request_body TEXT, response_status INTEGER, response_headers TEXT,
+      CREATE TABLE IF NOT EXISTS attempt_log (id TEXT PRIMARY KEY, job_id TEXT,
+        subscription_id TEXT NOT NULL, owner TEXT NOT NULL, event_id TEXT NOT NULL, event_type TEXT,
+        kind TEXT, attempt INTEGER, status TEXT NOT NULL, outcome TEXT, response_code INTEGER, error TEXT,
+        duration_ms INTEGER, scheduled INTEGER, started INTEGER NOT NULL, finished INTEGER, next INTEGER,
+        url TEXT, request_headers TEXT, request_body TEXT, response_status INTEGER, response_headers TEXT,
         response_body TEXT, response_truncated INTEGER) STRICT;
       CREATE INDEX IF NOT EXISTS attempt_log_sub ON attempt_log (subscription_id, started);
       CREATE INDEX IF NOT EXISTS attempt_log_failed ON attempt_log (subscription_id, status, started) WHERE status != 'succeeded';
@@ -615,7 +620,9 @@ export class SqliteDeliveryStore implements DeliveryStore {
   /**
    * Files written before attempts had rows of columns kept each attempt's record as JSON in a
    * table `attempts` (the oldest without a `request_body` column: the body inside the record): its
-   * rows move over, as the records they hold, in one transaction; then it is dropped.
+   * rows move over, as the records they hold, in one transaction; then it is dropped. A row that
+   * cannot be read as a record stays there, and the store opens all the same: one bad row must not
+   * keep the store (and every delivery) down; it is tried again at the next open.
    */
   private moveOldAttempts(): void {
     const columns = this.db.prepare('PRAGMA table_info(attempts)').all() as { name: string }[];
@@ -624,16 +631,26 @@ export class SqliteDeliveryStore implements DeliveryStore {
       ? 'request_body'
       : 'NULL AS request_body';
     this.transaction(() => {
-      const rows = this.db.prepare(`SELECT body, ${requestBody} FROM attempts`).iterate() as Iterable<{
+      const rows = this.db.prepare(`SELECT rowid, body, ${requestBody} FROM attempts`).iterate() as Iterable<{
+        rowid: number;
         body: string;
         request_body: string | null;
       }>;
-      for (const { body, request_body } of rows) {
-        const record = JSON.parse(body) as AttemptRecord;
-        if (request_body !== null) record.request.body = request_body;
-        this.sql.insertAttempt.run(...attemptRow(attemptFields(record), 0));
+      const unread: number[] = [];
+      for (const { rowid, body, request_body } of rows) {
+        try {
+          const record = JSON.parse(body) as AttemptRecord;
+          if (request_body !== null) record.request.body = request_body;
+          this.sql.insertAttempt.run(...attemptRow(attemptFields(record), 0));
+        } catch {
+          unread.push(rowid);
+        }
       }
-      this.db.exec('DROP TABLE attempts');
+      if (unread.length === 0) this.db.exec('DROP TABLE attempts');
+      else
+        this.db
+          .prepare('DELETE FROM attempts WHERE rowid NOT IN (SELECT value FROM json_each(?))')
+          .run(JSON.stringify(unread));
     });
   }
 

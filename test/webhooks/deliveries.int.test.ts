@@ -161,6 +161,72 @@ describe('SQLite delivery store: a file from before attempts had rows of columns
         .all();
       assert.deepEqual(tables, []);
     });
+
+  it('opens with a row it cannot read: the others move over, that one stays in the old table', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+    const j = job('sub_c');
+    const good = attemptOf(j, 1, 'succeeded');
+    const old = new DatabaseSync(path);
+    old.exec(`CREATE TABLE attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
+      event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT`);
+    const insert = old.prepare('INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?)');
+    insert.run(
+      good.id,
+      j.subscription_id,
+      j.owner,
+      j.event.id,
+      'succeeded',
+      Date.parse(good.started_at),
+      JSON.stringify(good),
+    );
+    insert.run(
+      'del_torn',
+      j.subscription_id,
+      j.owner,
+      j.event.id,
+      'succeeded',
+      Date.now(),
+      '{"id":"del_torn",',
+    );
+    old.close();
+    const store = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
+    try {
+      assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [good]);
+    } finally {
+      await store.close();
+    }
+    const left = new DatabaseSync(path).prepare('SELECT id FROM attempts').all();
+    assert.deepEqual(
+      left.map((r) => r.id),
+      ['del_torn'],
+    );
+  });
+});
+
+describe('SQLite delivery stores: a finish with a field left undefined', () => {
+  for (const [name, Store] of [
+    ['SQLite', SqliteDeliveryStore],
+    ['SQLite on its own thread', ThreadedDeliveryStore],
+  ] as const)
+    it(`${name}: commits with the others of its window, the field read back as null`, async () => {
+      const store = new Store(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+        retentionMs: RETENTION_MS,
+      });
+      try {
+        const j = job('sub_u');
+        const other = attemptOf(j, 1, 'failed');
+        const odd = { ...attemptOf(j, 2, 'succeeded'), error: undefined } as unknown as AttemptRecord;
+        // One window: neither is awaited before the other is added.
+        await Promise.all([
+          store.finish({ ...j, attempt: 1 }, other, null, true),
+          store.finish({ ...j, attempt: 2 }, odd, null, true),
+        ]);
+        assert.deepEqual(await store.attempt(other.id), other);
+        assert.deepEqual(await store.attempt(odd.id), { ...odd, error: null });
+      } finally {
+        await store.close();
+      }
+    });
 });
 
 describe('SQLite delivery stores: reads and the group commit', () => {
