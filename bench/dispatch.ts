@@ -73,7 +73,7 @@ const logger = createLogger('warn');
 const registry = SchemaRegistry.load();
 
 /** A keep-alive receiver in its own process: answers 200; with ?lat, records now - data.changed.t. */
-const RECEIVER = `
+export const RECEIVER = `
   const http = require('node:http');
   const latencies = [];
   const server = http.createServer((req, res) => {
@@ -127,10 +127,10 @@ const CEILING = `
   })();
 `;
 
-async function ceiling(url: string): Promise<number> {
+export async function ceiling(url: string, warmup = WARMUP_JOBS, jobs = JOBS): Promise<number> {
   const child = spawn(
     process.execPath,
-    ['-e', CEILING, url, String(WARMUP_JOBS), String(JOBS), String(CONCURRENCY)],
+    ['-e', CEILING, url, String(warmup), String(jobs), String(CONCURRENCY)],
     {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -144,6 +144,53 @@ async function ceiling(url: string): Promise<number> {
   const rate = Number(/rate ([\d.]+)/.exec(out)?.[1]);
   if (code !== 0 || !Number.isFinite(rate)) throw new Error(`the plain loop exited with ${code}: ${out}`);
   return rate;
+}
+
+/** The dispatcher's settings in every run (bench/compare.ts too): a hub's, with plain HTTP and the
+ * loopback allowed by the egress rules given beside them. */
+export const BENCH_DISPATCHER = {
+  version: 'bench',
+  timeoutMs: 10_000,
+  maxInFlight: 1024,
+  maxInFlightPerSubscription: 32,
+  rotationWindowMs: 0,
+};
+export const BENCH_EGRESS = { allowHttp: true, allowNetworks: ['127.0.0.0/8'] };
+
+/** Attempts the dispatcher has made, of every outcome, by its metrics. */
+export async function attemptsMade(metrics: Registry): Promise<number> {
+  const { values } = await metrics.getSingleMetric('hub_webhook_attempts_total')!.get();
+  return values.reduce((n, v) => n + v.value, 0);
+}
+
+/** The i-th job of a run, as the processor makes one: named from the change's id and its stored
+ * time, for subscriptions in turn. */
+export function benchJob(i: number, subs: string[], owner: string): Job {
+  const now = Date.now();
+  // As the processor names them: from the change's id and its stored time.
+  const event = eventId(timeOrderedId(), 'device.device_meta.updated', now);
+  const sub = subs[i % subs.length]!;
+  return {
+    job_id: jobId(event, sub, now),
+    subscription_id: sub,
+    owner,
+    kind: 'event',
+    attempt: 0,
+    enqueued: now,
+    event: {
+      id: event,
+      type: 'device.device_meta.updated',
+      api_version: API_VERSION,
+      created: Math.floor(now / 1000),
+      owner,
+      resource_prn: 'prn:::devices:/000000000000000000000000',
+      livemode: true,
+      data: { keys: ['temp'], changed: { temp: String(i) } },
+      source_position: i,
+      sequence: 0,
+      created_ms: now,
+    },
+  };
 }
 
 async function dispatchRun(
@@ -171,33 +218,7 @@ async function dispatchRun(
       }),
     );
   await o.bus.ensureTopics([{ topic: TOPICS.deliveries, partitions: 12 }]);
-  const jobs: Job[] = Array.from({ length: WARMUP_JOBS + JOBS }, (_, i) => {
-    const now = Date.now();
-    // As the processor names them: from the change's id and its stored time.
-    const event = eventId(timeOrderedId(), 'device.device_meta.updated', now);
-    const sub = subs[i % SUBSCRIPTIONS]!;
-    return {
-      job_id: jobId(event, sub, now),
-      subscription_id: sub,
-      owner,
-      kind: 'event',
-      attempt: 0,
-      enqueued: now,
-      event: {
-        id: event,
-        type: 'device.device_meta.updated',
-        api_version: API_VERSION,
-        created: Math.floor(now / 1000),
-        owner,
-        resource_prn: 'prn:::devices:/000000000000000000000000',
-        livemode: true,
-        data: { keys: ['temp'], changed: { temp: String(i) } },
-        source_position: i,
-        sequence: 0,
-        created_ms: now,
-      },
-    };
-  });
+  const jobs: Job[] = Array.from({ length: WARMUP_JOBS + JOBS }, (_, i) => benchJob(i, subs, owner));
   // Kafka: the deliveries topic, as the processors' producers fill it. Embedded: handed to the
   // dispatcher in batches, as the embedded processor hands them off (no topic, no Avro): each
   // batch once the last is taken, the time counted until every job is also durable.
@@ -221,21 +242,13 @@ async function dispatchRun(
     deliveries: o.deliveries,
     store: o.store,
     sealKey,
-    egress: new Egress({ allowHttp: true, allowNetworks: ['127.0.0.0/8'] }),
+    egress: new Egress(BENCH_EGRESS),
     logger,
     metrics,
-    version: 'bench',
-    timeoutMs: 10_000,
-    maxInFlight: 1024,
-    maxInFlightPerSubscription: 32,
-    rotationWindowMs: 0,
+    ...BENCH_DISPATCHER,
   });
   await dispatcher.start();
-  const attempts = async () =>
-    (await metrics.getSingleMetric('hub_webhook_attempts_total')!.get()).values.reduce(
-      (n, v) => n + v.value,
-      0,
-    );
+  const attempts = () => attemptsMade(metrics);
   const deliveredAll = async (count: number) => {
     let done = await attempts();
     while (done < count) {
@@ -566,8 +579,8 @@ that day: the attempt stored as a row of columns (\`attempt_log\`) instead of it
 row; the rows' bytes, written twice, to the log and at the checkpoint, were most of the store's
 CPU: measured alone, 16.0–17.8 → 11.2–12.6 µs a finish, 2.0–2.2 → 0.9–1.1 KB of file). The SQLite
 thread then competes less with the main thread and the receiver for the two cores, and the main
-thread's share fell too. Measured with both versions in one process, alternating chunks of 15,000
-jobs between two plain loops, six rounds: 57 → 69 % of the loop at the median, 1.22 × the rate,
+thread's share fell too. Measured with both versions in one process (\`bench/compare.ts\`), alternating
+chunks of 15,000 jobs between two plain loops, six rounds: 57 → 69 % of the loop at the median, 1.22 × the rate,
 66–73 → 58–69 µs of CPU per delivery (the new version also carried the two changes that follow,
 1.008 × on their own). In the same measure, undici's older handler interface (the one
 its own \`request()\` implements: no adapter per request, no trailers parsed) with the claim loop
@@ -666,4 +679,5 @@ ${e2e.map((r) => `| ${r.target} | ${fmt(r.sent)} | ${fmt(r.failed)}${r.failed ? 
   }
 }
 
-await main();
+// Run as a script; bench/compare.ts imports its parts.
+if (import.meta.main) await main();
