@@ -6,8 +6,8 @@
 // figure to read is B against A, round by round: this loop's share is higher than the bench's
 // (a shorter loop, run cold), so only bench/dispatch.ts gives the share against the target. The
 // same code against itself gave 0.85–1.13 by round and 1.04 at the median of four, with these
-// defaults (2026-11-25; shorter chunks vary more):
-// a change must move the median of six rounds by more than about 5 % to show.
+// defaults (2026-11-25; shorter chunks vary more): a change must move the median of six rounds by
+// more than about 5 % to show.
 //
 //   git worktree add /tmp/base <rev>
 //   node bench/compare.ts /tmp/base .        (A = the first tree, B = the second)
