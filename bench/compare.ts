@@ -19,7 +19,7 @@ import { existsSync, mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Registry } from 'prom-client';
-import { attemptsMade, BENCH_DISPATCHER, BENCH_EGRESS, benchJob, ceiling, RECEIVER } from './dispatch.ts';
+import { attemptsMade, benchDispatcher, benchJob, ceiling, RECEIVER } from './dispatch.ts';
 import { benchSubscription, fmt, startListening } from './report.ts';
 
 const ROUNDS = Number(process.env.HUB_COMPARE_ROUNDS ?? 6);
@@ -71,17 +71,18 @@ async function version(root: string, receiver: string): Promise<(count: number) 
   const bus = new MemoryBus({ logger });
   await bus.ensureTopics([{ topic: 'deliveries', partitions: 12 }]);
   const metrics = new Registry();
-  const dispatcher = new Dispatcher({
-    bus,
-    registry: SchemaRegistry.load(),
-    deliveries: new ThreadedDeliveryStore(join(dir, 'deliveries.sqlite'), { retentionMs: 86_400_000 }),
-    store,
-    sealKey,
-    egress: new Egress(BENCH_EGRESS),
-    logger,
-    metrics,
-    ...BENCH_DISPATCHER,
-  });
+  const dispatcher = benchDispatcher(
+    { Dispatcher, Egress },
+    {
+      bus,
+      registry: SchemaRegistry.load(),
+      deliveries: new ThreadedDeliveryStore(join(dir, 'deliveries.sqlite'), { retentionMs: 86_400_000 }),
+      store,
+      sealKey,
+      logger,
+      metrics,
+    },
+  );
   await dispatcher.start();
   const attempts = () => attemptsMade(metrics);
   let made = 0;

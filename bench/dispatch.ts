@@ -30,7 +30,7 @@ import {
   ThreadedDeliveryStore,
 } from '../processors/deliveries.ts';
 import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
-import { Dispatcher, SPILL_MS } from '../processors/dispatcher.ts';
+import { Dispatcher, type DispatcherOptions, SPILL_MS } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
@@ -146,16 +146,30 @@ export async function ceiling(url: string, warmup = WARMUP_JOBS, jobs = JOBS): P
   return rate;
 }
 
-/** The dispatcher's settings in every run (bench/compare.ts too): a hub's, with plain HTTP and the
- * loopback allowed by the egress rules given beside them. */
-export const BENCH_DISPATCHER = {
-  version: 'bench',
-  timeoutMs: 10_000,
-  maxInFlight: 1024,
-  maxInFlightPerSubscription: 32,
-  rotationWindowMs: 0,
-};
-export const BENCH_EGRESS = { allowHttp: true, allowNetworks: ['127.0.0.0/8'] };
+type BenchSet =
+  | 'egress'
+  | 'version'
+  | 'timeoutMs'
+  | 'maxInFlight'
+  | 'maxInFlightPerSubscription'
+  | 'rotationWindowMs';
+
+/** The dispatcher of every run (bench/compare.ts's too, of another tree's classes): a hub's
+ * settings, with plain HTTP and the loopback allowed by the egress rules. */
+export function benchDispatcher(
+  classes: { Dispatcher: typeof Dispatcher; Egress: typeof Egress },
+  parts: Omit<DispatcherOptions, BenchSet>,
+): Dispatcher {
+  return new classes.Dispatcher({
+    ...parts,
+    egress: new classes.Egress({ allowHttp: true, allowNetworks: ['127.0.0.0/8'] }),
+    version: 'bench',
+    timeoutMs: 10_000,
+    maxInFlight: 1024,
+    maxInFlightPerSubscription: 32,
+    rotationWindowMs: 0,
+  });
+}
 
 /** Attempts the dispatcher has made, of every outcome, by its metrics. */
 export async function attemptsMade(metrics: Registry): Promise<number> {
@@ -167,7 +181,6 @@ export async function attemptsMade(metrics: Registry): Promise<number> {
  * time, for subscriptions in turn. */
 export function benchJob(i: number, subs: string[], owner: string): Job {
   const now = Date.now();
-  // As the processor names them: from the change's id and its stored time.
   const event = eventId(timeOrderedId(), 'device.device_meta.updated', now);
   const sub = subs[i % subs.length]!;
   return {
@@ -236,17 +249,10 @@ async function dispatchRun(
   };
   if (o.route === 'topic') await send(0, jobs.length);
   const metrics = new Registry();
-  const dispatcher = new Dispatcher({
-    bus: o.bus,
-    registry,
-    deliveries: o.deliveries,
-    store: o.store,
-    sealKey,
-    egress: new Egress(BENCH_EGRESS),
-    logger,
-    metrics,
-    ...BENCH_DISPATCHER,
-  });
+  const dispatcher = benchDispatcher(
+    { Dispatcher, Egress },
+    { bus: o.bus, registry, deliveries: o.deliveries, store: o.store, sealKey, logger, metrics },
+  );
   await dispatcher.start();
   const attempts = () => attemptsMade(metrics);
   const deliveredAll = async (count: number) => {

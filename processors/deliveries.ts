@@ -168,7 +168,7 @@ const jobRow = (j: Job): JobRow => ({
  */
 function finishFields(job: Job, a: AttemptRecord | null, next: number | null, fresh: boolean) {
   const body = next === null ? null : JSON.stringify(job);
-  if (a) return [fresh, next, body, ...attemptFields(a)];
+  if (a) return attemptFields(a, [fresh, next, body]);
   const none = [fresh, next, body, ...NO_ATTEMPT];
   none[FINISH_JOB_ID] = job.job_id;
   none[FINISH_JOB_ID + 1] = job.subscription_id;
@@ -180,15 +180,16 @@ const FINISH_JOB_ID = FINISH_ATTEMPT + 1;
 
 /**
  * An attempt as its row of `attempt_log` holds it, column by column in AttemptRecord's order: the
- * request and the response each split into their parts, the headers as JSON. The times stay ISO
- * strings here (made into ms on the store's thread, `attemptRow`). A row of columns rather than
+ * request and the response each split into their parts, the headers as JSON; appended to `into`
+ * (a finish's first fields). The times stay ISO strings here (made into ms on the store's thread,
+ * `attemptRow`). A row of columns rather than
  * the record as JSON: the keys, the times as text and the fields the indexes hold already made
  * the JSON 1 KB of a 1.3 KB row, and the rows' bytes, written twice (the log and the checkpoint),
  * were most of this store's CPU (measured alone: 15 -> 9 µs a row for 1,280 -> 760 bytes).
  */
-function attemptFields(a: AttemptRecord): unknown[] {
+function attemptFields(a: AttemptRecord, into: unknown[] = []): unknown[] {
   const r = a.response;
-  return [
+  into.push(
     a.id,
     a.job_id,
     a.subscription_id,
@@ -213,9 +214,12 @@ function attemptFields(a: AttemptRecord): unknown[] {
     r ? JSON.stringify(r.headers) : null,
     r ? r.body : null,
     r ? Number(r.truncated) : null,
-  ];
+  );
+  return into;
 }
 const ATTEMPT_FIELDS = 24;
+/** Where the four times (scheduled_at to next_attempt_at) stand among an attempt's fields. */
+const ATTEMPT_TIMES = { first: 13, last: 16 };
 const NO_ATTEMPT: null[] = new Array(ATTEMPT_FIELDS).fill(null);
 const FINISH_FIELDS = FINISH_ATTEMPT + ATTEMPT_FIELDS;
 /** attempt_log's columns, in attemptFields' order. */
@@ -228,7 +232,7 @@ function attemptRow(f: unknown[], at: number): SQLInputValue[] {
   // A value left undefined is written as null, as JSON would have it: SQLite refuses undefined,
   // and one finish it refused would fail the whole window's commit with it.
   for (let i = 0; i < ATTEMPT_FIELDS; i++) if (row[i] === undefined) row[i] = null;
-  for (let t = 13; t <= 16; t++) {
+  for (let t = ATTEMPT_TIMES.first; t <= ATTEMPT_TIMES.last; t++) {
     const ms = typeof row[t] === 'string' ? Date.parse(row[t] as string) : Number.NaN;
     row[t] = Number.isNaN(ms) ? null : ms;
   }
