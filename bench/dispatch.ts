@@ -314,7 +314,7 @@ async function atFixedRate(label: string, seconds: number, fire: (n: number) => 
 }
 
 /** The ceiling of the end-to-end run: the same fixed-rate loop against the bare receiver. */
-async function bareAtRate(receiver: string) {
+export async function bareAtRate(receiver: string) {
   const latencies: number[] = [];
   await atFixedRate('bare server at the same rate', 10, async () => {
     const t = performance.now();
@@ -328,7 +328,7 @@ async function bareAtRate(receiver: string) {
 
 /** PATCH device-meta at E2E_RATE/s for E2E_SECONDS to a whole hub; latency to the receiver, and
  * every accepted change checked off at the receiver. */
-async function endToEnd(target: string, receiver: string, env: Record<string, string>) {
+export async function endToEnd(target: string, receiver: string, env: Record<string, string>) {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
   const hubEnv = {
     HUB_PORT: '0',

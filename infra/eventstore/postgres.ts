@@ -60,6 +60,8 @@ export class PostgresEventStore implements EventStore {
   private ready: Promise<void>;
   private listener: pg.Client | undefined;
   private readonly wakers = new Set<() => void>();
+  /** readAll's queries not sent yet, by their arguments: see readAll. */
+  private readonly unsentReads = new Map<string, Promise<RecordedEvent[]>>();
   private closed = false;
 
   constructor(options: PostgresOptions) {
@@ -252,14 +254,31 @@ export class PostgresEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
-  async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
-    await this.whenReady();
-    const { rows } = await this.pool.query({
-      name: 'hub-read-all',
-      text: `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
-      values: [after, max],
-    });
-    return rows.map(toRecorded);
+  /**
+   * Reads asked for in one turn of the event loop with the same arguments share one query: a
+   * projector's runners, woken together by a notification, all ask for the page after the same
+   * checkpoint (five queries per commit, half of PostgreSQL's statements at 1,000 changes/s). The
+   * query is sent only after the turn, so it begins after every caller asked: a caller never
+   * receives a read that began before it did (a subscription relies on that after a wake).
+   * Callers share the events; nothing reading them changes them.
+   */
+  readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
+    const key = `${after}:${max}`;
+    let read = this.unsentReads.get(key);
+    if (!read) {
+      read = new Promise<void>((resolve) => setImmediate(resolve)).then(async () => {
+        this.unsentReads.delete(key);
+        await this.whenReady();
+        const { rows } = await this.pool.query({
+          name: 'hub-read-all',
+          text: `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
+          values: [after, max],
+        });
+        return rows.map(toRecorded);
+      });
+      this.unsentReads.set(key, read);
+    }
+    return read;
   }
 
   subscribe(after = 0, options: { batchSize?: number } = {}): Subscription {

@@ -1,4 +1,5 @@
-import { randomBytes } from 'node:crypto';
+import assert from 'node:assert/strict';
+import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
 import { testConfig } from '../harness.ts';
@@ -22,3 +23,51 @@ eventStoreContract(
   },
   { sharedWriters: true },
 );
+
+describe('PostgreSQL event store: reads of the log', () => {
+  const schema = `test_${randomBytes(6).toString('hex')}`;
+  let store: PostgresEventStore;
+  let queries = 0;
+  const ev = () => ({ id: randomUUID(), type: 'Tested', data: { n: 1 } });
+
+  before(async () => {
+    store = new PostgresEventStore({ url: postgresUrl, schema });
+    // Counted at the real pool: every readAll query goes through it (appends take a client of it).
+    const pool = (store as unknown as { pool: pg.Pool }).pool;
+    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+    pool.query = ((...args: unknown[]) => {
+      queries++;
+      return query(...args);
+    }) as typeof pool.query;
+  });
+  after(async () => {
+    await store.close();
+    const client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  });
+
+  it('reads of one page asked for in one turn share one query; a read asked for once it was sent has its own', async () => {
+    await store.append('s-1', [ev()]);
+    queries = 0;
+    const pages = await Promise.all([
+      store.readAll(0, 10),
+      store.readAll(0, 10),
+      store.readAll(0, 10),
+      store.readAll(1, 10),
+    ]);
+    assert.equal(queries, 2, 'one query per distinct page');
+    assert.deepEqual(
+      pages.map((p) => p.length),
+      [1, 1, 1, 0],
+    );
+    const first = store.readAll(0, 10);
+    await new Promise((resolve) => setImmediate(resolve)); // first's query is on its way
+    await store.append('s-1', [ev()]);
+    const second = await store.readAll(0, 10);
+    assert.equal(second.length, 2, 'the later read sees what was appended before it was asked for');
+    await first;
+    assert.equal(queries, 4);
+  });
+});
