@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
+import { KNOWN_SQL, PostgresEventStore } from '../../infra/eventstore/postgres.ts';
 import { testConfig } from '../harness.ts';
 import { eventStoreContract } from './contract.ts';
 
@@ -69,5 +69,48 @@ describe('PostgreSQL event store: reads of the log', () => {
     assert.equal(second.length, 2, 'the later read sees what was appended before it was asked for');
     await first;
     assert.equal(queries, 4);
+  });
+});
+
+describe('PostgreSQL event store: the append look-up plan', () => {
+  const schema = `test_${randomBytes(6).toString('hex')}`;
+  let client: pg.Client;
+  // The plan PostgreSQL keeps for the named statement after five calls: the generic one, made for
+  // whatever the table held then.
+  const genericPlan = async () => {
+    await client.query('DEALLOCATE ALL');
+    await client.query(`PREPARE known(text[], text[]) AS ${KNOWN_SQL}`);
+    const { rows } = await client.query<{ 'QUERY PLAN': string }>(
+      `EXPLAIN EXECUTE known(ARRAY['a','b','c'], ARRAY['device-0','device-1'])`,
+    );
+    return rows.map((r) => r['QUERY PLAN']).join('\n');
+  };
+
+  before(async () => {
+    const store = new PostgresEventStore({ url: postgresUrl, schema });
+    await store.head(); // migrated: the table exists, empty
+    await store.close();
+    client = new pg.Client({ connectionString: postgresUrl, options: `-c search_path=${schema}` });
+    await client.connect();
+    await client.query('SET plan_cache_mode = force_generic_plan');
+  });
+  after(async () => {
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  });
+
+  it('reads one index entry per id and per stream, however large the table and its streams', async () => {
+    const empty = await genericPlan();
+    assert.doesNotMatch(empty, /Seq Scan|Hash Join/, empty);
+    await client.query(
+      `INSERT INTO hub_events (position, stream, revision, id, type, data, metadata)
+       SELECT g, 'device-' || (g % 2), g / 2, 'id-' || g, 'Tested', '{}', '{}'
+       FROM generate_series(1, 100000) g`,
+    );
+    await client.query('ANALYZE hub_events');
+    const large = await genericPlan();
+    assert.doesNotMatch(large, /Seq Scan|Hash Join|GroupAggregate/, large);
+    // Each stream's last revision: the first entry of a backward scan of its index.
+    assert.match(large, /Limit[\s\S]*Index Only Scan Backward using hub_events_stream_revision_key/, large);
   });
 });
