@@ -630,11 +630,11 @@ auto-pipelining; the dispatcher's writes to Redis had been a sixth of its CPU), 
 wait for their producer's request go out together in the next one, and a consumer's fetch waits up
 to \`HUB_KAFKA_FETCH_WAIT_MS\` (20) for 8 KB. In 40-s runs of one session, p50 went from 62–84 to
 45–49 ms and p99 from 172–229 to 137–145 ms; at 10 changes/s the p50 went from 13 to 38 ms (the
-fetch wait, at two Kafka hops). The event store's statements are named and planned once: the
-append's look-up reads one index entry per event id and per stream (as \`id = ANY\` and \`GROUP BY
-stream\`, a plan kept from a small table turned into a scan as it grew, 100–300 ms a group commit;
-planned at each call instead, planning was a fifth of PostgreSQL's CPU), and a projector's runners,
-woken by one notification, share one read of the log.
+fetch wait, at two Kafka hops). The event store's statements are named and their plans kept,
+each written so that a plan made from a small table still looks up by index (as \`id = ANY\` and
+\`GROUP BY stream\`, the append's look-up turned into a scan as the table grew, 100–300 ms a group
+commit; planned at each call instead, planning was a fifth of PostgreSQL's CPU), and a projector's
+runners, woken by one notification, share one read of the log.
 
 | Profile | Changes sent | Refused | Delivered | Accepted, not delivered | p50 ms | p99 ms |
 |---|---:|---:|---:|---:|---:|---:|

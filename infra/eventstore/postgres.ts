@@ -33,25 +33,39 @@ const MIGRATIONS = [
    )`,
 ];
 
+const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
+
 /**
- * What an append must know under the lock: the batch's event ids already stored ($1), the last
- * revision of each of its streams ($2), and the head. One index look-up per id and per stream, each
- * a subquery of its own, so the plan PostgreSQL keeps for the statement (made for whatever the
- * table held then, empty at first) cannot turn into a scan of it. As `id = ANY($1)` and
- * `stream = ANY($2) GROUP BY stream`, a plan kept from a small table hashed a scan of it as it grew
- * (100-300 ms a group commit), and planning at every call instead cost a fifth of PostgreSQL's CPU
- * at 1,000 changes/s.
+ * The named statements. PostgreSQL parses each once per connection and, once five calls show a
+ * generic plan is no worse, plans it once too: planning at every call was a fifth of its CPU at
+ * 1,000 changes/s. A kept plan is made for whatever the table held then, so every statement is one
+ * a plan made from an empty or tiny table still serves at any size: index look-ups only, each
+ * maximum the first entry of a backward index scan, and sequential scans off for the pool (a
+ * tiny table that had been analyzed got a scan per event id in the plan kept for millions). As
+ * `id = ANY($1)` and `stream = ANY($2) GROUP BY stream`, the append's look-up read every revision
+ * of its streams, a scan of the table once they were large (100-300 ms a group commit).
  */
-export const KNOWN_SQL = `SELECT
+export const STATEMENTS = {
+  /** What an append must know under the lock: which of its event ids ($1) are stored, the last
+   * revision of each of its streams ($2, no entry for a stream with no events), and the head.
+   * OFFSET 0 keeps each look-up in its subquery, made once per id and per stream. */
+  'hub-append-known': `SELECT
    (SELECT coalesce(json_agg(found) FILTER (WHERE found IS NOT NULL), '[]')
       FROM (SELECT (SELECT json_build_object('id', e.id, 'stream', e.stream, 'revision', e.revision,
                       'position', e.position, 'created', (extract(epoch FROM e.created) * 1000)::bigint)
                     FROM hub_events e WHERE e.id = i.id) AS found
-            FROM unnest($1::text[]) AS i(id)) f) AS stored,
+            FROM unnest($1::text[]) AS i(id) OFFSET 0) f) AS stored,
    (SELECT coalesce(json_object_agg(stream, revision) FILTER (WHERE revision IS NOT NULL), '{}')
-      FROM (SELECT s.stream, (SELECT max(e.revision) FROM hub_events e WHERE e.stream = s.stream) AS revision
-            FROM unnest($2::text[]) AS s(stream)) r) AS revisions,
-   (SELECT coalesce(max(position), 0)::bigint FROM hub_events) AS head`;
+      FROM (SELECT s.stream, (SELECT e.revision FROM hub_events e WHERE e.stream = s.stream
+                              ORDER BY e.revision DESC LIMIT 1) AS revision
+            FROM unnest($2::text[]) AS s(stream) OFFSET 0) r) AS revisions,
+   coalesce((SELECT position FROM hub_events ORDER BY position DESC LIMIT 1), 0)::bigint AS head`,
+  'hub-read-stream': `SELECT ${COLUMNS} FROM hub_events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
+  'hub-read-all': `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
+} as const;
+
+/** The settings of every connection of a store (see STATEMENTS). */
+export const sessionOptions = (schema: string) => `-c search_path=${schema} -c enable_seqscan=off`;
 
 const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
 const CHANNEL = 'hub_events';
@@ -92,9 +106,7 @@ export class PostgresEventStore implements EventStore {
       connectionString: options.url,
       max: options.poolSize ?? 8,
       types,
-      // Statements are named: parsed once per connection, and planned once too (PostgreSQL keeps
-      // a generic plan after five calls). The append's look-up says why its plan stays good.
-      options: `-c search_path=${this.schema}`,
+      options: sessionOptions(this.schema),
     });
     this.pool.on('error', () => {}); // an idle client's error is seen again by the next query
     this.ready = this.migrate();
@@ -195,7 +207,7 @@ export class PostgresEventStore implements EventStore {
         head: number;
       }>({
         name: 'hub-append-known',
-        text: KNOWN_SQL,
+        text: STATEMENTS['hub-append-known'],
         values: [ids, streams],
       });
       const { stored, revisions, head } = known.rows[0]!;
@@ -260,7 +272,7 @@ export class PostgresEventStore implements EventStore {
     await this.whenReady();
     const { rows } = await this.pool.query({
       name: 'hub-read-stream',
-      text: `SELECT ${COLUMNS} FROM hub_events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
+      text: STATEMENTS['hub-read-stream'],
       values: [stream, fromRevision, max],
     });
     return rows.map(toRecorded);
@@ -283,7 +295,7 @@ export class PostgresEventStore implements EventStore {
         await this.whenReady();
         const { rows } = await this.pool.query({
           name: 'hub-read-all',
-          text: `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
+          text: STATEMENTS['hub-read-all'],
           values: [after, max],
         });
         return rows.map(toRecorded);
@@ -350,8 +362,6 @@ export class PostgresEventStore implements EventStore {
 }
 
 type StoredRow = StoredId & { id: string };
-
-const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
 
 const toRecorded = (r: {
   position: number;
