@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import type Koa from 'koa';
+import pg from 'pg';
 import { type Config, loadConfig } from '../infra/config.ts';
 import { createLogger, type Logger } from '../infra/telemetry.ts';
 
@@ -30,6 +31,18 @@ function pick(env: NodeJS.ProcessEnv, re: RegExp): Record<string, string> {
     string,
     string
   >;
+}
+
+/** Drops a PostgreSQL schema a test made for its event store (a connection of its own: the store
+ * may be closed). */
+export async function dropSchema(postgresUrl: string, schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: postgresUrl });
+  await client.connect();
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+  } finally {
+    await client.end();
+  }
 }
 
 /** A logger whose lines are kept in memory, so tests can read what was logged. */

@@ -5,11 +5,10 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
 import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
-import { testConfig } from '../harness.ts';
+import { dropSchema, testConfig } from '../harness.ts';
 import { readEverything } from './contract.ts';
 
 const APPENDER = new URL('./appender.ts', import.meta.url).pathname;
@@ -70,10 +69,7 @@ describe('event store: SIGKILL during appends (int)', function () {
       await assertAllStored(store, acked);
     } finally {
       await store.close();
-      const client = new pg.Client({ connectionString: postgresUrl });
-      await client.connect();
-      await client.query(`DROP SCHEMA ${schema} CASCADE`);
-      await client.end();
+      await dropSchema(postgresUrl, schema);
     }
   });
 });

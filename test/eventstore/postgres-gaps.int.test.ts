@@ -5,17 +5,14 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
-import { testConfig } from '../harness.ts';
+import { dropSchema, testConfig } from '../harness.ts';
 
 describe('PostgreSQL event store: gap-safe positions (int)', function () {
   this.timeout(60_000);
   const { postgresUrl } = testConfig();
   const schema = `test_${randomBytes(6).toString('hex')}`;
   after(async () => {
-    const client = new pg.Client({ connectionString: postgresUrl });
-    await client.connect();
-    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await client.end();
+    await dropSchema(postgresUrl, schema);
   });
 
   it('a subscriber following four concurrent writers misses nothing and never goes back', async () => {

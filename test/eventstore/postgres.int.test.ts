@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { PostgresEventStore, STATEMENTS, sessionOptions } from '../../infra/eventstore/postgres.ts';
-import { testConfig } from '../harness.ts';
+import { dropSchema, testConfig } from '../harness.ts';
 import { eventStoreContract } from './contract.ts';
 
 const { postgresUrl } = testConfig();
@@ -13,12 +13,7 @@ eventStoreContract(
     const schema = `test_${randomBytes(6).toString('hex')}`;
     return {
       open: async () => new PostgresEventStore({ url: postgresUrl, schema }),
-      cleanup: async () => {
-        const client = new pg.Client({ connectionString: postgresUrl });
-        await client.connect();
-        await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-        await client.end();
-      },
+      cleanup: () => dropSchema(postgresUrl, schema),
     };
   },
   { sharedWriters: true },
@@ -42,10 +37,7 @@ describe('PostgreSQL event store: reads of the log', () => {
   });
   after(async () => {
     await store.close();
-    const client = new pg.Client({ connectionString: postgresUrl });
-    await client.connect();
-    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await client.end();
+    await dropSchema(postgresUrl, schema);
   });
 
   it('reads of one page asked for in one turn share one query; a read asked for once it was sent has its own', async () => {

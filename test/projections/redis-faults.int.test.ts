@@ -7,13 +7,12 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
 import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
 import { RedisReadStore } from '../../infra/readstore/redis.ts';
 import { waitForPosition } from '../../projections/consistency.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
-import { memoryLogger, testConfig } from '../harness.ts';
+import { dropSchema, memoryLogger, testConfig } from '../harness.ts';
 import { appendEvents, catalogNamed, freshBuild } from './contract.ts';
 
 const CHILD = new URL('./projector-child.ts', import.meta.url).pathname;
@@ -77,10 +76,7 @@ describe('Redis read store under faults (int)', function () {
     } finally {
       execFileSync('bash', [LOCAL, 'up', 'postgres'], { stdio: 'ignore' });
       await store.close();
-      const client = new pg.Client({ connectionString: postgresUrl });
-      await client.connect();
-      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-      await client.end();
+      await dropSchema(postgresUrl, schema);
     }
   });
 
@@ -117,10 +113,7 @@ describe('Redis read store under faults (int)', function () {
       await readStore.drop(projection.name, 1);
       await readStore.close();
       await store.close();
-      const client = new pg.Client({ connectionString: postgresUrl });
-      await client.connect();
-      await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-      await client.end();
+      await dropSchema(postgresUrl, schema);
     }
   });
 });
