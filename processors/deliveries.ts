@@ -55,6 +55,83 @@ export interface AttemptRecord {
   response: { status: number; headers: Record<string, string>; body: string; truncated: boolean } | null;
 }
 
+/**
+ * An attempt as the dispatcher makes it and the stores take it: the record's fields with its four
+ * times in ms. They become ISO strings only when a record is read (`recordOf`): made at every
+ * attempt, and parsed back by the SQLite store, they cost more than the rest of the attempt's
+ * values together on their way to its row.
+ */
+export type Attempt = Omit<
+  AttemptRecord,
+  'scheduled_at' | 'started_at' | 'finished_at' | 'next_attempt_at'
+> & {
+  scheduled: number;
+  started: number;
+  finished: number;
+  next: number | null;
+};
+
+/** An attempt as the API shows it (and the Redis store keeps it). */
+export function recordOf(a: Attempt): AttemptRecord {
+  return {
+    id: a.id,
+    job_id: a.job_id,
+    subscription_id: a.subscription_id,
+    owner: a.owner,
+    event_id: a.event_id,
+    event_type: a.event_type,
+    kind: a.kind,
+    attempt: a.attempt,
+    status: a.status,
+    outcome: a.outcome,
+    response_code: a.response_code,
+    error: a.error,
+    duration_ms: a.duration_ms,
+    // Null only in rows moved from an older version's records whose times could not be read.
+    scheduled_at: isoOrNull(a.scheduled) as string,
+    started_at: isoOrNull(a.started) as string,
+    finished_at: isoOrNull(a.finished) as string,
+    next_attempt_at: isoOrNull(a.next),
+    request: a.request,
+    response: a.response,
+  };
+}
+
+/** recordOf's inverse: a record kept as JSON by an older version, as an attempt. */
+export function attemptOfRecord({
+  scheduled_at,
+  started_at,
+  finished_at,
+  next_attempt_at,
+  ...r
+}: AttemptRecord): Attempt {
+  return {
+    ...r,
+    scheduled: Date.parse(scheduled_at),
+    started: Date.parse(started_at),
+    finished: Date.parse(finished_at),
+    next: next_attempt_at === null ? null : Date.parse(next_attempt_at),
+  };
+}
+
+const isoOrNull = (ms: number | null) => (ms === null ? null : isoTime(ms));
+
+let isoSecond = Number.NaN;
+let isoPrefix = '';
+/** `new Date(ms).toISOString()`, the date and time of the second kept from the last call: the
+ * records read in a page were mostly made in the same few seconds. */
+export function isoTime(ms: number): string {
+  const second = Math.floor(ms / 1000);
+  if (second !== isoSecond) {
+    const whole = new Date(ms).toISOString();
+    if (whole.length !== 24) return whole; // a year beyond 9999: not cached
+    isoSecond = second;
+    isoPrefix = whole.slice(0, 20);
+  }
+  const milli = ms - second * 1000;
+  return `${isoPrefix}${milli < 10 ? '00' : milli < 100 ? '0' : ''}${milli}Z`;
+}
+
 const JOB_SCHEMA = 'DeliveryJob';
 
 /** A job as the `deliveries` topic carries it (Avro, the schema named in a header). */
@@ -114,7 +191,7 @@ export interface DeliveryStore {
   /** Records an attempt; the job is due again at `next`, or done when null. `fresh`: the job was
    * delivered before it was ever stored (handed off to this process): it is stored only if it is
    * due again, and need not be kept once done (its attempt is its record). */
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh?: boolean): Promise<void>;
+  finish(job: Job, attempt: Attempt | null, next: number | null, fresh?: boolean): Promise<void>;
   /** The earliest due time, if any job is pending. */
   nextDue(): Promise<number | undefined>;
   pending(): Promise<{ count: number; oldestDue: number | undefined }>;
@@ -166,13 +243,13 @@ const jobRow = (j: Job): JobRow => ({
  * Flat strings and numbers, so that a window's finishes cross to the store's thread as one array:
  * an object per finish cost more to copy than to write.
  */
-function finishFields(job: Job, a: AttemptRecord | null, next: number | null, fresh: boolean) {
-  const body = next === null ? null : JSON.stringify(job);
-  if (a) return attemptFields(a, [fresh, next, body]);
-  const none = [fresh, next, body, ...NO_ATTEMPT];
-  none[FINISH_JOB_ID] = job.job_id;
-  none[FINISH_JOB_ID + 1] = job.subscription_id;
-  return none;
+function finishFields(into: unknown[], job: Job, a: Attempt | null, next: number | null, fresh: boolean) {
+  into.push(fresh, next, next === null ? null : JSON.stringify(job));
+  if (a) attemptFields(a, into);
+  else {
+    into.push(null, job.job_id, job.subscription_id);
+    for (let i = 3; i < ATTEMPT_FIELDS; i++) into.push(null);
+  }
 }
 /** Where a finish's attempt fields start, and its job's id and subscription among them. */
 const FINISH_ATTEMPT = 3;
@@ -181,13 +258,11 @@ const FINISH_JOB_ID = FINISH_ATTEMPT + 1;
 /**
  * An attempt as its row of `attempt_log` holds it, column by column in AttemptRecord's order: the
  * request and the response each split into their parts, the headers as JSON; appended to `into`
- * (a finish's first fields). The times stay ISO strings here (made into ms on the store's thread,
- * `attemptRow`). A row of columns rather than
- * the record as JSON: the keys, the times as text and the fields the indexes hold already made
+ * (after a finish's first fields). A row of columns rather than the record as JSON: the keys, the times as text and the fields the indexes hold already made
  * the JSON 1 KB of a 1.3 KB row, and the rows' bytes, written twice (the log and the checkpoint),
  * were most of this store's CPU (measured alone: 15 -> 9 µs a row for 1,280 -> 760 bytes).
  */
-function attemptFields(a: AttemptRecord, into: unknown[] = []): unknown[] {
+function attemptFields(a: Attempt, into: unknown[]): unknown[] {
   const r = a.response;
   into.push(
     a.id,
@@ -203,10 +278,10 @@ function attemptFields(a: AttemptRecord, into: unknown[] = []): unknown[] {
     a.response_code,
     a.error,
     a.duration_ms,
-    a.scheduled_at,
-    a.started_at,
-    a.finished_at,
-    a.next_attempt_at,
+    a.scheduled,
+    a.started,
+    a.finished,
+    a.next,
     a.request.url,
     JSON.stringify(a.request.headers),
     a.request.body ?? null,
@@ -220,34 +295,23 @@ function attemptFields(a: AttemptRecord, into: unknown[] = []): unknown[] {
 const ATTEMPT_FIELDS = 24;
 /** Where the four times (scheduled_at to next_attempt_at) stand among an attempt's fields. */
 const ATTEMPT_TIMES = { first: 13, last: 16 };
-const NO_ATTEMPT: null[] = new Array(ATTEMPT_FIELDS).fill(null);
 const FINISH_FIELDS = FINISH_ATTEMPT + ATTEMPT_FIELDS;
 /** attempt_log's columns, in attemptFields' order. */
 const ATTEMPT_COLUMNS =
   'id, job_id, subscription_id, owner, event_id, event_type, kind, attempt, status, outcome, response_code, error, duration_ms, scheduled, started, finished, next, url, request_headers, request_body, response_status, response_headers, response_body, response_truncated';
 
-/** attemptFields from `at` as the row's values: the times in ms. */
+/** attemptFields from `at` as the row's values. */
 function attemptRow(f: unknown[], at: number): SQLInputValue[] {
   const row = f.slice(at, at + ATTEMPT_FIELDS) as (SQLInputValue | undefined)[];
   // A value left undefined is written as null, as JSON would have it: SQLite refuses undefined,
   // and one finish it refused would fail the whole window's commit with it.
   for (let i = 0; i < ATTEMPT_FIELDS; i++) if (row[i] === undefined) row[i] = null;
-  for (let t = ATTEMPT_TIMES.first; t <= ATTEMPT_TIMES.last; t++) {
-    const ms = typeof row[t] === 'string' ? Date.parse(row[t] as string) : Number.NaN;
-    row[t] = Number.isNaN(ms) ? null : ms;
-  }
+  for (let t = ATTEMPT_TIMES.first; t <= ATTEMPT_TIMES.last; t++) if (!Number.isFinite(row[t])) row[t] = null; // an old record's unreadable time
   return row as SQLInputValue[];
 }
 
-/** A row of attempt_log: the record's fields, the times in ms, the request and response apart. */
-type AttemptLogRow = Omit<
-  AttemptRecord,
-  'scheduled_at' | 'started_at' | 'finished_at' | 'next_attempt_at' | 'request' | 'response'
-> & {
-  scheduled: number | null;
-  started: number;
-  finished: number | null;
-  next: number | null;
+/** A row of attempt_log: the attempt's fields, the request and response apart. */
+type AttemptLogRow = Omit<Attempt, 'request' | 'response'> & {
   url: string;
   request_headers: string | null;
   request_body: string;
@@ -258,37 +322,21 @@ type AttemptLogRow = Omit<
 };
 
 /** A row of attempt_log as the record it was written from. */
-function attemptOfRow(r: AttemptLogRow): AttemptRecord {
-  const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString()) as string;
-  return {
-    id: r.id,
-    job_id: r.job_id,
-    subscription_id: r.subscription_id,
-    owner: r.owner,
-    event_id: r.event_id,
-    event_type: r.event_type,
-    kind: r.kind,
-    attempt: r.attempt,
-    status: r.status,
-    outcome: r.outcome,
-    response_code: r.response_code,
-    error: r.error,
-    duration_ms: r.duration_ms,
-    scheduled_at: iso(r.scheduled),
-    started_at: iso(r.started),
-    finished_at: iso(r.finished),
-    next_attempt_at: iso(r.next),
-    request: { url: r.url, headers: JSON.parse(r.request_headers ?? 'null'), body: r.request_body },
+function attemptOfRow({ url, request_headers, request_body, ...r }: AttemptLogRow): AttemptRecord {
+  const { response_status, response_headers, response_body, response_truncated, ...a } = r;
+  return recordOf({
+    ...a,
+    request: { url, headers: JSON.parse(request_headers ?? 'null'), body: request_body },
     response:
-      r.response_status === null
+      response_status === null
         ? null
         : {
-            status: r.response_status,
-            headers: JSON.parse(r.response_headers!),
-            body: r.response_body!,
-            truncated: r.response_truncated === 1,
+            status: response_status,
+            headers: JSON.parse(response_headers!),
+            body: response_body!,
+            truncated: response_truncated === 1,
           },
-  };
+  });
 }
 
 /**
@@ -310,6 +358,7 @@ const FINISH_BATCH = 500;
  */
 class FinishWindow {
   private readonly commit: (fields: unknown[]) => Promise<void>;
+  /** finishFields' values of every finish gathered, one after another: no array of their own. */
   private fields: unknown[] = [];
   private count = 0;
   private answer: Promise<void> | undefined;
@@ -320,7 +369,7 @@ class FinishWindow {
     this.commit = commit;
   }
 
-  add(values: unknown[]): Promise<void> {
+  add(job: Job, attempt: Attempt | null, next: number | null, fresh: boolean): Promise<void> {
     if (!this.answer) {
       this.answer = new Promise((resolve) => {
         this.settle = resolve;
@@ -328,7 +377,7 @@ class FinishWindow {
       this.timer = setTimeout(() => this.send(), FINISH_WINDOW_MS);
     }
     const answer = this.answer;
-    for (const v of values) this.fields.push(v);
+    finishFields(this.fields, job, attempt, next, fresh);
     if (++this.count >= FINISH_BATCH) this.send();
     return answer;
   }
@@ -353,12 +402,12 @@ class FinishWindow {
 
 interface FinishedJob {
   job: Job;
-  attempt: AttemptRecord | null;
+  attempt: Attempt | null;
   next: number | null;
   done: (err?: Error) => void;
 }
 
-const filterKey = (a: AttemptRecord): StatusFilter[] =>
+const filterKey = (a: Attempt): StatusFilter[] =>
   a.status === 'succeeded' ? ['succeeded'] : a.status === 'failed' ? ['failed'] : ['failed', 'dead_lettered'];
 
 /** The rows a claim takes, oldest first, within each subscription's room; and the rows it passed
@@ -566,9 +615,9 @@ export class SqliteDeliveryStore implements DeliveryStore {
   }
 
   /** Group-committed: the attempts finished within FINISH_WINDOW_MS share a transaction. */
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false): Promise<void> {
+  finish(job: Job, attempt: Attempt | null, next: number | null, fresh = false): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the delivery store is closed'));
-    return this.window.add(finishFields(job, attempt, next, fresh));
+    return this.window.add(job, attempt, next, fresh);
   }
 
   /** Commits finishes in finishFields' values, one after another, in one transaction (a window
@@ -645,7 +694,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
         try {
           const record = JSON.parse(body) as AttemptRecord;
           if (request_body !== null) record.request.body = request_body;
-          this.sql.insertAttempt.run(...attemptRow(attemptFields(record), 0));
+          this.sql.insertAttempt.run(...attemptRow(attemptFields(attemptOfRecord(record), []), 0));
         } catch {
           unread.push(rowid);
         }
@@ -851,8 +900,8 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     return this.call('renew', jobIds, until);
   }
   /** Group-committed on this thread: the window crosses as one message, committed at once. */
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null, fresh = false): Promise<void> {
-    return this.window.add(finishFields(job, attempt, next, fresh));
+  finish(job: Job, attempt: Attempt | null, next: number | null, fresh = false): Promise<void> {
+    return this.window.add(job, attempt, next, fresh);
   }
   nextDue(): Promise<number | undefined> {
     this.window.send();
@@ -1059,7 +1108,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   /** Group-committed: the jobs finished within one turn of the event loop share one script call. */
-  finish(job: Job, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+  finish(job: Job, attempt: Attempt | null, next: number | null): Promise<void> {
     return new Promise((resolve, reject) => {
       this.finishing.push({ job, attempt, next, done: (err) => (err ? reject(err) : resolve()) });
       if (this.finishing.length === 1)
@@ -1084,7 +1133,7 @@ export class RedisDeliveryStore implements DeliveryStore {
           ...filterKey(attempt).map((status) => `hub:atts:${sub}:${status}`),
           `hub:atts-evt:${attempt.owner}:${attempt.event_id}`,
         ];
-        args.push(attempt.id, JSON.stringify(attempt), Date.parse(attempt.started_at), keys.join(' '));
+        args.push(attempt.id, JSON.stringify(recordOf(attempt)), attempt.started, keys.join(' '));
       }
     }
     let failure: Error | undefined;

@@ -21,7 +21,7 @@ import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import {
-  type AttemptRecord,
+  type Attempt,
   type DeliveryStore,
   decodeJob,
   type Job,
@@ -558,7 +558,7 @@ export class Dispatcher {
       const attempt = await this.attempt(job, held.due, found);
       release();
       job.attempt = attempt.attempt;
-      await this.finish(held, attempt, attempt.next_attempt_at ? Date.parse(attempt.next_attempt_at) : null);
+      await this.finish(held, attempt, attempt.next);
     } catch (err) {
       // Not recorded: the lease runs out and the job is claimed again.
       this.o.logger.warn(
@@ -571,7 +571,7 @@ export class Dispatcher {
   /** Records the attempt, and the job's next due time. A fresh job has no row to be claimed again
    * from: its record is written again, a second apart, until it is (or the process stops, and its
    * hand-off fails: the hand-off checkpoint stays before it). */
-  private async finish(held: Held, attempt: AttemptRecord | null, next: number | null): Promise<void> {
+  private async finish(held: Held, attempt: Attempt | null, next: number | null): Promise<void> {
     for (;;) {
       if (held.spill) await held.spill; // being stored: the finish then finds its row
       held.recording = true;
@@ -608,7 +608,7 @@ export class Dispatcher {
     });
   }
 
-  private async attempt(job: Job, due: number, { sub, signer, url }: Cached): Promise<AttemptRecord> {
+  private async attempt(job: Job, due: number, { sub, signer, url }: Cached): Promise<Attempt> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     // Encoded once, for the signature and the request alike.
@@ -627,7 +627,7 @@ export class Dispatcher {
     let outcome: Outcome;
     let status: number | null = null;
     let error: string | null = null;
-    let response: AttemptRecord['response'] = null;
+    let response: Attempt['response'] = null;
     this.attemptsInFlight++;
     const startedAt = performance.now();
     try {
@@ -658,7 +658,7 @@ export class Dispatcher {
     const finished = Date.now();
     this.metrics.attempts(outcome).inc();
     let next: number | null = null;
-    let attemptStatus: AttemptRecord['status'] = 'succeeded';
+    let attemptStatus: Attempt['status'] = 'succeeded';
     if (outcome === '2xx') {
       if (job.event.created_ms) this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
     } else if (retryable(outcome, status)) {
@@ -687,33 +687,17 @@ export class Dispatcher {
       response_code: status,
       error,
       duration_ms: finished - started,
-      scheduled_at: isoTime(due),
-      started_at: isoTime(started),
-      finished_at: isoTime(finished),
-      next_attempt_at: next === null ? null : isoTime(next),
+      scheduled: due,
+      started,
+      finished,
+      next,
       request: { url: sub.url, headers, body },
       response,
     };
   }
 }
 
-type Answer = NonNullable<AttemptRecord['response']>;
-
-let isoSecond = Number.NaN;
-let isoPrefix = '';
-/** `new Date(ms).toISOString()`, the date and time of the second kept from the last call: an
- * attempt records four times, most in the same second (a fifth of an attempt's own CPU before). */
-export function isoTime(ms: number): string {
-  const second = Math.floor(ms / 1000);
-  if (second !== isoSecond) {
-    const whole = new Date(ms).toISOString();
-    if (whole.length !== 24) return whole; // a year beyond 9999: not cached
-    isoSecond = second;
-    isoPrefix = whole.slice(0, 20);
-  }
-  const milli = ms - second * 1000;
-  return `${isoPrefix}${milli < 10 ? '00' : milli < 100 ? '0' : ''}${milli}Z`;
-}
+type Answer = NonNullable<Attempt['response']>;
 
 /** Thrown into an attempt past its time limit; classified like undici's own timeouts. */
 class AttemptTimeoutError extends Error {

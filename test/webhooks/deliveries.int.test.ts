@@ -6,8 +6,10 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import {
+  type Attempt,
   type AttemptRecord,
   RedisDeliveryStore,
+  recordOf,
   SqliteDeliveryStore,
   ThreadedDeliveryStore,
 } from '../../processors/deliveries.ts';
@@ -116,16 +118,17 @@ describe('SQLite delivery store: a file from before attempts had rows of columns
     it(`moves its records over (${bodyApart ? 'the request body in a column of its own' : 'the oldest files: the request body inside the record'}): they read back whole, beside new ones`, async () => {
       const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
       const j = job('sub_b');
-      const before: AttemptRecord = {
+      // As an older version kept it: the record as JSON.
+      const before: AttemptRecord = recordOf({
         ...attemptOf(j, 1, 'failed'),
-        next_attempt_at: new Date(Date.now() + 60_000).toISOString(),
+        next: Date.now() + 60_000,
         request: {
           url: 'https://example.com/hook',
           headers: { 'webhook-id': 'del_1' },
           body: '{"id":"evt_1"}',
         },
         response: { status: 503, headers: { 'retry-after': '5' }, body: 'busy', truncated: false },
-      };
+      });
       const old = new DatabaseSync(path);
       old.exec(`CREATE TABLE attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
         event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL${bodyApart ? ', request_body TEXT' : ''}) STRICT`);
@@ -149,7 +152,7 @@ describe('SQLite delivery store: a file from before attempts had rows of columns
         const after = attemptOf(j, 2, 'succeeded');
         await store.finish({ ...j, attempt: 2 }, after, null, true);
         assert.deepEqual(await store.attempt(before.id), before);
-        assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [before, after]);
+        assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [before, recordOf(after)]);
         assert.deepEqual((await store.attempts('sub_b', { status: 'failed', limit: 10, skip: 0 })).items, [
           before,
         ]);
@@ -165,7 +168,7 @@ describe('SQLite delivery store: a file from before attempts had rows of columns
   it('opens with a row it cannot read: the others move over, that one stays in the old table', async () => {
     const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
     const j = job('sub_c');
-    const good = attemptOf(j, 1, 'succeeded');
+    const good = recordOf(attemptOf(j, 1, 'succeeded')); // as an older version kept it
     const old = new DatabaseSync(path);
     old.exec(`CREATE TABLE attempts (id TEXT PRIMARY KEY, subscription_id TEXT NOT NULL, owner TEXT NOT NULL,
       event_id TEXT NOT NULL, status TEXT NOT NULL, started INTEGER NOT NULL, body TEXT NOT NULL) STRICT`);
@@ -215,14 +218,14 @@ describe('SQLite delivery stores: a finish with a field left undefined', () => {
       try {
         const j = job('sub_u');
         const other = attemptOf(j, 1, 'failed');
-        const odd = { ...attemptOf(j, 2, 'succeeded'), error: undefined } as unknown as AttemptRecord;
+        const odd = { ...attemptOf(j, 2, 'succeeded'), error: undefined } as unknown as Attempt;
         // One window: neither is awaited before the other is added.
         await Promise.all([
           store.finish({ ...j, attempt: 1 }, other, null, true),
           store.finish({ ...j, attempt: 2 }, odd, null, true),
         ]);
-        assert.deepEqual(await store.attempt(other.id), other);
-        assert.deepEqual(await store.attempt(odd.id), { ...odd, error: null });
+        assert.deepEqual(await store.attempt(other.id), recordOf(other));
+        assert.deepEqual(await store.attempt(odd.id), { ...recordOf(odd), error: null });
       } finally {
         await store.close();
       }
@@ -248,17 +251,19 @@ describe('SQLite delivery stores: reads and the group commit', () => {
         const finishing = [finish(first, Date.now() + 60_000)];
         assert.equal((await store.pending()).count, 1, 'the retry is pending');
         finishing.push(finish(second, null));
-        assert.deepEqual(await store.attempt(second.id), second);
+        assert.deepEqual(await store.attempt(second.id), recordOf(second));
         const third = attemptOf(j, 3, 'succeeded');
         finishing.push(finish(third, null));
-        assert.deepEqual((await store.attempts('sub_w', { limit: 10, skip: 0 })).items, [
-          third,
-          second,
-          first,
-        ]);
+        assert.deepEqual(
+          (await store.attempts('sub_w', { limit: 10, skip: 0 })).items,
+          [third, second, first].map(recordOf),
+        );
         const fourth = attemptOf(j, 4, 'succeeded');
         finishing.push(finish(fourth, null));
-        assert.deepEqual(await store.attemptsOfEvent(j.owner, j.event.id), [first, second, third, fourth]);
+        assert.deepEqual(
+          await store.attemptsOfEvent(j.owner, j.event.id),
+          [first, second, third, fourth].map(recordOf),
+        );
         await Promise.all(finishing);
       } finally {
         await store.close();

@@ -2,7 +2,7 @@
 // explicitly, so leases are checked without waiting for them.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import type { AttemptRecord, DeliveryStore, Job } from '../../processors/deliveries.ts';
+import { type Attempt, type DeliveryStore, type Job, recordOf } from '../../processors/deliveries.ts';
 import { event } from '../processors/eventlog.ts';
 
 export function job(subscription: string): Job {
@@ -18,8 +18,8 @@ export function job(subscription: string): Job {
   };
 }
 
-export function attemptOf(j: Job, n: number, status: AttemptRecord['status']): AttemptRecord {
-  const at = new Date(Date.now() + n).toISOString();
+export function attemptOf(j: Job, n: number, status: Attempt['status']): Attempt {
+  const at = Date.now() + n;
   return {
     id: `del_${randomBytes(8).toString('hex')}`,
     job_id: j.job_id,
@@ -34,10 +34,10 @@ export function attemptOf(j: Job, n: number, status: AttemptRecord['status']): A
     response_code: status === 'succeeded' ? 200 : 500,
     error: null,
     duration_ms: 1,
-    scheduled_at: at,
-    started_at: at,
-    finished_at: at,
-    next_attempt_at: null,
+    scheduled: at,
+    started: at,
+    finished: at,
+    next: null,
     request: { url: 'https://example.com/hook', headers: {}, body: '{}' },
     response: null,
   };
@@ -153,7 +153,11 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
         [[retried.job_id, 1, t + 60_000]],
         'the retry, with its body, at its time',
       );
-      assert.deepEqual(await store.attempt(first.id), first, 'the done one is known by its attempt');
+      assert.deepEqual(
+        await store.attempt(first.id),
+        recordOf(first),
+        'the done one is known by its attempt',
+      );
       assert.equal((await store.attempts('sub_f', { limit: 10, skip: 0 })).total, 2);
     });
 
@@ -178,13 +182,13 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       );
       assert.deepEqual(
         (await store.attempts(j.subscription_id, { status: 'dead_lettered', limit: 10, skip: 0 })).items,
-        [second],
+        [recordOf(second)],
       );
       assert.equal(
         (await store.attempts(j.subscription_id, { status: 'succeeded', limit: 10, skip: 0 })).total,
         0,
       );
-      assert.deepEqual(await store.attempt(first.id), first);
+      assert.deepEqual(await store.attempt(first.id), recordOf(first));
       assert.deepEqual(
         (await store.attemptsOfEvent(j.owner, j.event.id)).map((a) => a.id),
         [first.id, second.id],
@@ -195,10 +199,10 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
     it('reads an attempt back as it was written: every field, in order, whatever its strings hold', async () => {
       const j = job('sub_r');
       const odd = 'quotes " and \\ backslash, é, 日本, emoji 🎉, a tab\t, a newline\n, nul \u0000';
-      const written: AttemptRecord = {
+      const written: Attempt = {
         ...attemptOf(j, 3, 'failed'),
         error: odd,
-        next_attempt_at: new Date(Date.now() + 60_000).toISOString(),
+        next: Date.now() + 60_000,
         request: {
           url: 'https://example.com/hook?q="x"',
           headers: { 'x-custom': odd, 'content-type': 'application/json' },
@@ -213,10 +217,12 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       };
       await store.finish({ ...j, attempt: 3 }, written, null, true);
       const read = await store.attempt(written.id);
-      assert.equal(JSON.stringify(read), JSON.stringify(written));
-      assert.deepEqual(read, written);
-      assert.deepEqual((await store.attemptsOfEvent(j.owner, j.event.id))[0], written);
-      assert.deepEqual((await store.attempts('sub_r', { limit: 1, skip: 0 })).items[0], written);
+      const record = recordOf(written);
+      assert.equal(read?.next_attempt_at, new Date(written.next!).toISOString());
+      assert.equal(JSON.stringify(read), JSON.stringify(record));
+      assert.deepEqual(read, record);
+      assert.deepEqual((await store.attemptsOfEvent(j.owner, j.event.id))[0], record);
+      assert.deepEqual((await store.attempts('sub_r', { limit: 1, skip: 0 })).items[0], record);
     });
   });
 }

@@ -1,6 +1,6 @@
 // The dispatcher's pure parts: the attempt record's times.
 import assert from 'node:assert/strict';
-import { isoTime } from '../../processors/dispatcher.ts';
+import { isoTime } from '../../processors/deliveries.ts';
 
 describe('dispatcher times (unit)', () => {
   it('isoTime is Date#toISOString, across seconds, milliseconds and years', () => {
