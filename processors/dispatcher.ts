@@ -143,14 +143,21 @@ export function retryAfterS(header: string | undefined, now = Date.now()): numbe
   return Math.min(Math.max(Math.ceil(s), RETRY_AFTER_BOUNDS[0]), RETRY_AFTER_BOUNDS[1]);
 }
 
+/** Where a subscription's deliveries go, in the parts undici's dispatch takes (made once, not at
+ * every attempt from the URL's getters). */
+interface Target {
+  origin: string;
+  path: string;
+}
+
 interface Cached {
   sub: Subscription;
   /** Signs with the secrets in force: the current one, and the previous while its window lasts. */
   signer: WebhookSigner;
   /** How many secrets the signer has (the previous one drops out when its window ends). */
   sealed: number;
-  /** The URL checked against the egress rules, or why it may not be called. */
-  url: URL | EgressError;
+  /** The URL checked against the egress rules as undici takes it, or why it may not be called. */
+  target: Target | EgressError;
   at: number;
 }
 
@@ -531,7 +538,7 @@ export class Dispatcher {
       return hit;
     }
     const signer = same ? hit.signer : new WebhookSigner(sealed.map((s) => unseal(this.o.sealKey, s)));
-    const entry = { sub: state, signer, sealed: sealed.length, url: this.checked(state.url), at: now };
+    const entry = { sub: state, signer, sealed: sealed.length, target: this.checked(state.url), at: now };
     this.cache.set(id, entry);
     if (this.cache.size > 10_000) this.cache.delete(this.cache.keys().next().value as string);
     return entry;
@@ -539,9 +546,10 @@ export class Dispatcher {
 
   /** A subscription's URL by the egress rules that need no lookup (the connector's lookup checks
    * a name's addresses at every connection). */
-  private checked(raw: string): URL | EgressError {
+  private checked(raw: string): Target | EgressError {
     try {
-      return this.o.egress.checkTarget(raw).url;
+      const { url } = this.o.egress.checkTarget(raw);
+      return { origin: url.origin, path: `${url.pathname}${url.search}` };
     } catch (err) {
       if (err instanceof EgressError) return err;
       throw err;
@@ -596,19 +604,16 @@ export class Dispatcher {
   /** One POST through the pooled agent, its answer read up to RESPONSE_BODY_LIMIT. Dispatched with
    * a handler of our own rather than `request()`: no body stream, no async iterator and no timer per
    * attempt (the time limit is `deadlines`' one timer), a fifth of the CPU an attempt took. */
-  private post(url: URL, headers: Record<string, string>, body: Buffer): Promise<Answer> {
+  private post({ origin, path }: Target, headers: Record<string, string>, body: Buffer): Promise<Answer> {
     return new Promise((resolve, reject) => {
       // A monotonic clock: a step of the wall clock neither cuts attempts short nor reorders them.
       const exchange = new Exchange(performance.now() + this.o.timeoutMs, this.deadlines, resolve, reject);
       this.deadlines.add(exchange);
-      this.agent.dispatch(
-        { origin: url.origin, path: `${url.pathname}${url.search}`, method: 'POST', headers, body },
-        exchange,
-      );
+      this.agent.dispatch({ origin, path, method: 'POST', headers, body }, exchange);
     });
   }
 
-  private async attempt(job: Job, due: number, { sub, signer, url }: Cached): Promise<Attempt> {
+  private async attempt(job: Job, due: number, { sub, signer, target }: Cached): Promise<Attempt> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     // Encoded once, for the signature and the request alike.
@@ -631,8 +636,8 @@ export class Dispatcher {
     this.attemptsInFlight++;
     const startedAt = performance.now();
     try {
-      if (url instanceof EgressError) throw url;
-      response = await this.post(url, headers, bytes);
+      if (target instanceof EgressError) throw target;
+      response = await this.post(target, headers, bytes);
       status = response.status;
       outcome = status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx';
     } catch (err) {
@@ -817,7 +822,7 @@ class Exchange implements HttpDispatcher.DispatchHandler {
     if (this.settled) return;
     this.settled = true;
     this.deadlines.delete(this);
-    const body = Buffer.concat(this.chunks).toString('utf8');
+    const body = (this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)).toString('utf8');
     this.resolve({ status: this.status, headers: this.headers, body, truncated });
   }
 
