@@ -311,7 +311,10 @@ function attemptRow(f: unknown[], at: number): SQLInputValue[] {
 }
 
 /** A row of attempt_log: the attempt's fields, the request and response apart. */
-type AttemptLogRow = Omit<Attempt, 'request' | 'response'> & {
+type AttemptLogRow = Omit<Attempt, 'scheduled' | 'finished' | 'request' | 'response'> & {
+  // Null only in rows moved from an older version's records whose times could not be read.
+  scheduled: number | null;
+  finished: number | null;
   url: string;
   request_headers: string | null;
   request_body: string;
@@ -325,7 +328,7 @@ type AttemptLogRow = Omit<Attempt, 'request' | 'response'> & {
 function attemptOfRow({ url, request_headers, request_body, ...r }: AttemptLogRow): AttemptRecord {
   const { response_status, response_headers, response_body, response_truncated, ...a } = r;
   return recordOf({
-    ...a,
+    ...(a as Omit<Attempt, 'request' | 'response'>), // recordOf shows a null time as null
     request: { url, headers: JSON.parse(request_headers ?? 'null'), body: request_body },
     response:
       response_status === null
@@ -370,6 +373,13 @@ class FinishWindow {
   }
 
   add(job: Job, attempt: Attempt | null, next: number | null, fresh: boolean): Promise<void> {
+    const start = this.fields.length;
+    try {
+      finishFields(this.fields, job, attempt, next, fresh);
+    } catch (err) {
+      this.fields.length = start; // part of its values would shift every later finish of the window
+      return Promise.reject(err);
+    }
     if (!this.answer) {
       this.answer = new Promise((resolve) => {
         this.settle = resolve;
@@ -377,7 +387,6 @@ class FinishWindow {
       this.timer = setTimeout(() => this.send(), FINISH_WINDOW_MS);
     }
     const answer = this.answer;
-    finishFields(this.fields, job, attempt, next, fresh);
     if (++this.count >= FINISH_BATCH) this.send();
     return answer;
   }
@@ -1016,26 +1025,51 @@ return out
 // attempt's index keys (space-separated).
 const FINISH = `
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local trimmed = {}
 for i = 3, #ARGV, 7 do
   local job, next, att = ARGV[i], ARGV[i + 2], ARGV[i + 3]
   if att ~= '' then
     redis.call('SET', 'hub:att:' .. att, ARGV[i + 4], 'PX', ttl)
     for key in string.gmatch(ARGV[i + 6], '%S+') do
       redis.call('ZADD', key, ARGV[i + 5], att)
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
-      redis.call('PEXPIRE', key, ttl)
+      -- Trimmed past the retention, and its expiry moved, once a call: a subscription's index
+      -- keys recur at most of a batch's finishes.
+      if not trimmed[key] then
+        trimmed[key] = true
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
+        redis.call('PEXPIRE', key, ttl)
+      end
     end
   end
   redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl)
-  redis.call('ZREM', 'hub:jobs:leased', job)
+  local wasLeased = redis.call('ZREM', 'hub:jobs:leased', job) == 1
   if next == '' then
-    redis.call('ZREM', 'hub:jobs:due', job)
+    -- A pending job is in one of the two sets: one leased is not due.
+    if not wasLeased then redis.call('ZREM', 'hub:jobs:due', job) end
   else
     redis.call('ZADD', 'hub:jobs:due', next, job)
   end
 end
 return 0
 `;
+
+/** A finish as FINISH takes it: the job's id, body and next due time, then the attempt's id,
+ * record, start and index keys (empty without an attempt). */
+function redisFinish({ job, attempt, next }: FinishedJob): (string | number)[] {
+  // A finished job's record only marks its id as seen (a job sent twice is known): no body.
+  const values: (string | number)[] = [job.job_id, next === null ? '' : redisBody(job), next ?? ''];
+  if (!attempt) values.push('', '', 0, '');
+  else {
+    const sub = attempt.subscription_id;
+    const keys = [
+      `hub:atts:${sub}`,
+      ...filterKey(attempt).map((status) => `hub:atts:${sub}:${status}`),
+      `hub:atts-evt:${attempt.owner}:${attempt.event_id}`,
+    ];
+    values.push(attempt.id, JSON.stringify(recordOf(attempt)), attempt.started, keys.join(' '));
+  }
+  return values;
+}
 
 /** A job as Redis keeps it: its subscription first, where the claim script reads it. */
 function redisBody({ subscription_id, ...rest }: Job): string {
@@ -1122,28 +1156,24 @@ export class RedisDeliveryStore implements DeliveryStore {
     const batch = this.finishing;
     this.finishing = [];
     const args: (string | number)[] = [Date.now(), this.retentionMs];
-    for (const { job, attempt, next } of batch) {
-      // A finished job's record only marks its id as seen (a job sent twice is known): no body.
-      args.push(job.job_id, next === null ? '' : redisBody(job), next ?? '');
-      if (!attempt) args.push('', '', 0, '');
-      else {
-        const sub = attempt.subscription_id;
-        const keys = [
-          `hub:atts:${sub}`,
-          ...filterKey(attempt).map((status) => `hub:atts:${sub}:${status}`),
-          `hub:atts-evt:${attempt.owner}:${attempt.event_id}`,
-        ];
-        args.push(attempt.id, JSON.stringify(recordOf(attempt)), attempt.started, keys.join(' '));
+    const sent: FinishedJob[] = [];
+    for (const f of batch) {
+      try {
+        args.push(...redisFinish(f));
+        sent.push(f);
+      } catch (err) {
+        f.done(err as Error); // a finish that cannot be written fails alone, not its batch
       }
     }
+    if (sent.length === 0) return;
     let failure: Error | undefined;
     try {
       await this.redis.hubJobsFinish(...args);
     } catch (err) {
       failure = err as Error;
     }
-    for (const f of batch) f.done(failure);
-    if (!failure && batch.some((f) => f.next !== null)) this.emitter.emit('enqueue');
+    for (const f of sent) f.done(failure);
+    if (!failure && sent.some((f) => f.next !== null)) this.emitter.emit('enqueue');
   }
 
   async nextDue(): Promise<number | undefined> {

@@ -42,6 +42,81 @@ deliveryStoreContract('Redis', async () => {
   return new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS });
 });
 
+describe('delivery stores: a finish that cannot be written', () => {
+  for (const [name, open] of [
+    [
+      'SQLite',
+      () =>
+        new SqliteDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+          retentionMs: RETENTION_MS,
+        }),
+    ],
+    [
+      'SQLite on its own thread',
+      () =>
+        new ThreadedDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+          retentionMs: RETENTION_MS,
+        }),
+    ],
+    ['Redis', () => new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS })],
+  ] as const)
+    it(`${name}: fails alone; the finishes of its window or batch are written whole`, async () => {
+      await redis.flushdb();
+      const store = open();
+      try {
+        const j = job('sub_bad');
+        const before = attemptOf(j, 1, 'failed');
+        // Headers JSON cannot hold: its values cannot be made.
+        const bad = {
+          ...attemptOf(j, 2, 'failed'),
+          request: { url: 'https://example.com/hook', headers: { x: 1n }, body: '{}' },
+        } as unknown as Attempt;
+        const after = attemptOf(j, 3, 'succeeded');
+        const finishing = [before, bad, after].map((a) =>
+          store.finish({ ...j, attempt: a.attempt }, a, null, true),
+        );
+        const settled = await Promise.allSettled(finishing);
+        assert.deepEqual(
+          settled.map((x) => x.status),
+          ['fulfilled', 'rejected', 'fulfilled'],
+        );
+        assert.deepEqual(await store.attempt(before.id), recordOf(before));
+        assert.deepEqual(await store.attempt(after.id), recordOf(after));
+        assert.equal(await store.attempt(bad.id), undefined);
+      } finally {
+        await store.close();
+      }
+    });
+});
+
+describe('Redis delivery store: retention', () => {
+  it('attempts older than the retention leave the indexes, trimmed once a call for finishes of one subscription', async () => {
+    await redis.flushdb();
+    const store = new RedisDeliveryStore(redis, { retentionMs: 300 });
+    try {
+      const j = job('sub_ttl');
+      const old = attemptOf(j, 1, 'failed');
+      await store.finish({ ...j, attempt: 1 }, old, null);
+      await new Promise((r) => setTimeout(r, 400));
+      // Finished in one turn: one script call, the subscription's keys in both finishes.
+      const [a, b] = [attemptOf(j, 2, 'failed'), attemptOf(j, 3, 'dead_lettered')];
+      await Promise.all([
+        store.finish({ ...j, attempt: 2 }, a, null),
+        store.finish({ ...j, attempt: 3 }, b, null),
+      ]);
+      const all = await store.attempts('sub_ttl', { limit: 10, skip: 0 });
+      assert.deepEqual(all.items.map((x) => x.id).sort(), [a.id, b.id].sort());
+      assert.equal(all.total, 2, 'the old attempt is trimmed from the index');
+      assert.equal((await store.attempts('sub_ttl', { status: 'failed', limit: 10, skip: 0 })).total, 2);
+      assert.equal(await store.attempt(old.id), undefined);
+      const ttl = await redis.pttl('hub:atts:sub_ttl');
+      assert.ok(ttl > 0 && ttl <= 300, `the index expires with the retention (${ttl} ms)`);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('SQLite delivery store: a file from before the schedule and the bodies were apart', () => {
   for (const withSub of [true, false])
     it(`moves its jobs over${withSub ? '' : ' (the oldest files: no sub column)'}: due ones are claimed with their bodies, finished ones stay known`, async () => {

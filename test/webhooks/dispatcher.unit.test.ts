@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { isoTime } from '../../processors/deliveries.ts';
 
-describe('dispatcher times (unit)', () => {
+describe('attempt times (unit)', () => {
   it('isoTime is Date#toISOString, across seconds, milliseconds and years', () => {
     const samples = [
       0, 9, 99, 999, 1000, 1_763_790_000_000, 1_763_790_000_001, 1_763_790_000_010, 253_402_300_799_999,
