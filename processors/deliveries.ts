@@ -1025,30 +1025,32 @@ return out
 // attempt's index keys (space-separated).
 const FINISH = `
 local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
-local trimmed = {}
+local indexes, seen = {}, {}
 for i = 3, #ARGV, 7 do
   local job, next, att = ARGV[i], ARGV[i + 2], ARGV[i + 3]
   if att ~= '' then
     redis.call('SET', 'hub:att:' .. att, ARGV[i + 4], 'PX', ttl)
     for key in string.gmatch(ARGV[i + 6], '%S+') do
       redis.call('ZADD', key, ARGV[i + 5], att)
-      -- Trimmed past the retention, and its expiry moved, once a call: a subscription's index
-      -- keys recur at most of a batch's finishes.
-      if not trimmed[key] then
-        trimmed[key] = true
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
-        redis.call('PEXPIRE', key, ttl)
+      if not seen[key] then
+        seen[key] = true
+        indexes[#indexes + 1] = key
       end
     end
   end
   redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl)
-  local wasLeased = redis.call('ZREM', 'hub:jobs:leased', job) == 1
+  redis.call('ZREM', 'hub:jobs:leased', job)
   if next == '' then
-    -- A pending job is in one of the two sets: one leased is not due.
-    if not wasLeased then redis.call('ZREM', 'hub:jobs:due', job) end
+    redis.call('ZREM', 'hub:jobs:due', job)
   else
     redis.call('ZADD', 'hub:jobs:due', next, job)
   end
+end
+-- Each index trimmed past the retention and its expiry moved once a call, after its last addition
+-- (a subscription's keys recur at most of a batch's finishes).
+for _, key in ipairs(indexes) do
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
+  redis.call('PEXPIRE', key, ttl)
 end
 return 0
 `;

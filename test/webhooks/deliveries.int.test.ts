@@ -92,25 +92,38 @@ describe('delivery stores: a finish that cannot be written', () => {
 describe('Redis delivery store: retention', () => {
   it('attempts older than the retention leave the indexes, trimmed once a call for finishes of one subscription', async () => {
     await redis.flushdb();
-    const store = new RedisDeliveryStore(redis, { retentionMs: 300 });
+    const store = new RedisDeliveryStore(redis, { retentionMs: 2000 });
+    const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
     try {
       const j = job('sub_ttl');
+      // The waits leave a second's slack each way on a busy machine.
       const old = attemptOf(j, 1, 'failed');
       await store.finish({ ...j, attempt: 1 }, old, null);
-      await new Promise((r) => setTimeout(r, 400));
+      await wait(1200);
+      // Keeps the subscription's indexes alive past the old attempt's retention.
+      const mid = { ...attemptOf(j, 2, 'failed'), started: Date.now() };
+      await store.finish({ ...j, attempt: 2 }, mid, null);
+      await wait(1000);
       // Finished in one turn: one script call, the subscription's keys in both finishes.
-      const [a, b] = [attemptOf(j, 2, 'failed'), attemptOf(j, 3, 'dead_lettered')];
-      await Promise.all([
-        store.finish({ ...j, attempt: 2 }, a, null),
-        store.finish({ ...j, attempt: 3 }, b, null),
-      ]);
+      const [a, b] = [3, 4].map((n) => ({
+        ...attemptOf(j, n, n === 3 ? 'failed' : 'dead_lettered'),
+        started: Date.now() + n, // in this order in the index
+      }));
+      await Promise.all([a!, b!].map((x) => store.finish({ ...j, attempt: x.attempt }, x, null)));
       const all = await store.attempts('sub_ttl', { limit: 10, skip: 0 });
-      assert.deepEqual(all.items.map((x) => x.id).sort(), [a.id, b.id].sort());
-      assert.equal(all.total, 2, 'the old attempt is trimmed from the index');
-      assert.equal((await store.attempts('sub_ttl', { status: 'failed', limit: 10, skip: 0 })).total, 2);
-      assert.equal(await store.attempt(old.id), undefined);
-      const ttl = await redis.pttl('hub:atts:sub_ttl');
-      assert.ok(ttl > 0 && ttl <= 300, `the index expires with the retention (${ttl} ms)`);
+      assert.equal(all.total, 3, 'the old attempt is trimmed from the index');
+      assert.deepEqual(await redis.zrange('hub:atts:sub_ttl', '0', '-1'), [mid.id, a!.id, b!.id]);
+      assert.deepEqual(
+        (await redis.zrange('hub:atts:sub_ttl:failed', '0', '-1')).sort(),
+        [mid.id, a!.id, b!.id].sort(),
+      );
+      for (const key of ['hub:atts:sub_ttl', 'hub:atts:sub_ttl:failed', 'hub:atts:sub_ttl:dead_lettered']) {
+        const ttl = await redis.pttl(key);
+        assert.ok(
+          ttl > 1000 && ttl <= 2000,
+          `${key} expires with the retention from the last finish (${ttl} ms)`,
+        );
+      }
     } finally {
       await store.close();
     }
