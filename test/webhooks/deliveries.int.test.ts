@@ -18,51 +18,35 @@ import { attemptOf, deliveryStoreContract, job } from './deliveries.ts';
 
 const RETENTION_MS = 86_400_000;
 
-deliveryStoreContract(
-  'SQLite',
-  async () =>
-    new SqliteDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
-      retentionMs: RETENTION_MS,
-    }),
-);
-
-deliveryStoreContract(
-  'SQLite on its own thread',
-  async () =>
-    new ThreadedDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
-      retentionMs: RETENTION_MS,
-    }),
-);
+/** A new file for a SQLite store. */
+const freshPath = () => join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
 
 // A database of its own: the schedule's keys are global to a Redis database.
 const redis = new Redis(`${testConfig().redisUrl.replace(/\/\d*$/, '')}/11`);
 after(() => redis.disconnect());
-deliveryStoreContract('Redis', async () => {
-  await redis.flushdb();
-  return new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS });
-});
+
+/** Every adapter, each opened empty. */
+const STORES = [
+  ['SQLite', async () => new SqliteDeliveryStore(freshPath(), { retentionMs: RETENTION_MS })],
+  [
+    'SQLite on its own thread',
+    async () => new ThreadedDeliveryStore(freshPath(), { retentionMs: RETENTION_MS }),
+  ],
+  [
+    'Redis',
+    async () => {
+      await redis.flushdb();
+      return new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS });
+    },
+  ],
+] as const;
+
+for (const [name, open] of STORES) deliveryStoreContract(name, open);
 
 describe('delivery stores: a finish that cannot be written', () => {
-  for (const [name, open] of [
-    [
-      'SQLite',
-      () =>
-        new SqliteDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
-          retentionMs: RETENTION_MS,
-        }),
-    ],
-    [
-      'SQLite on its own thread',
-      () =>
-        new ThreadedDeliveryStore(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
-          retentionMs: RETENTION_MS,
-        }),
-    ],
-    ['Redis', () => new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS })],
-  ] as const)
+  for (const [name, open] of STORES)
     it(`${name}: fails alone; the finishes of its window or batch are written whole`, async () => {
-      await redis.flushdb();
-      const store = open();
+      const store = await open();
       try {
         const j = job('sub_bad');
         const before = attemptOf(j, 1, 'failed');
@@ -133,7 +117,7 @@ describe('Redis delivery store: retention', () => {
 describe('SQLite delivery store: a file from before the schedule and the bodies were apart', () => {
   for (const withSub of [true, false])
     it(`moves its jobs over${withSub ? '' : ' (the oldest files: no sub column)'}: due ones are claimed with their bodies, finished ones stay known`, async () => {
-      const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+      const path = freshPath();
       const due = job('sub_old');
       const done = job('sub_old');
       const old = new DatabaseSync(path);
@@ -175,7 +159,7 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
     });
 
   it('moves them by job id beside a schedule already there (an older version ran on the file in between)', async () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+    const path = freshPath();
     const newer = job('sub_x');
     const older = job('sub_x');
     const first = new SqliteDeliveryStore(path, { retentionMs: RETENTION_MS });
@@ -204,7 +188,7 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
 describe('SQLite delivery store: a file from before attempts had rows of columns', () => {
   for (const bodyApart of [true, false])
     it(`moves its records over (${bodyApart ? 'the request body in a column of its own' : 'the oldest files: the request body inside the record'}): they read back whole, beside new ones`, async () => {
-      const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+      const path = freshPath();
       const j = job('sub_b');
       // As an older version kept it: the record as JSON.
       const before: AttemptRecord = recordOf({
@@ -254,7 +238,7 @@ describe('SQLite delivery store: a file from before attempts had rows of columns
     });
 
   it('opens with a row it cannot read: the others move over, that one stays in the old table', async () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
+    const path = freshPath();
     const j = job('sub_c');
     const good = recordOf(attemptOf(j, 1, 'succeeded')); // as an older version kept it
     const old = new DatabaseSync(path);
@@ -300,7 +284,7 @@ describe('SQLite delivery stores: a finish with a field left undefined', () => {
     ['SQLite on its own thread', ThreadedDeliveryStore],
   ] as const)
     it(`${name}: commits with the others of its window, the field read back as null`, async () => {
-      const store = new Store(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+      const store = new Store(freshPath(), {
         retentionMs: RETENTION_MS,
       });
       try {
@@ -326,7 +310,7 @@ describe('SQLite delivery stores: reads and the group commit', () => {
     ['SQLite on its own thread', ThreadedDeliveryStore],
   ] as const)
     it(`${name}: a read made while finishes wait for their commit sees them`, async () => {
-      const store = new Store(join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db'), {
+      const store = new Store(freshPath(), {
         retentionMs: RETENTION_MS,
       });
       try {
