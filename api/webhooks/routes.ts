@@ -193,19 +193,28 @@ export function webhookRoutes(hub: HubContext) {
     return { sub, attempt };
   }
 
-  async function checked(f: SubscriptionFields): Promise<SubscriptionFields> {
-    const problems = fieldProblems(f);
-    try {
-      await egress.checkReachable(f.url);
-    } catch (err) {
-      if (!(err instanceof EgressError)) throw err;
-      problems.unshift(['url', err.message]);
-    }
+  /** 422 naming every problem, the first in the message. */
+  const refuse = (problems: [string, string][]) => {
     if (problems.length > 0)
       throw unprocessable(
         `${problems[0]![0]} ${problems[0]![1]}.`,
         problems.map(([field, problem]) => ({ field, problem })),
       );
+  };
+
+  /** The fields' problems, and the URL's when it is new: a URL kept was checked when it was set,
+   * and every delivery checks it again, so a subscription whose receiver stopped resolving (or
+   * the rules changed) can still be paused and edited. */
+  async function checked(f: SubscriptionFields, kept?: string): Promise<SubscriptionFields> {
+    const problems = fieldProblems(f);
+    if (f.url !== kept)
+      try {
+        await egress.checkReachable(f.url);
+      } catch (err) {
+        if (!(err instanceof EgressError)) throw err;
+        problems.unshift(['url', err.message]);
+      }
+    refuse(problems);
     return f;
   }
 
@@ -222,11 +231,14 @@ export function webhookRoutes(hub: HubContext) {
     retry_policy: b.retry_policy === undefined ? (base?.retry_policy ?? null) : b.retry_policy,
   });
 
-  async function update(ctx: Context, sub: Subscription, next: SubscriptionFields) {
+  /** Appends the fields `next` makes of the subscription's state as the append finds it: a
+   * PATCH merges into that state, not into the one read before its URL was checked, so two
+   * concurrent PATCHes of different fields both hold. */
+  async function update(ctx: Context, sub: Subscription, next: (now: Subscription) => SubscriptionFields) {
     const { appended, after } = await handle(hub.store, webhookStream(sub.id), subscriptions, (s) => {
       if (s.deleted) throw notFound('No such subscription.');
       return {
-        events: [{ type: 'WebhookUpdated', data: { webhook_id: s.id, owner_prn: s.ownerPrn, ...next } }],
+        events: [{ type: 'WebhookUpdated', data: { webhook_id: s.id, owner_prn: s.ownerPrn, ...next(s) } }],
         result: undefined,
       };
     });
@@ -343,26 +355,31 @@ export function webhookRoutes(hub: HubContext) {
       },
     });
 
-    routes.add({
+    routes.add<undefined, { limit: number; skip: number }>({
       method: 'get',
       path: '/webhooks/events/{eid}/deliveries',
       tag: 'webhooks',
-      summary: 'Every delivery attempt of one event, across all subscriptions.',
+      summary: 'Every delivery attempt of one event, across all subscriptions, oldest first.',
+      description:
+        'Paged like every list: an event redelivered or replayed again and again has as many attempts.',
       security: 'bearer',
       scopes: ['webhooks.readonly'],
       middleware: read,
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: {
-        200: {
-          description: 'The attempts, oldest first.',
-          schema: { type: 'object', properties: { items: { type: 'array', items: ATTEMPT } } },
-        },
+        200: { description: 'A page of the attempts, oldest first.', schema: pageSchema(ATTEMPT) },
       },
-      handler: async (ctx) => {
+      handler: async (ctx, { query }) => {
         const owner = ctx.state.auth!.sub;
         const event = await hub.eventLog.get(owner, ctx.params.eid!);
-        const items = await hub.deliveries.attemptsOfEvent(owner, ctx.params.eid!);
-        if (!event && items.length === 0) throw notFound('No such event in your account.');
-        ctx.body = { items: items.map(summary) };
+        const all = await hub.deliveries.attemptsOfEvent(owner, ctx.params.eid!);
+        if (!event && all.length === 0) throw notFound('No such event in your account.');
+        ctx.body = {
+          items: all.slice(query.skip, query.skip + query.limit).map(summary),
+          total: all.length,
+          limit: query.limit,
+          skip: query.skip,
+        };
       },
     });
 
@@ -477,7 +494,8 @@ export function webhookRoutes(hub: HubContext) {
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       handler: async (ctx, { body }) => {
         const sub = await owned(ctx);
-        await update(ctx, sub, await checked(fields(body)));
+        const replaced = await checked(fields(body), sub.url);
+        await update(ctx, sub, () => replaced);
       },
     });
 
@@ -493,7 +511,14 @@ export function webhookRoutes(hub: HubContext) {
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       handler: async (ctx, { body }) => {
         const sub = await owned(ctx);
-        await update(ctx, sub, await checked(fields(body, sub)));
+        await checked(fields(body, sub), sub.url);
+        // The body's fields were checked above; the others were when they were set. A URL taken
+        // from the state now is one whoever set it had checked.
+        await update(ctx, sub, (now) => {
+          const merged = fields(body, now);
+          refuse(fieldProblems(merged));
+          return merged;
+        });
       },
     });
 

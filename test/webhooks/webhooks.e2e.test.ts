@@ -121,6 +121,57 @@ describe('webhooks (e2e)', function () {
       assert.equal((await hub.call('GET', '/webhooks/', { token: alice.token })).body.total, before);
     });
 
+    it('concurrent PATCHes of different fields both hold: none writes back what it read before the other', async () => {
+      const s = await create('/ok/concurrent', { description: 'before' });
+      for (let round = 0; round < 10; round++) {
+        const [paused, described] = await Promise.all([
+          hub.call('PATCH', `/webhooks/${s.id}`, { token: alice.token, body: { enabled: round % 2 === 1 } }),
+          hub.call('PATCH', `/webhooks/${s.id}`, { token: alice.token, body: { description: `d${round}` } }),
+        ]);
+        assert.equal(paused.status, 200, JSON.stringify(paused.body));
+        assert.equal(described.status, 200, JSON.stringify(described.body));
+        const now = (await hub.call('GET', `/webhooks/${s.id}`, { token: alice.token })).body;
+        assert.deepEqual([now.enabled, now.description], [round % 2 === 1, `d${round}`], `round ${round}`);
+      }
+    });
+
+    it('a subscription whose URL no longer passes the checks can still be paused and edited; a new URL is checked', async () => {
+      // Made where plain HTTP to the loopback is allowed, then the same data served by a hub with
+      // the default rules: as when a receiver's name stops resolving or now points inside.
+      const first = await startHub({
+        HUB_WEBHOOK_ALLOW_HTTP: 'true',
+        HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+      });
+      let second: TestHub | undefined;
+      try {
+        const carol = await signup(first, 'carol');
+        const made = await first.call('POST', '/webhooks/', {
+          token: carol.token,
+          body: { nick: 'old', url: `${rx.url}/ok/old`, event_types: ['device.created'], enabled: true },
+        });
+        assert.equal(made.status, 201, JSON.stringify(made.body));
+        await first.stop();
+        second = await startHub({ HUB_DATA_DIR: first.dataDir });
+        const patch = (body: Record<string, unknown>) =>
+          second!.call('PATCH', `/webhooks/${made.body.id}`, { token: carol.token, body });
+        const paused = await patch({ enabled: false });
+        assert.equal(paused.status, 200, JSON.stringify(paused.body));
+        assert.equal(paused.body.enabled, false);
+        assert.equal((await patch({ description: 'kept', url: `${rx.url}/ok/old` })).status, 200);
+        const moved = await patch({ url: `${rx.url}/ok/new` });
+        assert.equal(moved.status, 422, JSON.stringify(moved.body));
+        assert.equal(moved.body.details[0].field, 'url');
+        const now = await second.call('GET', `/webhooks/${made.body.id}`, { token: carol.token });
+        assert.deepEqual(
+          [now.body.url, now.body.enabled, now.body.description],
+          [`${rx.url}/ok/old`, false, 'kept'],
+        );
+      } finally {
+        await first.stop().catch(() => {});
+        await second?.stop();
+      }
+    });
+
     it('another account gets 404 for every operation on a subscription; no token gets 401', async () => {
       const s = await create('/ok/tenancy');
       assert.equal((await hub.call('GET', `/webhooks/${s.id}`, { token: bob.token })).status, 404);
@@ -349,6 +400,24 @@ describe('webhooks (e2e)', function () {
           .map((x: { kind: string }) => x.kind)
           .sort(),
         ['event', 'redeliver', 'replay'],
+      );
+      // Paged in the one list envelope: the second page starts where the first ended.
+      const { total } = ofEvent.body;
+      assert.ok(
+        total >= 3 && ofEvent.body.limit === 50 && ofEvent.body.skip === 0,
+        JSON.stringify(ofEvent.body),
+      );
+      const page = async (skip: number) =>
+        (
+          await hub.call('GET', `/webhooks/events/${eid}/deliveries?limit=2&skip=${skip}`, {
+            token: alice.token,
+          })
+        ).body;
+      const [p1, p2] = [await page(0), await page(2)];
+      assert.deepEqual([p1.items.length, p1.total, p2.skip], [2, total, 2]);
+      assert.deepEqual(
+        [...p1.items, ...p2.items].map((x: { id: string }) => x.id),
+        ofEvent.body.items.slice(0, 2 + p2.items.length).map((x: { id: string }) => x.id),
       );
       assert.equal(
         (await hub.call('GET', `/webhooks/events/${eid}/deliveries`, { token: bob.token })).status,
