@@ -75,6 +75,12 @@ class Durability {
     this.reject = reject;
   });
 
+  constructor() {
+    // A hand-off that failed itself leaves nobody waiting on this: its failure must not be an
+    // unhandled rejection (which ends the process). Those who wait still see it.
+    this.done.catch(() => {});
+  }
+
   add(): void {
     this.left++;
   }
@@ -246,7 +252,20 @@ export class Dispatcher {
     const stored: Job[] = [];
     let patient = true;
     for (const job of jobs) {
-      if (this.holding.has(job.job_id)) continue; // here already: handed off twice
+      const here = this.holding.get(job.job_id);
+      if (here) {
+        // Handed off again (its batch retried after a failed store write): this hand-off too is
+        // durable only once that job is, or the checkpoint could pass a job held only in memory.
+        const earlier = here.fresh;
+        if (earlier) {
+          durability.add();
+          earlier.done.then(
+            () => durability.settle(),
+            (err: Error) => durability.fail(err),
+          );
+        }
+        continue;
+      }
       let room = this.running && this.queued(job.subscription_id) < this.queueLimit;
       while (room && patient && this.held + this.reserved >= this.o.maxInFlight)
         patient = await this.roomFreed();
@@ -568,7 +587,13 @@ export class Dispatcher {
       job.attempt = attempt.attempt;
       await this.finish(held, attempt, attempt.next);
     } catch (err) {
-      // Not recorded: the lease runs out and the job is claimed again.
+      // Not recorded: the lease runs out and the job is claimed again. A fresh job has no lease to
+      // run out: it is stored now, due, for a claim (and its hand-off waits for that), rather than
+      // by the next spill, which a stop would never run.
+      if (held.fresh && !held.recording && !held.spill) {
+        const fresh = held.fresh;
+        held.spill = this.storeFresh([held]).catch((e: Error) => fresh.fail(e));
+      }
       this.o.logger.warn(
         { err: (err as Error).message, job: job.job_id },
         'dispatcher: attempt not recorded',

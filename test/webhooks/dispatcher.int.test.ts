@@ -55,6 +55,29 @@ async function rig(o: { timeoutMs: number; metrics?: Registry }) {
   return { store, file, deliveries, rx, sealKey, dispatcher, close };
 }
 
+/** The rows of the schedule in the store's file, read beside the store. */
+function scheduleRows(file: string): number {
+  const db = new DatabaseSync(file, { readOnly: true });
+  try {
+    return (db.prepare('SELECT count(*) AS n FROM schedule').get() as { n: number }).n;
+  } finally {
+    db.close();
+  }
+}
+
+/** `n` jobs of a subscription, as the processor hands them off. */
+function jobsFor(owner: string, sub: string, n: number): Job[] {
+  return Array.from({ length: n }, (_, i) => ({
+    job_id: `job_${sub}_${i}_${randomBytes(3).toString('hex')}`,
+    subscription_id: sub,
+    owner,
+    kind: 'event',
+    event: event(owner, 'device.created', `d${i}`, Math.floor(Date.now() / 1000)),
+    attempt: 0,
+    enqueued: Date.now(),
+  }));
+}
+
 describe('dispatcher bounds per subscription (int)', () => {
   it('holds a burst only as far as its subscription’s queue goes; the rest stays due', async () => {
     const metrics = new Registry();
@@ -96,14 +119,7 @@ describe('dispatcher bounds per subscription (int)', () => {
     const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
       timeoutMs: 3 * SPILL_MS,
     });
-    const rows = () => {
-      const db = new DatabaseSync(file, { readOnly: true });
-      try {
-        return (db.prepare('SELECT count(*) AS n FROM schedule').get() as { n: number }).n;
-      } finally {
-        db.close();
-      }
-    };
+    const rows = () => scheduleRows(file);
     const owner = 'prn:::accounts:/handoff';
     const subscribe = (path: string) =>
       benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
@@ -112,16 +128,7 @@ describe('dispatcher bounds per subscription (int)', () => {
       await subscribe('/hang'),
       await subscribe('/hang/2'),
     ];
-    const jobsOf = (sub: string, n: number): Job[] =>
-      Array.from({ length: n }, (_, i) => ({
-        job_id: `job_${sub}_${i}_${randomBytes(3).toString('hex')}`,
-        subscription_id: sub,
-        owner,
-        kind: 'event',
-        event: event(owner, 'device.created', `d${i}`, Math.floor(Date.now() / 1000)),
-        attempt: 0,
-        enqueued: Date.now(),
-      }));
+    const jobsOf = (sub: string, n: number) => jobsFor(owner, sub, n);
     try {
       await dispatcher.start();
       // Delivered and recorded, and the schedule never held them.
@@ -174,6 +181,71 @@ describe('dispatcher bounds per subscription (int)', () => {
         4 + 5,
         `every hanging job is pending: ${JSON.stringify(bySub)} ${fast} ${slow} ${stopped}`,
       );
+    } finally {
+      await close();
+    }
+  });
+
+  it('a batch handed off again after its store write failed is durable only once the jobs it left held are', async () => {
+    const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
+      timeoutMs: 3 * SPILL_MS,
+    });
+    const owner = 'prn:::accounts:/handoff-again';
+    const hanging = await benchSubscription(store, {
+      owner,
+      url: `${rx.url}/hang/again`,
+      eventType: 'device.created',
+      sealKey,
+    });
+    // Two in flight and sixteen waiting are held; the last two have no room and are stored.
+    const batch = jobsFor(owner, hanging, 20);
+    const enqueue = deliveries.enqueue;
+    try {
+      await dispatcher.start();
+      deliveries.enqueue = async () => {
+        throw new Error('disk full');
+      };
+      await assert.rejects(dispatcher.handOff(batch), /disk full/);
+      deliveries.enqueue = enqueue;
+      const { durable } = await dispatcher.handOff(batch); // the processor's retry
+      let durableAt = 0;
+      void durable.then(() => {
+        durableAt = Date.now();
+      });
+      await new Promise((r) => setTimeout(r, SPILL_MS / 2));
+      assert.equal(durableAt, 0, 'eighteen jobs are held in memory only: not durable yet');
+      assert.equal(scheduleRows(file), 2);
+      await durable; // once they are stored, as jobs that stayed too long
+      assert.equal(scheduleRows(file), 20);
+    } finally {
+      deliveries.enqueue = enqueue;
+      await close();
+    }
+  });
+
+  it('a handed-off job whose attempt could not start is stored at once: a stop does not leave its hand-off waiting', async () => {
+    const { store, file, deliveries, rx, dispatcher, close } = await rig({ timeoutMs: 3 * SPILL_MS });
+    const owner = 'prn:::accounts:/unsealable';
+    // Sealed with another key: the dispatcher cannot open its secret, so no attempt is made.
+    const sub = await benchSubscription(store, {
+      owner,
+      url: `${rx.url}/ok/unsealable`,
+      eventType: 'device.created',
+      sealKey: randomBytes(32),
+    });
+    try {
+      await dispatcher.start();
+      const { durable } = await dispatcher.handOff(jobsFor(owner, sub, 3));
+      await new Promise((r) => setTimeout(r, 100));
+      await dispatcher.stop();
+      const settled = await Promise.race([
+        durable.then(() => 'durable'),
+        new Promise((r) => setTimeout(() => r('still waiting'), 3 * SPILL_MS)),
+      ]);
+      assert.equal(settled, 'durable');
+      assert.equal(scheduleRows(file), 3);
+      assert.equal((await deliveries.pending()).count, 3, 'pending, for a claim');
+      assert.equal(rx.at('/ok/unsealable').length, 0);
     } finally {
       await close();
     }
