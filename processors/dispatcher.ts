@@ -48,6 +48,9 @@ const QUEUE_FACTOR = 8;
 /** A job handed off and held here unstored is stored (leased to this process) once it has been
  * here this long unfinished, so that the hand-off checkpoint moves on past a slow endpoint. */
 export const SPILL_MS = 1000;
+/** The share of a process's jobs (HUB_DISPATCHER_MAX_IN_FLIGHT) that may be waiting for their
+ * subscription's slot: the rest is kept for jobs that start at once. */
+const WAIT_SHARE = 0.75;
 /** How long a hand-off waits for slots to free before it stores its remaining jobs for a claim. */
 const ROOM_WAIT_MS = 250;
 
@@ -177,7 +180,11 @@ export class Dispatcher {
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
   private readonly waiting = new Map<string, Held[]>(); // subscription → jobs waiting for a slot
   private held = 0; // running + waiting (+ recording)
+  /** Of `held`, those waiting for their subscription's slot. */
+  private waitingCount = 0;
   private reserved = 0; // held by enqueues not yet answered
+  /** Of `reserved`, those that will wait for their subscription's slot. */
+  private reservedWaits = 0;
   private readonly reservedOf = new Map<string, number>(); // the same, by subscription
   private starved = false; // the last claim found due jobs only of subscriptions with full queues
   private readonly holding = new Map<string, Held>(); // job id → the job, running or waiting here
@@ -266,10 +273,12 @@ export class Dispatcher {
         }
         continue;
       }
-      let room = this.running && this.queued(job.subscription_id) < this.queueLimit;
-      while (room && patient && this.held + this.reserved >= this.o.maxInFlight)
-        patient = await this.roomFreed();
-      room &&= this.running && this.held + this.reserved < this.o.maxInFlight;
+      const sub = job.subscription_id;
+      let room = this.running && this.queued(sub) < this.queueLimit;
+      // Waits while the whole budget is taken; a job that would wait beyond the waiting share is
+      // stored at once (waiting for that share, a slow subscription would hold up the processor).
+      while (room && patient && this.startRoom <= 0) patient = await this.roomFreed();
+      room &&= this.running && this.admits(sub);
       if (!room) {
         stored.push(job);
         continue;
@@ -343,12 +352,18 @@ export class Dispatcher {
     const now = Date.now();
     const ids: string[] = [];
     const chosen = new Map<string, number>(); // subscription → jobs held for it by this enqueue
-    let room = this.running ? this.o.maxInFlight - this.held - this.reserved : 0;
+    let room = this.running ? this.startRoom : 0;
+    let waitRoom = this.running ? this.waitRoom : 0;
+    let waits = 0;
     for (const job of jobs) {
       if (room <= 0) break;
       const sub = job.subscription_id;
       const mine = chosen.get(sub) ?? 0;
-      if (this.queued(sub) + mine >= this.queueLimit) continue;
+      if (!this.startsNow(sub, mine)) {
+        if (this.queued(sub) + mine >= this.queueLimit || waitRoom <= 0) continue;
+        waitRoom--;
+        waits++;
+      }
       chosen.set(sub, mine + 1);
       ids.push(job.job_id);
       room--;
@@ -356,6 +371,7 @@ export class Dispatcher {
     // Reserved while the write is under way, so a claim meanwhile leaves room for them.
     const reserve = (sign: 1 | -1) => {
       this.reserved += sign * ids.length;
+      this.reservedWaits += sign * waits;
       for (const [sub, n] of chosen) {
         const left = (this.reservedOf.get(sub) ?? 0) + sign * n;
         if (left > 0) this.reservedOf.set(sub, left);
@@ -381,6 +397,35 @@ export class Dispatcher {
     return this.o.maxInFlightPerSubscription * QUEUE_FACTOR;
   }
 
+  /** Jobs this process may still hold: running, being recorded, or waiting for a slot. */
+  private get startRoom(): number {
+    return this.o.maxInFlight - this.held - this.reserved;
+  }
+
+  /**
+   * Of that, what jobs waiting for their subscription's slot may take: WAIT_SHARE of the whole,
+   * the rest kept for jobs that start at once. When waiting jobs could fill it all, a few slow
+   * subscriptions' queues did, and no other subscription's job was taken until one of their
+   * attempts timed out; their older backlogs then took the freed slots first.
+   */
+  private get waitRoom(): number {
+    return Math.min(
+      this.startRoom,
+      Math.floor(this.o.maxInFlight * WAIT_SHARE) - this.waitingCount - this.reservedWaits,
+    );
+  }
+
+  /** Whether a job of `sub` (after `ahead` more of it) would start at once: a free slot, none queued. */
+  private startsNow(sub: string, ahead = 0): boolean {
+    return (this.inFlight.get(sub) ?? 0) + this.queued(sub) + ahead < this.o.maxInFlightPerSubscription;
+  }
+
+  /** Whether a job of `sub` may be held now: it starts at once, or waits within both limits. */
+  private admits(sub: string): boolean {
+    if (this.startsNow(sub)) return this.startRoom > 0;
+    return this.queued(sub) < this.queueLimit && this.waitRoom > 0;
+  }
+
   /** While most slots are busy, claims and hand-offs wait for this many to free (a sixteenth, at
    * most 64), so that they take work in batches rather than a job at a time. */
   private get roomChunk(): number {
@@ -404,6 +449,7 @@ export class Dispatcher {
     await Promise.all([...this.fresh].map((h) => h.spill));
     const back = [...this.waiting.values()].flat();
     this.waiting.clear();
+    this.waitingCount = 0;
     for (const h of back) this.holding.delete(h.job.job_id);
     this.held -= back.length;
     const now = Date.now();
@@ -443,8 +489,9 @@ export class Dispatcher {
   private async loop(): Promise<void> {
     while (this.running) {
       try {
-        const free = this.o.maxInFlight - this.held - this.reserved;
-        // Claim in batches: while most slots are busy, wait for a sixteenth of them to free.
+        // Claim in batches: while most slots are busy, wait for a sixteenth of them to free. Jobs
+        // that would wait are taken only while their share has room (see `rooms`).
+        const free = this.startRoom;
         if (free <= 0 || (this.held > 0 && free < this.roomChunk)) {
           await this.sleep(1000); // woken when a slot frees
           continue;
@@ -471,18 +518,22 @@ export class Dispatcher {
     }
   }
 
-  /** What a claim may take of each subscription: the room left in its queue here. */
+  /** What a claim may take of each subscription: the room left in its queue here; once the
+   * waiting budget is spent, only what its free slots start at once. */
   private rooms(): Rooms {
     const of: Record<string, number> = {};
-    for (const sub of [...this.waiting.keys(), ...this.reservedOf.keys()])
-      of[sub] = Math.max(0, this.queueLimit - this.queued(sub));
-    return { of, otherwise: this.queueLimit };
+    const canWait = this.waitRoom > 0;
+    for (const sub of new Set([...this.waiting.keys(), ...this.reservedOf.keys(), ...this.inFlight.keys()]))
+      of[sub] = canWait
+        ? Math.max(0, this.queueLimit - this.queued(sub))
+        : Math.max(0, this.o.maxInFlightPerSubscription - (this.inFlight.get(sub) ?? 0) - this.queued(sub));
+    return { of, otherwise: canWait ? this.queueLimit : this.o.maxInFlightPerSubscription };
   }
 
   /** A claimed (or held) job: started at once if its subscription has a free slot, else waits here. */
   private accept(job: Job, due: number): void {
     if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
-    if ((this.waiting.get(job.subscription_id)?.length ?? 0) >= this.queueLimit) {
+    if (!this.admits(job.subscription_id)) {
       void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
       return;
     }
@@ -494,6 +545,7 @@ export class Dispatcher {
     const queue = this.waiting.get(sub);
     if (queue) queue.push(h);
     else this.waiting.set(sub, [h]);
+    this.waitingCount++;
     this.holding.set(h.job.job_id, h);
     this.held++;
     this.pump(sub);
@@ -506,6 +558,7 @@ export class Dispatcher {
     const queue = this.waiting.get(sub);
     while (queue && queue.length > 0 && (this.inFlight.get(sub) ?? 0) < this.o.maxInFlightPerSubscription) {
       const held = queue.shift()!;
+      this.waitingCount--;
       this.inFlight.set(sub, (this.inFlight.get(sub) ?? 0) + 1);
       let slot = true;
       const release = () => {
@@ -523,8 +576,7 @@ export class Dispatcher {
         this.holding.delete(held.job.job_id);
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
-        const free = this.o.maxInFlight - this.held - this.reserved;
-        if (this.roomWaiters.length > 0 && free >= this.roomChunk)
+        if (this.roomWaiters.length > 0 && this.startRoom >= this.roomChunk)
           for (const woken of this.roomWaiters.splice(0)) woken();
       });
     }

@@ -21,7 +21,7 @@ import { Receiver } from './receiver.ts';
 
 /** The embedded stores, a receiver, and a dispatcher on the in-process bus with two attempts in
  * flight per subscription (and a queue of 16 waiting beside them); `close` ends them all. */
-async function rig(o: { timeoutMs: number; metrics?: Registry }) {
+async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: number }) {
   const config = testConfig();
   const store = await openEventStore(config);
   const file = join(config.dataDir, 'deliveries.sqlite');
@@ -41,7 +41,7 @@ async function rig(o: { timeoutMs: number; metrics?: Registry }) {
     metrics: o.metrics ?? new Registry(),
     version: 'test',
     timeoutMs: o.timeoutMs,
-    maxInFlight: 1024,
+    maxInFlight: o.maxInFlight ?? 1024,
     maxInFlightPerSubscription: 2,
     rotationWindowMs: 0,
   });
@@ -246,6 +246,38 @@ describe('dispatcher bounds per subscription (int)', () => {
       assert.equal(scheduleRows(file), 3);
       assert.equal((await deliveries.pending()).count, 3, 'pending, for a claim');
       assert.equal(rx.at('/ok/unsealable').length, 0);
+    } finally {
+      await close();
+    }
+  });
+
+  it('slow subscriptions’ queues leave room for other subscriptions’ jobs: these start at once', async () => {
+    // 24 jobs a process, 2 in flight and 16 waiting a subscription: two hanging subscriptions
+    // with backlogs would hold them all, and the healthy one's jobs then waited for their timeouts.
+    const timeoutMs = 3 * SPILL_MS;
+    const { store, rx, sealKey, dispatcher, deliveries, close } = await rig({ timeoutMs, maxInFlight: 24 });
+    const owner = 'prn:::accounts:/isolation';
+    const subscribe = (path: string) =>
+      benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
+    const [slowA, slowB, healthy] = [
+      await subscribe('/hang/a'),
+      await subscribe('/hang/b'),
+      await subscribe('/ok/healthy'),
+    ];
+    try {
+      await dispatcher.start();
+      const startedAt = Date.now();
+      await dispatcher.handOff(jobsFor(owner, slowA, 20));
+      await dispatcher.handOff(jobsFor(owner, slowB, 20));
+      await rx.waitFor('/hang/a', 2);
+      await rx.waitFor('/hang/b', 2);
+      await dispatcher.handOff(jobsFor(owner, healthy, 5));
+      const arrived = await Promise.race([
+        rx.waitFor('/ok/healthy', 5).then(() => Date.now() - startedAt),
+        new Promise<number>((r) => setTimeout(() => r(Number.POSITIVE_INFINITY), timeoutMs)),
+      ]);
+      assert.ok(arrived < timeoutMs, 'all five delivered before any hanging attempt timed out');
+      assert.equal((await deliveries.attempts(slowA, { limit: 10, skip: 0 })).total, 0, 'none timed out yet');
     } finally {
       await close();
     }
