@@ -480,6 +480,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     | 'rowOf'
     | 'reschedule'
     | 'complete'
+    | 'completeById'
     | 'due'
     | 'lease'
     | 'passOver'
@@ -531,6 +532,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
       // The id is checked too: a guard on a row number kept since the claim.
       reschedule: this.db.prepare('UPDATE schedule SET due = ? WHERE row = ? AND job_id = ?'),
       complete: this.db.prepare('UPDATE schedule SET due = NULL WHERE row = ? AND job_id = ?'),
+      completeById: this.db.prepare('UPDATE schedule SET due = NULL WHERE job_id = ? AND due IS NOT NULL'),
       due: this.db.prepare(
         'SELECT row, due, sub FROM schedule WHERE due IS NOT NULL AND due <= ? ORDER BY due LIMIT ?',
       ),
@@ -653,8 +655,14 @@ export class SqliteDeliveryStore implements DeliveryStore {
         this.leased.delete(jobId);
         if (fields[a] !== null) this.sql.insertAttempt.run(...attemptRow(fields, a));
         if (fresh) {
-          // Never stored: stored now if it is due again.
-          if (next === null || body === null) continue;
+          // Not stored by this process: stored now if it is due again. Done, it is done in a row an
+          // earlier process stored (its batch handed off again after a crash) too, which would
+          // otherwise come due when that process's lease ended and be delivered again. The look-up
+          // is by the job-id index, whose newest pages are the ones in use (ids lead with time).
+          if (next === null || body === null) {
+            this.sql.completeById.run(jobId);
+            continue;
+          }
           const { changes, lastInsertRowid } = this.sql.insertJob.run(jobId, next, now, sub);
           if (changes === 1) this.sql.insertBody.run(lastInsertRowid, body);
           else this.writeJob((this.sql.rowOf.get(jobId) as { row: number }).row, jobId, body, next);

@@ -161,6 +161,31 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       assert.equal((await store.attempts('sub_f', { limit: 10, skip: 0 })).total, 2);
     });
 
+    it('a job finished fresh that an earlier process had stored is done there too (handed off again after a crash)', async () => {
+      const stored = job('sub_again');
+      const deadLettered = job('sub_again');
+      const t = Date.now();
+      // Stored (spilled, leased) by a process that then crashed before the hand-off checkpoint.
+      await store.enqueue([stored, deadLettered], {
+        ids: [stored.job_id, deadLettered.job_id],
+        until: t + 30_000,
+      });
+      // The batch is handed off again to the next process, which delivers both before storing them.
+      await store.finish({ ...stored, attempt: 1 }, attemptOf(stored, 1, 'succeeded'), null, true);
+      await store.finish(
+        { ...deadLettered, attempt: 1 },
+        attemptOf(deadLettered, 1, 'dead_lettered'),
+        null,
+        true,
+      );
+      assert.equal((await store.pending()).count, 0, 'neither is pending');
+      assert.deepEqual(
+        await store.claim(t + 31_000, 10, 1000),
+        [],
+        'neither comes back when the old lease ends',
+      );
+    });
+
     it('records attempts, lists them newest first with status filters', async () => {
       const j = job(`sub_${randomBytes(4).toString('hex')}`);
       await store.enqueue([j]);
