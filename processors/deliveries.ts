@@ -1212,11 +1212,19 @@ export class RedisDeliveryStore implements DeliveryStore {
     return bodies.filter((b): b is string => b !== null).map((b) => JSON.parse(b) as AttemptRecord);
   }
 
+  /** The oldest start an index entry may have and still be listed: an older one's record has
+   * expired (it was written at the attempt's end, to expire a retention later), but the entry
+   * stays until a finish of its subscription trims the index. */
+  private get listedFrom(): number {
+    return Date.now() - this.retentionMs;
+  }
+
   async attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
     const key = q.status ? `hub:atts:${subscription}:${q.status}` : `hub:atts:${subscription}`;
+    const from = this.listedFrom;
     const [ids, total] = await Promise.all([
-      this.redis.zrevrange(key, q.skip, q.skip + q.limit - 1),
-      this.redis.zcard(key),
+      this.redis.zrevrangebyscore(key, '+inf', from, 'LIMIT', q.skip, q.limit),
+      this.redis.zcount(key, from, '+inf'),
     ]);
     return { items: await this.bodies(ids), total };
   }
@@ -1227,7 +1235,9 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
-    return this.bodies(await this.redis.zrange(`hub:atts-evt:${owner}:${eventId}`, '0', '-1'));
+    return this.bodies(
+      await this.redis.zrangebyscore(`hub:atts-evt:${owner}:${eventId}`, this.listedFrom, '+inf'),
+    );
   }
 
   onEnqueue(listener: () => void): () => void {

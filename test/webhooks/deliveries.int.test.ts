@@ -112,6 +112,32 @@ describe('Redis delivery store: retention', () => {
       await store.close();
     }
   });
+
+  it('a quiet subscription lists and counts only attempts within the retention (no finish trims its index)', async () => {
+    await redis.flushdb();
+    const store = new RedisDeliveryStore(redis, { retentionMs: 2000 });
+    const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    try {
+      const j = job('sub_quiet');
+      const old = attemptOf(j, 1, 'failed');
+      await store.finish({ ...j, attempt: 1 }, old, null);
+      await wait(1200);
+      const recent = { ...attemptOf(j, 2, 'failed'), started: Date.now() };
+      await store.finish({ ...j, attempt: 2 }, recent, null); // the index lives on with both
+      await wait(1000); // the old attempt's record has expired; nothing has finished since
+      assert.equal(await redis.zcard('hub:atts:sub_quiet'), 2, 'the index still holds the old id');
+      for (const status of [undefined, 'failed'] as const) {
+        const page = await store.attempts('sub_quiet', { status, limit: 10, skip: 0 });
+        assert.deepEqual([page.total, page.items.map((a) => a.id)], [1, [recent.id]], `status ${status}`);
+      }
+      assert.deepEqual(
+        (await store.attemptsOfEvent(j.owner, j.event.id)).map((a) => a.id),
+        [recent.id],
+      );
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe('SQLite delivery store: a file from before the schedule and the bodies were apart', () => {
