@@ -3,6 +3,7 @@
 // Redis (distributed; shared by every dispatcher process). Jobs are claimed with a lease that the
 // dispatcher renews while it holds them: one that dies mid-attempt leaves the job to be claimed
 // again when the lease ends.
+import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -967,15 +968,16 @@ if (!isMainThread && workerData?.deliveryStore) {
   store.onEnqueue(() => channel.send('events', 'enqueued', []));
 }
 
-// ARGV: now, retention, the lease's end; then per job its id, its body and whether to hold it
-// ('1' or ''). Returns the ids of the jobs held (leased at once instead of scheduled).
+// ARGV: now, retention, the lease's end, the holder; then per job its id, its body and whether to
+// hold it ('1' or ''). Returns the ids of the jobs held (leased at once instead of scheduled).
 const ENQUEUE = `
-local due, ttl, lease = ARGV[1], ARGV[2], ARGV[3]
+local due, ttl, lease, holder = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local held = {}
-for i = 4, #ARGV, 3 do
+for i = 5, #ARGV, 3 do
   if redis.call('SET', 'hub:job:' .. ARGV[i], ARGV[i + 1], 'NX', 'PX', ttl) then
     if ARGV[i + 2] == '1' then
       redis.call('ZADD', 'hub:jobs:leased', lease, ARGV[i])
+      redis.call('HSET', 'hub:jobs:holder', ARGV[i], holder)
       table.insert(held, ARGV[i])
     else
       redis.call('ZADD', 'hub:jobs:due', due, ARGV[i])
@@ -985,15 +987,16 @@ end
 return held
 `;
 // Leases whose holder stopped renewing them come first, then due jobs; each moves to the leased
-// set, scored by the lease's end. ARGV: now, limit, lease ms, how many jobs to look at, the room
-// of a subscription not listed (-1: no rooms), how far to push back jobs passed over; then pairs
-// of subscription and room. A job passed over stays where it is, unless the jobs passed over
-// filled the whole look and none was taken: then they are pushed back.
+// set, scored by the lease's end, and is recorded as the claimer's in hub:jobs:holder. ARGV: now,
+// limit, lease ms, how many jobs to look at, the room of a subscription not listed (-1: no rooms),
+// how far to push back jobs passed over, the claimer; then pairs of subscription and room. A job
+// passed over stays where it is, unless the jobs passed over filled the whole look and none was
+// taken: then they are pushed back.
 const CLAIM = `
 local now, limit, lease, scan = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local otherwise, later = tonumber(ARGV[5]), tonumber(ARGV[6])
+local otherwise, later, holder = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local room = {}
-for i = 7, #ARGV, 2 do room[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 8, #ARGV, 2 do room[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local out = {}
 local taken = 0
 for _, set in ipairs({'hub:jobs:leased', 'hub:jobs:due'}) do
@@ -1006,6 +1009,7 @@ for _, set in ipairs({'hub:jobs:leased', 'hub:jobs:due'}) do
     local body = redis.call('GET', 'hub:job:' .. ids[i])
     if not body then
       redis.call('ZREM', set, ids[i])
+      redis.call('HDEL', 'hub:jobs:holder', ids[i])
     else
       local sub = otherwise < 0 and '' or string.match(body, '^{"subscription_id":"([^"]*)"') or ''
       local left = otherwise < 0 and 1 or room[sub] or otherwise
@@ -1014,6 +1018,7 @@ for _, set in ipairs({'hub:jobs:leased', 'hub:jobs:due'}) do
         taken = taken + 1
         redis.call('ZREM', set, ids[i])
         redis.call('ZADD', 'hub:jobs:leased', now + lease, ids[i])
+        redis.call('HSET', 'hub:jobs:holder', ids[i], holder)
         table.insert(out, body)
         table.insert(out, ids[i + 1])
       else
@@ -1031,13 +1036,16 @@ end
 return out
 `;
 
-// One call for a batch of finished jobs: ARGV now, retention, then per job seven fields: job id,
-// job body, next due ('' when done), attempt id ('' when none), attempt body, started ms, the
-// attempt's index keys (space-separated).
+// One call for a batch of finished jobs: ARGV now, retention, the finisher, then per job seven
+// fields: job id, job body, next due ('' when done), attempt id ('' when none), attempt body,
+// started ms, the attempt's index keys (space-separated). The attempt is recorded in any case; the
+// job's state changes only if the finisher holds its lease: a dispatcher that lost its lease (it
+// stalled past it, or Redis was out of its reach) and finishes late neither brings back a job its
+// new holder completed nor cancels the retry it scheduled.
 const FINISH = `
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local now, ttl, finisher = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local indexes, seen = {}, {}
-for i = 3, #ARGV, 7 do
+for i = 4, #ARGV, 7 do
   local job, next, att = ARGV[i], ARGV[i + 2], ARGV[i + 3]
   if att ~= '' then
     redis.call('SET', 'hub:att:' .. att, ARGV[i + 4], 'PX', ttl)
@@ -1049,12 +1057,26 @@ for i = 3, #ARGV, 7 do
       end
     end
   end
-  redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl)
-  redis.call('ZREM', 'hub:jobs:leased', job)
-  if next == '' then
-    redis.call('ZREM', 'hub:jobs:due', job)
-  else
-    redis.call('ZADD', 'hub:jobs:due', next, job)
+  local holder = redis.call('HGET', 'hub:jobs:holder', job)
+  local mine = holder == finisher
+  if not holder then
+    -- Unnamed: an older version's lease, a job due and never claimed, or one not known here (a
+    -- job delivered before it was stored) may change; a done one (known, in neither set) not.
+    mine = redis.call('EXISTS', 'hub:job:' .. job) == 0 or redis.call('ZSCORE', 'hub:jobs:leased', job)
+      or redis.call('ZSCORE', 'hub:jobs:due', job)
+  end
+  if mine then
+    -- Due again it is nobody's (''), until its next claim: a late finish of its last holder finds
+    -- it named for someone else. Done, its name goes.
+    if next == '' then redis.call('HDEL', 'hub:jobs:holder', job)
+    else redis.call('HSET', 'hub:jobs:holder', job, '') end
+    redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl)
+    redis.call('ZREM', 'hub:jobs:leased', job)
+    if next == '' then
+      redis.call('ZREM', 'hub:jobs:due', job)
+    else
+      redis.call('ZADD', 'hub:jobs:due', next, job)
+    end
   end
 end
 -- Each index trimmed past the retention and its expiry moved once a call, after its last addition
@@ -1062,6 +1084,19 @@ end
 for _, key in ipairs(indexes) do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
   redis.call('PEXPIRE', key, ttl)
+end
+return 0
+`;
+
+// ARGV: the leases' new end, the renewer, then job ids. XX: only jobs still leased (a finish
+// removed its job from the set in the same script that scheduled or completed it, so a renewal
+// racing it changes nothing), and only the renewer's: a dispatcher that lost a lease to another
+// does not extend that one's.
+const RENEW = `
+local ends, renewer = ARGV[1], ARGV[2]
+for i = 3, #ARGV do
+  local holder = redis.call('HGET', 'hub:jobs:holder', ARGV[i])
+  if not holder or holder == renewer then redis.call('ZADD', 'hub:jobs:leased', 'XX', ends, ARGV[i]) end
 end
 return 0
 `;
@@ -1093,6 +1128,7 @@ type Scripted = Redis & {
   hubJobsEnqueue(...args: (string | number)[]): Promise<string[]>;
   hubJobsClaim(...args: (string | number)[]): Promise<string[]>;
   hubJobsFinish(...args: (string | number)[]): Promise<number>;
+  hubJobsRenew(...args: (string | number)[]): Promise<number>;
 };
 
 /**
@@ -1105,6 +1141,8 @@ export class RedisDeliveryStore implements DeliveryStore {
   private readonly redis: Scripted;
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
+  /** Names this store's leases in hub:jobs:holder: its finishes and renewals act on those only. */
+  private readonly holder = randomBytes(8).toString('hex');
 
   private finishing: FinishedJob[] = [];
   private flushing: Promise<void> = Promise.resolve();
@@ -1115,6 +1153,7 @@ export class RedisDeliveryStore implements DeliveryStore {
       redis.defineCommand('hubJobsEnqueue', { numberOfKeys: 0, lua: ENQUEUE });
       redis.defineCommand('hubJobsClaim', { numberOfKeys: 0, lua: CLAIM });
       redis.defineCommand('hubJobsFinish', { numberOfKeys: 0, lua: FINISH });
+      redis.defineCommand('hubJobsRenew', { numberOfKeys: 0, lua: RENEW });
     }
     this.retentionMs = o.retentionMs;
     this.emitter.setMaxListeners(0);
@@ -1122,7 +1161,7 @@ export class RedisDeliveryStore implements DeliveryStore {
 
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     if (jobs.length === 0) return [];
-    const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.until ?? 0];
+    const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.until ?? 0, this.holder];
     const holds = new Set(hold?.ids);
     for (const j of jobs) args.push(j.job_id, redisBody(j), holds.has(j.job_id) ? '1' : '');
     const ids = await this.redis.hubJobsEnqueue(...args);
@@ -1137,8 +1176,8 @@ export class RedisDeliveryStore implements DeliveryStore {
     rooms?: Rooms,
   ): Promise<{ job: Job; due: number }[]> {
     const args: (string | number)[] = rooms
-      ? [now, limit, leaseMs, limit * CLAIM_SCAN_FACTOR, rooms.otherwise, PASSED_OVER_MS]
-      : [now, limit, leaseMs, limit, -1, 0];
+      ? [now, limit, leaseMs, limit * CLAIM_SCAN_FACTOR, rooms.otherwise, PASSED_OVER_MS, this.holder]
+      : [now, limit, leaseMs, limit, -1, 0, this.holder];
     for (const [sub, room] of Object.entries(rooms?.of ?? {})) args.push(sub, room);
     const flat = await this.redis.hubJobsClaim(...args);
     const out: { job: Job; due: number }[] = [];
@@ -1147,11 +1186,10 @@ export class RedisDeliveryStore implements DeliveryStore {
     return out;
   }
 
-  // XX: only jobs still leased; a finish removed its job from the set in the same transaction
-  // that scheduled or completed it, so a renewal racing it changes nothing.
+  /** Only jobs still leased, and to this store's holder: see RENEW. */
   async renew(jobIds: string[], until: number): Promise<void> {
     if (jobIds.length === 0) return;
-    await this.redis.zadd('hub:jobs:leased', 'XX', ...jobIds.flatMap((id) => [until, id]));
+    await this.redis.hubJobsRenew(until, this.holder, ...jobIds);
   }
 
   /** Group-committed: the jobs finished within one turn of the event loop share one script call. */
@@ -1168,7 +1206,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   private async flushFinished(): Promise<void> {
     const batch = this.finishing;
     this.finishing = [];
-    const args: (string | number)[] = [Date.now(), this.retentionMs];
+    const args: (string | number)[] = [Date.now(), this.retentionMs, this.holder];
     const sent: FinishedJob[] = [];
     for (const f of batch) {
       try {

@@ -368,3 +368,39 @@ describe('SQLite delivery stores: reads and the group commit', () => {
       }
     });
 });
+
+describe('Redis delivery store: a lease taken over by another dispatcher', () => {
+  it('the late finishes and renewals of the one that lost it change nothing of the jobs; its attempts are recorded', async () => {
+    await redis.flushdb();
+    const [a, b] = [0, 1].map(() => new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS }));
+    const t = Date.now();
+    const [done, retried] = [job('sub_lease'), job('sub_lease')];
+    try {
+      await a!.enqueue([done, retried]);
+      assert.equal((await a!.claim(t + 1, 10, 1000)).length, 2, 'A leases both until t + 1,001');
+      // A stalls past its leases (or Redis is out of its reach); B claims both.
+      assert.equal((await b!.claim(t + 2000, 10, 30_000)).length, 2);
+      await a!.renew([done.job_id, retried.job_id], t + 60_000);
+      assert.equal(
+        Number(await redis.zscore('hub:jobs:leased', done.job_id)),
+        t + 32_000,
+        'B’s lease stands',
+      );
+      // B completes one and schedules a retry of the other; A's late finishes say the opposite.
+      await b!.finish({ ...done, attempt: 1 }, attemptOf(done, 1, 'succeeded'), null);
+      await b!.finish({ ...retried, attempt: 1 }, attemptOf(retried, 1, 'failed'), t + 90_000);
+      const late = attemptOf(done, 1, 'failed');
+      await a!.finish({ ...done, attempt: 1 }, late, t + 70_000);
+      await a!.finish({ ...retried, attempt: 1 }, attemptOf(retried, 1, 'succeeded'), null);
+      assert.equal((await a!.pending()).count, 1, 'only B’s retry is pending');
+      assert.deepEqual(
+        (await b!.claim(t + 90_000, 10, 1000)).map((c) => [c.job.job_id, c.due]),
+        [[retried.job_id, t + 90_000]],
+      );
+      assert.equal((await a!.attempt(late.id))?.id, late.id, 'the late attempt is in the log');
+    } finally {
+      await a!.close();
+      await b!.close();
+    }
+  });
+});
