@@ -192,6 +192,11 @@ export class KafkaBus implements Bus {
     let stopped = false;
     const start = async (): Promise<void> => {
       const consumer = await this.startConsumer(o);
+      if (stopped) {
+        // Stopped while this restart was connecting: stop() disconnected the crashed one only.
+        await consumer.disconnect();
+        return;
+      }
       current = consumer;
       // kafkajs restarts a consumer after retriable failures only. After any other crash (seen
       // after a broker restart) it would sit idle while the process looks healthy: start it anew.
