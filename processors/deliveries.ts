@@ -218,6 +218,8 @@ export interface Rooms {
 const CLAIM_SCAN_FACTOR = 8;
 /** How far a claim pushes back the jobs it passed over when they hid every other job, ms. */
 export const PASSED_OVER_MS = 1000;
+/** How often a Redis store measures its clock against Redis's. */
+const CLOCK_SYNC_MS = 60_000;
 
 export interface Hold {
   ids: string[];
@@ -1103,9 +1105,13 @@ return 0
 
 /** A finish as FINISH takes it: the job's id, body and next due time, then the attempt's id,
  * record, start and index keys (empty without an attempt). */
-function redisFinish({ job, attempt, next }: FinishedJob): (string | number)[] {
+function redisFinish({ job, attempt, next }: FinishedJob, offset: number): (string | number)[] {
   // A finished job's record only marks its id as seen (a job sent twice is known): no body.
-  const values: (string | number)[] = [job.job_id, next === null ? '' : redisBody(job), next ?? ''];
+  const values: (string | number)[] = [
+    job.job_id,
+    next === null ? '' : redisBody(job),
+    next === null ? '' : next + offset, // on Redis's clock
+  ];
   if (!attempt) values.push('', '', 0, '');
   else {
     const sub = attempt.subscription_id;
@@ -1143,12 +1149,30 @@ export class RedisDeliveryStore implements DeliveryStore {
   private readonly emitter = new EventEmitter();
   /** Names this store's leases in hub:jobs:holder: its finishes and renewals act on those only. */
   private readonly holder = randomBytes(8).toString('hex');
+  /**
+   * Redis's clock less this process's, ms: the schedule's times (due, lease ends) are written and
+   * read on Redis's clock, so that dispatchers on hosts whose clocks differ agree on them. Before,
+   * a host 30 s behind wrote leases that had already ended for the others (who claimed its jobs
+   * again at once), and its retries fired by its own clock. Measured with TIME at the start and
+   * every CLOCK_SYNC_MS; the schedule's calls wait for the first measure.
+   */
+  private offset = 0;
+  private readonly synced: Promise<void>;
+  private readonly syncer: NodeJS.Timeout;
+  private readonly clock: () => number;
 
   private finishing: FinishedJob[] = [];
   private flushing: Promise<void> = Promise.resolve();
 
-  constructor(redis: Redis, o: { retentionMs: number }) {
+  constructor(
+    redis: Redis,
+    o: { retentionMs: number /** This process's clock (tests). */; clock?: () => number },
+  ) {
     this.redis = redis as Scripted;
+    this.clock = o.clock ?? Date.now;
+    this.synced = this.sync();
+    this.syncer = setInterval(() => void this.sync(), CLOCK_SYNC_MS);
+    this.syncer.unref();
     if (!(redis as unknown as Partial<Scripted>).hubJobsFinish) {
       redis.defineCommand('hubJobsEnqueue', { numberOfKeys: 0, lua: ENQUEUE });
       redis.defineCommand('hubJobsClaim', { numberOfKeys: 0, lua: CLAIM });
@@ -1159,9 +1183,28 @@ export class RedisDeliveryStore implements DeliveryStore {
     this.emitter.setMaxListeners(0);
   }
 
+  private async sync(): Promise<void> {
+    try {
+      const before = this.clock();
+      const [seconds, micros] = await this.redis.time();
+      const after = this.clock();
+      // A slow answer says little about the clocks: the last measure stands.
+      if (after - before <= 100)
+        this.offset = Math.round(Number(seconds) * 1000 + Number(micros) / 1000 - (before + after) / 2);
+    } catch {
+      // Redis out of reach: the schedule's calls fail on their own; the last measure stands.
+    }
+  }
+
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     if (jobs.length === 0) return [];
-    const args: (string | number)[] = [Date.now(), this.retentionMs, hold?.until ?? 0, this.holder];
+    await this.synced;
+    const args: (string | number)[] = [
+      this.clock() + this.offset,
+      this.retentionMs,
+      hold ? hold.until + this.offset : 0,
+      this.holder,
+    ];
     const holds = new Set(hold?.ids);
     for (const j of jobs) args.push(j.job_id, redisBody(j), holds.has(j.job_id) ? '1' : '');
     const ids = await this.redis.hubJobsEnqueue(...args);
@@ -1175,21 +1218,24 @@ export class RedisDeliveryStore implements DeliveryStore {
     leaseMs: number,
     rooms?: Rooms,
   ): Promise<{ job: Job; due: number }[]> {
+    await this.synced;
+    const at = now + this.offset;
     const args: (string | number)[] = rooms
-      ? [now, limit, leaseMs, limit * CLAIM_SCAN_FACTOR, rooms.otherwise, PASSED_OVER_MS, this.holder]
-      : [now, limit, leaseMs, limit, -1, 0, this.holder];
+      ? [at, limit, leaseMs, limit * CLAIM_SCAN_FACTOR, rooms.otherwise, PASSED_OVER_MS, this.holder]
+      : [at, limit, leaseMs, limit, -1, 0, this.holder];
     for (const [sub, room] of Object.entries(rooms?.of ?? {})) args.push(sub, room);
     const flat = await this.redis.hubJobsClaim(...args);
     const out: { job: Job; due: number }[] = [];
     for (let i = 0; i < flat.length; i += 2)
-      out.push({ job: JSON.parse(flat[i]!) as Job, due: Number(flat[i + 1]) });
+      out.push({ job: JSON.parse(flat[i]!) as Job, due: Number(flat[i + 1]) - this.offset });
     return out;
   }
 
   /** Only jobs still leased, and to this store's holder: see RENEW. */
   async renew(jobIds: string[], until: number): Promise<void> {
     if (jobIds.length === 0) return;
-    await this.redis.hubJobsRenew(until, this.holder, ...jobIds);
+    await this.synced;
+    await this.redis.hubJobsRenew(until + this.offset, this.holder, ...jobIds);
   }
 
   /** Group-committed: the jobs finished within one turn of the event loop share one script call. */
@@ -1206,11 +1252,13 @@ export class RedisDeliveryStore implements DeliveryStore {
   private async flushFinished(): Promise<void> {
     const batch = this.finishing;
     this.finishing = [];
-    const args: (string | number)[] = [Date.now(), this.retentionMs, this.holder];
+    await this.synced;
+    // `now` trims the attempt indexes, scored by the attempts' own (this process's) start times.
+    const args: (string | number)[] = [this.clock(), this.retentionMs, this.holder];
     const sent: FinishedJob[] = [];
     for (const f of batch) {
       try {
-        args.push(...redisFinish(f));
+        args.push(...redisFinish(f, this.offset));
         sent.push(f);
       } catch (err) {
         f.done(err as Error); // a finish that cannot be written fails alone, not its batch
@@ -1232,7 +1280,7 @@ export class RedisDeliveryStore implements DeliveryStore {
       ['hub:jobs:due', 'hub:jobs:leased'].map((k) => this.redis.zrange(k, '0', '0', 'WITHSCORES')),
     );
     const firsts = [due!, leased!].filter((f) => f.length > 0).map((f) => Number(f[1]));
-    return firsts.length ? Math.min(...firsts) : undefined;
+    return firsts.length ? Math.min(...firsts) - this.offset : undefined;
   }
 
   async pending(): Promise<{ count: number; oldestDue: number | undefined }> {
@@ -1284,6 +1332,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.syncer);
     while (this.finishing.length > 0) await new Promise((r) => setImmediate(r));
     await this.flushing;
     this.emitter.removeAllListeners();
