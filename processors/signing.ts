@@ -82,8 +82,19 @@ export function verifyWebhook(o: {
   /** Unix seconds. */
   now?: number;
 }): unknown {
+  // A secret that is empty (a receiver's setting left blank) would let anyone sign: refused.
+  const secrets = Array.isArray(o.secrets) ? o.secrets : [o.secrets];
+  if (secrets.length === 0 || secrets.some((s) => typeof s !== 'string' || s === ''))
+    throw new WebhookVerificationError('no secret to verify with: each must be a non-empty string');
+  // Header names in any case: Node lower-cases them, other frameworks keep the sender's.
   const header = (name: string) => {
-    const v = o.headers[name] ?? o.headers[name.toLowerCase()];
+    let v = o.headers[name];
+    if (v === undefined)
+      for (const key of Object.keys(o.headers))
+        if (key.toLowerCase() === name) {
+          v = o.headers[key];
+          break;
+        }
     return Array.isArray(v) ? v[0] : v;
   };
   const id = header('webhook-id');
@@ -101,7 +112,7 @@ export function verifyWebhook(o: {
     .filter((hex): hex is string => hex !== undefined)
     .map((hex) => Buffer.from(hex, 'hex'));
   if (given.length === 0) throw new WebhookVerificationError('no v1 signature in Webhook-Signature');
-  for (const secret of Array.isArray(o.secrets) ? o.secrets : [o.secrets]) {
+  for (const secret of secrets) {
     const expected = Buffer.from(signature(secret, id, Number(timestamp), o.body), 'hex');
     if (given.some((g) => timingSafeEqual(g, expected))) return JSON.parse(o.body.toString());
   }

@@ -49,4 +49,26 @@ describe('webhook signer (unit)', () => {
       /no signature matches/,
     );
   });
+
+  it('verifyWebhook finds the headers in any case, and refuses to verify with an empty secret', () => {
+    const body = '{"id":"evt_3"}';
+    const signed = (secret: string) => `v1,${hmacHex(secret, `del_2.1763790000.${body}`)}`;
+    // As the specification spells them, and as frameworks that keep the sender's case hand them over.
+    const capitals = {
+      'Webhook-Id': 'del_2',
+      'Webhook-Timestamp': '1763790000',
+      'Webhook-Signature': signed('whsec_x'),
+    };
+    assert.deepEqual(verifyWebhook({ body, headers: capitals, secrets: 'whsec_x', now: 1_763_790_000 }), {
+      id: 'evt_3',
+    });
+    // Signed with an empty key: a receiver whose secret setting is blank must not accept it.
+    const forged = { ...capitals, 'Webhook-Signature': signed('') };
+    for (const secrets of ['', [''], ['whsec_x', ''], []])
+      assert.throws(
+        () => verifyWebhook({ body, headers: forged, secrets, now: 1_763_790_000 }),
+        /no secret to verify with/,
+        JSON.stringify(secrets),
+      );
+  });
 });
