@@ -43,7 +43,14 @@ export const PAGE_QUERY = {
     default: 50,
     description: 'Items per page (default 50, at most 500).',
   },
-  skip: { type: 'integer', minimum: 0, default: 0, description: 'Items to skip.' },
+  // Bounded: a skip beyond 2^53 reached the stores as a float (SQLite refused it, Redis too): a 500.
+  skip: {
+    type: 'integer',
+    minimum: 0,
+    maximum: 1_000_000_000,
+    default: 0,
+    description: 'Items to skip (at most 1,000,000,000).',
+  },
 } as const;
 
 export const pageSchema = (item: Record<string, unknown>) => ({

@@ -172,6 +172,25 @@ describe('webhooks (e2e)', function () {
       }
     });
 
+    it('a page query out of bounds is a 422, however large', async () => {
+      const s = await create('/ok/pages');
+      for (const path of [
+        `/webhooks/${s.id}/deliveries?skip=1e21`,
+        `/webhooks/${s.id}/deliveries?skip=10000000000000000000`,
+        '/webhooks/?skip=1e21',
+        '/webhooks/events?skip=9223372036854775808',
+        `/webhooks/${s.id}/deliveries?limit=0`,
+      ]) {
+        const r = await hub.call('GET', path, { token: alice.token });
+        assert.equal(r.status, 422, `${path}: ${JSON.stringify(r.body)}`);
+        assert.equal(r.body.error, 'validation_failed');
+      }
+      const max = await hub.call('GET', `/webhooks/${s.id}/deliveries?skip=1000000000`, {
+        token: alice.token,
+      });
+      assert.deepEqual([max.status, max.body.items], [200, []]);
+    });
+
     it('another account gets 404 for every operation on a subscription; no token gets 401', async () => {
       const s = await create('/ok/tenancy');
       assert.equal((await hub.call('GET', `/webhooks/${s.id}`, { token: bob.token })).status, 404);
