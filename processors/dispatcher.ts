@@ -742,7 +742,10 @@ export class Dispatcher {
     let next: number | null = null;
     let attemptStatus: Attempt['status'] = 'succeeded';
     if (outcome === '2xx') {
-      if (job.event.created_ms) this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
+      // From the change to its delivery: a test, a replay or a redelivery (of an event days old,
+      // perhaps) is an operator's act, not the pipeline's delay.
+      if (job.kind === 'event' && job.event.created_ms)
+        this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
     } else if (retryable(outcome, status)) {
       const after =
         status === 429 || status === 503 ? retryAfterS(response?.headers['retry-after']) : undefined;
@@ -974,7 +977,7 @@ function dispatcherMetrics(
     }),
     latency: new Histogram({
       name: 'hub_webhook_delivery_latency_seconds',
-      help: 'From the source event stored to its delivery answered 2xx.',
+      help: 'From the source event stored to its delivery answered 2xx (changes only: not tests, replays or redeliveries).',
       buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 600, 3600],
       registers: [registry],
     }),

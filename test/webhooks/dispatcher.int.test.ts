@@ -282,4 +282,43 @@ describe('dispatcher bounds per subscription (int)', () => {
       await close();
     }
   });
+
+  it('times end-to-end latency for deliveries of changes only: not tests, replays or redeliveries', async () => {
+    const metrics = new Registry();
+    const { store, rx, sealKey, dispatcher, close } = await rig({ timeoutMs: 3 * SPILL_MS, metrics });
+    const owner = 'prn:::accounts:/latency';
+    const sub = await benchSubscription(store, {
+      owner,
+      url: `${rx.url}/ok/latency`,
+      eventType: 'device.created',
+      sealKey,
+    });
+    const latency = async () =>
+      (await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()).values.find((v) =>
+        (v as { metricName?: string }).metricName?.endsWith('_count'),
+      )!.value;
+    try {
+      await dispatcher.start();
+      // An event of 20 days ago, sent again by an operator in three ways, then a change of now.
+      const [old, now] = [jobsFor(owner, sub, 1)[0]!, jobsFor(owner, sub, 1)[0]!];
+      old.event.created_ms = Date.now() - 20 * 86_400_000;
+      now.event.created_ms = Date.now();
+      const again = (['test', 'replay', 'redeliver'] as const).map((kind, i) => ({
+        ...old,
+        job_id: `${old.job_id}_${i}`,
+        kind,
+      }));
+      await (await dispatcher.handOff(again)).durable;
+      assert.equal(rx.at('/ok/latency').length, 3);
+      assert.equal(await latency(), 0);
+      await (await dispatcher.handOff([now])).durable;
+      assert.equal(await latency(), 1);
+      const sum = (await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()).values.find(
+        (v) => (v as { metricName?: string }).metricName?.endsWith('_sum'),
+      )!.value;
+      assert.ok(sum < 60, `the change's own latency only (${sum} s)`);
+    } finally {
+      await close();
+    }
+  });
 });
