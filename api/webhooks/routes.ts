@@ -5,6 +5,7 @@ import type { Context } from 'koa';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import type { AttemptRecord, Job } from '../../processors/deliveries.ts';
 import { API_VERSION, EVENT_TYPES, type EventType, type WebhookEvent } from '../../processors/derive.ts';
+import { RESPONSE_BODY_LIMIT } from '../../processors/dispatcher.ts';
 import { Egress, EgressError } from '../../processors/egress.ts';
 import { matches, projectedSubscriptions } from '../../processors/processor.ts';
 import { newSigningSecret } from '../../processors/signing.ts';
@@ -92,6 +93,8 @@ const SUBSCRIPTION = {
     },
   },
 };
+/** A time of an attempt: null only in records moved over from older versions that lacked it. */
+const ATTEMPT_TIME = { type: ['string', 'null'], format: 'date-time' };
 const ATTEMPT = {
   type: 'object',
   description: 'One delivery attempt. The single view adds `request` and `response`.',
@@ -99,6 +102,7 @@ const ATTEMPT = {
     id: { type: 'string', description: '`del_<id>`: the Webhook-Id and `request_id` of this attempt.' },
     job_id: { type: 'string' },
     subscription_id: { type: 'string' },
+    owner: { type: 'string', description: 'The PRN of the account the subscription belongs to.' },
     event_id: { type: 'string' },
     event_type: { type: 'string' },
     kind: { enum: ['event', 'test', 'replay', 'redeliver'] },
@@ -108,10 +112,36 @@ const ATTEMPT = {
     response_code: { type: ['integer', 'null'] },
     error: { type: ['string', 'null'] },
     duration_ms: { type: 'integer' },
-    scheduled_at: { type: 'string' },
-    started_at: { type: 'string' },
-    finished_at: { type: 'string' },
-    next_attempt_at: { type: ['string', 'null'] },
+    scheduled_at: ATTEMPT_TIME,
+    started_at: ATTEMPT_TIME,
+    finished_at: ATTEMPT_TIME,
+    next_attempt_at: { type: ['string', 'null'], format: 'date-time' },
+  },
+};
+const HEADERS = { type: 'object', additionalProperties: { type: 'string' } };
+/** The single view of an attempt: the request as sent and the answer as received. */
+const ATTEMPT_DETAIL = {
+  ...ATTEMPT,
+  description: 'One delivery attempt, with the request as sent and the answer as received.',
+  properties: {
+    ...ATTEMPT.properties,
+    request: {
+      type: 'object',
+      properties: { url: { type: 'string' }, headers: HEADERS, body: { type: 'string' } },
+    },
+    response: {
+      type: ['object', 'null'],
+      description: 'null when no answer came (a timeout, a network error, a refused address).',
+      properties: {
+        status: { type: 'integer' },
+        headers: HEADERS,
+        body: {
+          type: 'string',
+          description: `The first ${RESPONSE_BODY_LIMIT} bytes at most; \`truncated\` says if it was cut.`,
+        },
+        truncated: { type: 'boolean' },
+      },
+    },
   },
 };
 const QUEUED = {
@@ -310,6 +340,7 @@ export function webhookRoutes(hub: HubContext) {
       middleware: read,
       query: schema({
         type: 'object',
+        additionalProperties: false,
         properties: {
           type: { enum: Object.keys(EVENT_TYPES), description: 'Only events of this type.' },
           resource_prn: { type: 'string', maxLength: 256, description: 'Only events about this device PRN.' },
@@ -365,7 +396,7 @@ export function webhookRoutes(hub: HubContext) {
       security: 'bearer',
       scopes: ['webhooks.readonly'],
       middleware: read,
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: schema({ type: 'object', additionalProperties: false, properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of the attempts, oldest first.', schema: pageSchema(ATTEMPT) },
       },
@@ -412,7 +443,7 @@ export function webhookRoutes(hub: HubContext) {
       security: 'bearer',
       scopes: ['webhooks.readonly'],
       middleware: read,
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: schema({ type: 'object', additionalProperties: false, properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
       handler: async (ctx, { query }) => {
         const q = query as unknown as { limit: number; skip: number };
@@ -618,6 +649,7 @@ export function webhookRoutes(hub: HubContext) {
         middleware: read,
         query: schema({
           type: 'object',
+          additionalProperties: false,
           properties: { status: { enum: ['succeeded', 'failed', 'dead_lettered'] }, ...PAGE_QUERY },
         }),
         responses: { 200: { description: 'A page of attempts.', schema: pageSchema(ATTEMPT) } },
@@ -642,7 +674,7 @@ export function webhookRoutes(hub: HubContext) {
       security: 'bearer',
       scopes: ['webhooks.readonly'],
       middleware: read,
-      responses: { 200: { description: 'The attempt.', schema: ATTEMPT } },
+      responses: { 200: { description: 'The attempt.', schema: ATTEMPT_DETAIL } },
       handler: async (ctx) => {
         ctx.body = (await ownedAttempt(ctx)).attempt;
       },

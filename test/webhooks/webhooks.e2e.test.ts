@@ -172,7 +172,7 @@ describe('webhooks (e2e)', function () {
       }
     });
 
-    it('a page query out of bounds is a 422, however large', async () => {
+    it('a page query out of bounds, or a query parameter it does not take, is a 422', async () => {
       const s = await create('/ok/pages');
       for (const path of [
         `/webhooks/${s.id}/deliveries?skip=1e21`,
@@ -180,6 +180,10 @@ describe('webhooks (e2e)', function () {
         '/webhooks/?skip=1e21',
         '/webhooks/events?skip=9223372036854775808',
         `/webhooks/${s.id}/deliveries?limit=0`,
+        // A misspelt filter is refused, not ignored (it would list everything).
+        `/webhooks/${s.id}/deliveries?state=failed`,
+        '/webhooks/events?typ=device.created',
+        '/webhooks/?page=2',
       ]) {
         const r = await hub.call('GET', path, { token: alice.token });
         assert.equal(r.status, 422, `${path}: ${JSON.stringify(r.body)}`);
