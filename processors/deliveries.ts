@@ -1158,6 +1158,10 @@ export class RedisDeliveryStore implements DeliveryStore {
    */
   private offset = 0;
   private readonly synced: Promise<void>;
+  /** Set once the first measure is in: from then on no call awaits `synced`, which would give up
+   * its turn and send its command apart from the turn's others (ioredis pipelines a turn's
+   * commands into one write). */
+  private measured = false;
   private readonly syncer: NodeJS.Timeout;
   private readonly clock: () => number;
 
@@ -1194,11 +1198,12 @@ export class RedisDeliveryStore implements DeliveryStore {
     } catch {
       // Redis out of reach: the schedule's calls fail on their own; the last measure stands.
     }
+    this.measured = true;
   }
 
   async enqueue(jobs: Job[], hold?: Hold): Promise<Job[]> {
     if (jobs.length === 0) return [];
-    await this.synced;
+    if (!this.measured) await this.synced; // no turn lost once measured: see `measured`
     const args: (string | number)[] = [
       this.clock() + this.offset,
       this.retentionMs,
@@ -1218,7 +1223,7 @@ export class RedisDeliveryStore implements DeliveryStore {
     leaseMs: number,
     rooms?: Rooms,
   ): Promise<{ job: Job; due: number }[]> {
-    await this.synced;
+    if (!this.measured) await this.synced; // no turn lost once measured: see `measured`
     const at = now + this.offset;
     const args: (string | number)[] = rooms
       ? [at, limit, leaseMs, limit * CLAIM_SCAN_FACTOR, rooms.otherwise, PASSED_OVER_MS, this.holder]
@@ -1234,7 +1239,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   /** Only jobs still leased, and to this store's holder: see RENEW. */
   async renew(jobIds: string[], until: number): Promise<void> {
     if (jobIds.length === 0) return;
-    await this.synced;
+    if (!this.measured) await this.synced; // no turn lost once measured: see `measured`
     await this.redis.hubJobsRenew(until + this.offset, this.holder, ...jobIds);
   }
 
@@ -1252,7 +1257,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   private async flushFinished(): Promise<void> {
     const batch = this.finishing;
     this.finishing = [];
-    await this.synced;
+    if (!this.measured) await this.synced; // no turn lost once measured: see `measured`
     // `now` trims the attempt indexes, scored by the attempts' own (this process's) start times.
     const args: (string | number)[] = [this.clock(), this.retentionMs, this.holder];
     const sent: FinishedJob[] = [];
