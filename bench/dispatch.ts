@@ -153,10 +153,12 @@ type BenchSet =
   | 'timeoutMs'
   | 'maxInFlight'
   | 'maxInFlightPerSubscription'
-  | 'rotationWindowMs';
+  | 'rotationWindowMs'
+  | 'httpThreads';
 
 /** The dispatcher of every run (bench/compare.ts's too, of another tree's classes): a hub's
- * settings, with plain HTTP and the loopback allowed by the egress rules. */
+ * settings (HUB_DISPATCHER_HTTP_THREADS as a hub reads it), with plain HTTP and the loopback
+ * allowed by the egress rules. */
 export function benchDispatcher(
   classes: { Dispatcher: typeof Dispatcher; Egress: typeof Egress },
   parts: Omit<DispatcherOptions, BenchSet>,
@@ -169,6 +171,7 @@ export function benchDispatcher(
     maxInFlight: 1024,
     maxInFlightPerSubscription: 32,
     rotationWindowMs: 0,
+    httpThreads: loadConfig().dispatcherHttpThreads,
   });
 }
 

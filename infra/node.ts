@@ -330,6 +330,7 @@ export async function startNode(
       maxInFlight: config.dispatcherMaxInFlight,
       maxInFlightPerSubscription: config.webhookMaxInFlight,
       rotationWindowMs: config.webhookRotationWindowS * 1000,
+      httpThreads: config.dispatcherHttpThreads,
     });
     await running.start();
     dispatcher = running;

@@ -6,6 +6,8 @@
 // Messages of one turn of the event loop travel together, as one array: at thousands of calls a
 // second a message per call would cost more than the calls (the SQLite writer batches likewise).
 
+import { Worker } from 'node:worker_threads';
+
 /** What both ends of a worker_threads channel offer: a Worker, parentPort or a MessagePort. */
 export interface Endpoint {
   postMessage(value: unknown): void;
@@ -163,5 +165,57 @@ export class ThreadChannel {
     this.waiting.delete(id);
     if (ok) w.resolve(value);
     else w.reject(errorIn(value as ErrorShape));
+  }
+}
+
+/**
+ * A worker thread started at its first use, and again at the first use after it died (the calls
+ * waiting on the one that died fail). `setup` serves what the thread may call back.
+ */
+export class OnDemandThread {
+  private readonly url: URL;
+  private readonly workerData: unknown;
+  private readonly name: string;
+  private readonly setup: (channel: ThreadChannel) => void;
+  private running: { worker: Worker; channel: ThreadChannel } | undefined;
+
+  constructor(o: { url: URL; workerData: unknown; name: string; setup?: (channel: ThreadChannel) => void }) {
+    this.url = o.url;
+    this.workerData = o.workerData;
+    this.name = o.name;
+    this.setup = o.setup ?? (() => {});
+  }
+
+  get started(): boolean {
+    return this.running !== undefined;
+  }
+
+  channel(): ThreadChannel {
+    if (this.running) return this.running.channel;
+    const worker = new Worker(this.url, { workerData: this.workerData });
+    const channel = new ThreadChannel(worker);
+    this.setup(channel);
+    const running = { worker, channel };
+    const gone = (err: Error) => {
+      if (this.running !== running) return;
+      this.running = undefined;
+      channel.close(err);
+    };
+    worker.on('error', gone);
+    worker.on('exit', (code) => gone(new Error(`${this.name} exited (${code})`)));
+    this.running = running;
+    return channel;
+  }
+
+  /** Ends the thread, if one runs, after `last` (a closing call) has settled. */
+  async stop(last?: (channel: ThreadChannel) => Promise<unknown>): Promise<void> {
+    const running = this.running;
+    if (!running) return;
+    try {
+      await last?.(running.channel);
+    } finally {
+      if (this.running === running) this.running = undefined;
+      await running.worker.terminate();
+    }
   }
 }

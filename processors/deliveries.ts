@@ -8,11 +8,11 @@ import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
-import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import type { Redis } from 'ioredis';
 import { type InMessage, type OutMessage, SCHEMA_HEADER } from '../infra/bus/port.ts';
 import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../infra/checkpointer.ts';
-import { ThreadChannel } from '../infra/threads.ts';
+import { OnDemandThread, ThreadChannel } from '../infra/threads.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import type { WebhookEvent } from './derive.ts';
 
@@ -870,7 +870,7 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   private readonly path: string;
   private readonly retentionMs: number;
   private readonly emitter = new EventEmitter();
-  private running: { worker: Worker; channel: ThreadChannel } | undefined;
+  private readonly thread: OnDemandThread;
   /** Finishes gathering for the next group commit, sent to the thread as one call. */
   private readonly window = new FinishWindow((fields) => this.call('finishRows', fields));
 
@@ -878,29 +878,17 @@ export class ThreadedDeliveryStore implements DeliveryStore {
     this.path = path;
     this.retentionMs = o.retentionMs;
     this.emitter.setMaxListeners(0);
-  }
-
-  private thread(): ThreadChannel {
-    if (this.running) return this.running.channel;
-    const worker = new Worker(new URL(import.meta.url), {
+    this.thread = new OnDemandThread({
+      url: new URL(import.meta.url),
       workerData: { deliveryStore: { path: this.path, retentionMs: this.retentionMs } },
+      name: "the delivery store's thread",
+      setup: (channel) =>
+        channel.serve('events', { enqueued: () => this.emitter.emit('enqueue') }, ['enqueued']),
     });
-    const channel = new ThreadChannel(worker);
-    channel.serve('events', { enqueued: () => this.emitter.emit('enqueue') }, ['enqueued']);
-    const running = { worker, channel };
-    const gone = (err: Error) => {
-      if (this.running !== running) return;
-      this.running = undefined;
-      channel.close(err);
-    };
-    worker.on('error', gone);
-    worker.on('exit', (code) => gone(new Error(`the delivery store's thread exited (${code})`)));
-    this.running = running;
-    return channel;
   }
 
   private call<T>(method: (typeof THREAD_METHODS)[number], ...args: unknown[]): Promise<T> {
-    return this.thread().call('store', method, args) as Promise<T>;
+    return this.thread.channel().call('store', method, args) as Promise<T>;
   }
 
   // Jobs and attempts cross to the thread as JSON (made here) and come back as JSON (parsed here):
@@ -952,11 +940,7 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   }
   async close(): Promise<void> {
     this.window.send();
-    if (!this.running) return;
-    await this.call('close');
-    const worker = this.running?.worker;
-    this.running = undefined;
-    await worker?.terminate();
+    await this.thread.stop((channel) => channel.call('store', 'close', []));
     this.emitter.removeAllListeners();
   }
 }

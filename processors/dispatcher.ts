@@ -6,7 +6,6 @@
 // schedule until its queue drains. Connections are pooled per origin (undici).
 import { randomBytes } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { Agent, errors, type Dispatcher as HttpDispatcher } from 'undici';
 import { unseal } from '../api/auth/secrets.ts';
 import {
   nextDelayS,
@@ -31,9 +30,9 @@ import {
 import type { WebhookEvent } from './derive.ts';
 import { type Egress, EgressError } from './egress.ts';
 import { WebhookSigner } from './signing.ts';
+import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
 
-/** Bytes of a receiver's answer kept in the attempt record. */
-export const RESPONSE_BODY_LIMIT = 4096;
+export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
 /** A Retry-After (429, 503) is honoured between these bounds, seconds. */
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
@@ -121,6 +120,8 @@ export interface DispatcherOptions {
   maxInFlightPerSubscription: number;
   /** How long after a rotation the previous secret still signs, ms (0: until the next rotation). */
   rotationWindowMs: number;
+  /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1. */
+  httpThreads: number;
 }
 
 /** The payload receivers get: the Event resource of the specification. */
@@ -152,13 +153,6 @@ export function retryAfterS(header: string | undefined, now = Date.now()): numbe
   return Math.min(Math.max(Math.ceil(s), RETRY_AFTER_BOUNDS[0]), RETRY_AFTER_BOUNDS[1]);
 }
 
-/** Where a subscription's deliveries go, in the parts undici's dispatch takes (made once, not at
- * every attempt from the URL's getters). */
-interface Target {
-  origin: string;
-  path: string;
-}
-
 interface Cached {
   sub: Subscription;
   /** Signs with the secrets in force: the current one, and the previous while its window lasts. */
@@ -172,7 +166,7 @@ interface Cached {
 
 export class Dispatcher {
   private readonly o: DispatcherOptions;
-  private readonly agent: Agent;
+  private readonly http: WebhookHttp;
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
@@ -199,23 +193,14 @@ export class Dispatcher {
   private attempts = 0;
   private attemptsInFlight = 0;
   private readonly cache = new Map<string, Cached>();
-  private readonly deadlines = new Deadlines();
   private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
   private renewer: NodeJS.Timeout | undefined;
 
   constructor(options: DispatcherOptions) {
     this.o = options;
-    this.agent = new Agent({
-      connect: { lookup: options.egress.lookup, timeout: options.timeoutMs },
-      connections: 128,
-      keepAliveTimeout: 30_000,
-      // No timers of undici's per request: each attempt's time limit, from connecting to the end of
-      // the answer, is `deadlines`' (undici's headers and body timers were set, refreshed and
-      // cleared at every request, beside the keep-alive timer).
-      headersTimeout: 0,
-      bodyTimeout: 0,
-    });
+    const http = { egress: options.egress.policy, timeoutMs: options.timeoutMs };
+    this.http = options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http);
     this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
       held: () => this.held,
       inFlight: () => this.attemptsInFlight,
@@ -472,7 +457,7 @@ export class Dispatcher {
     while (this.held > 0) await new Promise((r) => setTimeout(r, 20));
     clearInterval(this.renewer);
     this.unsubscribe?.();
-    await this.agent.close();
+    await this.http.close();
   }
 
   private sleep(ms: number): Promise<void> {
@@ -678,23 +663,9 @@ export class Dispatcher {
     }
   }
 
-  /** One POST through the pooled agent, its answer read up to RESPONSE_BODY_LIMIT. Dispatched with
-   * a handler of our own rather than `request()`: no body stream, no async iterator and no timer per
-   * attempt (the time limit is `deadlines`' one timer), a fifth of the CPU an attempt took. */
-  private post({ origin, path }: Target, headers: Record<string, string>, body: Buffer): Promise<Answer> {
-    return new Promise((resolve, reject) => {
-      // A monotonic clock: a step of the wall clock neither cuts attempts short nor reorders them.
-      const exchange = new Exchange(performance.now() + this.o.timeoutMs, this.deadlines, resolve, reject);
-      this.deadlines.add(exchange);
-      this.agent.dispatch({ origin, path, method: 'POST', headers, body }, exchange);
-    });
-  }
-
   private async attempt(job: Job, due: number, { sub, signer, target }: Cached): Promise<Attempt> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
-    // Encoded once, for the signature and the request alike.
-    const bytes = Buffer.from(body);
     const timestamp = Math.floor(Date.now() / 1000);
     const headers: Record<string, string> = {
       ...sub.custom_headers,
@@ -702,40 +673,28 @@ export class Dispatcher {
       'user-agent': `Hub-Webhooks/${this.o.version}`,
       'webhook-id': id,
       'webhook-timestamp': String(timestamp),
-      'webhook-signature': signer.header(id, timestamp, bytes),
+      'webhook-signature': signer.header(id, timestamp, body),
     };
     const n = job.attempt + 1;
     const started = Date.now();
-    let outcome: Outcome;
-    let status: number | null = null;
-    let error: string | null = null;
-    let response: Attempt['response'] = null;
     this.attemptsInFlight++;
     const startedAt = performance.now();
-    try {
-      if (target instanceof EgressError) throw target;
-      response = await this.post(target, headers, bytes);
-      status = response.status;
-      outcome = status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx';
-    } catch (err) {
-      const e = err as Error & { code?: string; cause?: { code?: string } };
-      if (e instanceof EgressError || e.code === 'EHUBEGRESS' || e.cause?.code === 'EHUBEGRESS') {
-        outcome = 'refused_address';
-      } else if (
-        e.name === 'TimeoutError' ||
-        e instanceof errors.HeadersTimeoutError ||
-        e instanceof errors.BodyTimeoutError ||
-        e instanceof errors.ConnectTimeoutError
-      ) {
-        outcome = 'timeout';
-      } else outcome = 'network';
-      error =
-        outcome === 'timeout'
-          ? `no answer within ${this.o.timeoutMs} ms`
-          : (e.cause?.code ?? e.code ?? e.message);
-    } finally {
-      this.metrics.duration.observe((performance.now() - startedAt) / 1000);
-      this.attemptsInFlight--;
+    const exchanged =
+      target instanceof EgressError
+        ? { outcome: 'refused_address' as const, error: target.message }
+        : await this.http.post(target, headers, body);
+    this.metrics.duration.observe((performance.now() - startedAt) / 1000);
+    this.attemptsInFlight--;
+    const response = exchanged.answer ?? null;
+    const status = response?.status ?? null;
+    let outcome: Outcome;
+    let error: string | null = null;
+    if (exchanged.answer) {
+      const code = exchanged.answer.status;
+      outcome = code < 300 ? '2xx' : code < 400 ? '3xx' : code < 500 ? '4xx' : '5xx';
+    } else {
+      outcome = exchanged.outcome;
+      error = exchanged.error;
     }
     const finished = Date.now();
     this.metrics.attempts(outcome).inc();
@@ -779,138 +738,6 @@ export class Dispatcher {
       request: { url: sub.url, headers, body },
       response,
     };
-  }
-}
-
-type Answer = NonNullable<Attempt['response']>;
-
-/** Thrown into an attempt past its time limit; classified like undici's own timeouts. */
-class AttemptTimeoutError extends Error {
-  override name = 'TimeoutError';
-}
-
-/** The attempts in flight, in the order they started: all have the same time limit, so this is
- * also the order of their deadlines, and one timer set for the first serves them all (it fires
- * about once per time limit, however many attempts pass). */
-class Deadlines {
-  private readonly open = new Set<Exchange>();
-  private timer: NodeJS.Timeout | undefined;
-
-  add(exchange: Exchange): void {
-    this.open.add(exchange);
-    if (!this.timer) this.arm();
-  }
-
-  delete(exchange: Exchange): void {
-    this.open.delete(exchange);
-  }
-
-  private arm(): void {
-    const first = this.open.values().next().value;
-    this.timer = first && setTimeout(() => this.expire(), Math.max(0, first.deadline - performance.now()));
-    this.timer?.unref(); // the requests themselves keep the process up
-  }
-
-  private expire(): void {
-    const now = performance.now();
-    try {
-      for (const exchange of this.open) {
-        if (exchange.deadline > now) break;
-        this.open.delete(exchange);
-        exchange.timeout();
-      }
-    } finally {
-      this.arm();
-    }
-  }
-}
-
-/** One attempt's request and answer, as undici's dispatch handler. Settles once: with the answer,
- * with the answer cut at RESPONSE_BODY_LIMIT (the rest is not read), or with the error. */
-class Exchange implements HttpDispatcher.DispatchHandler {
-  private controller: HttpDispatcher.DispatchController | undefined;
-  private status = 0;
-  private headers: Record<string, string> = {};
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
-  private settled = false;
-  readonly deadline: number;
-  private readonly deadlines: Deadlines;
-  private readonly resolve: (answer: Answer) => void;
-  private readonly reject: (err: Error) => void;
-
-  constructor(
-    deadline: number,
-    deadlines: Deadlines,
-    resolve: (answer: Answer) => void,
-    reject: (err: Error) => void,
-  ) {
-    this.deadline = deadline;
-    this.deadlines = deadlines;
-    this.resolve = resolve;
-    this.reject = reject;
-  }
-
-  onRequestStart(controller: HttpDispatcher.DispatchController): void {
-    this.controller = controller;
-    if (this.settled) controller.abort(new AttemptTimeoutError('timed out before it was sent'));
-  }
-
-  onResponseStart(_c: HttpDispatcher.DispatchController, status: number, headers: Record<string, unknown>) {
-    this.status = status;
-    // Copied into an ordinary object: undici's has no prototype, which took V8's JSON.stringify
-    // off its fast path for the whole attempt record (4-5 µs a record instead of 2-3). A header
-    // may be named like anything, __proto__ too: that one is defined, as assigning it would set
-    // the prototype instead of a property.
-    const copy: Record<string, string> = {};
-    for (const name in headers) {
-      const v = headers[name];
-      const value = typeof v === 'string' ? v : Array.isArray(v) ? v.join(', ') : String(v);
-      if (name === '__proto__')
-        Object.defineProperty(copy, name, { value, enumerable: true, writable: true, configurable: true });
-      else copy[name] = value;
-    }
-    this.headers = copy;
-  }
-
-  onResponseData(controller: HttpDispatcher.DispatchController, chunk: Buffer): void {
-    const room = RESPONSE_BODY_LIMIT - this.size;
-    this.chunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
-    this.size += Math.min(chunk.length, room);
-    if (chunk.length > room) {
-      this.answer(true);
-      controller.abort(new Error('the answer is longer than is kept'));
-    }
-  }
-
-  onResponseEnd(): void {
-    this.answer(false);
-  }
-
-  onResponseError(_c: HttpDispatcher.DispatchController, err: Error): void {
-    this.fail(err);
-  }
-
-  /** Past the deadline: fails the attempt now, and stops its request (at once, or when it starts). */
-  timeout(): void {
-    const err = new AttemptTimeoutError('no answer in time');
-    this.fail(err);
-    this.controller?.abort(err);
-  }
-
-  private answer(truncated: boolean): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.deadlines.delete(this);
-    const body = (this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks)).toString('utf8');
-    this.resolve({ status: this.status, headers: this.headers, body, truncated });
-  }
-
-  private fail(err: Error): void {
-    if (this.settled) return;
-    this.settled = true;
-    this.deadlines.delete(this);
-    this.reject(err);
   }
 }
 

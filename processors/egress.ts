@@ -56,10 +56,13 @@ export class EgressError extends Error {
 }
 
 export class Egress {
+  /** As given: the dispatcher's HTTP thread makes its own Egress from it. */
+  readonly policy: EgressPolicy;
   private readonly allowHttp: boolean;
   private readonly allowed = new BlockList();
 
   constructor(policy: EgressPolicy) {
+    this.policy = { allowHttp: policy.allowHttp, allowNetworks: [...policy.allowNetworks] };
     this.allowHttp = policy.allowHttp;
     for (const cidr of policy.allowNetworks) {
       const [net, bits] = cidr.split('/');

@@ -19,9 +19,13 @@ export function testConfig(env: Record<string, string> = {}): Config {
     HUB_LOG_LEVEL: 'silent',
     HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-test-')),
     // The suite's hubs serve HTTP on their main thread; `npm run test:threads` runs the e2e tests
-    // again on two API threads (the default on a multi-core machine is a thread per core).
+    // again on two API threads (the default on a multi-core machine is a thread per core), their
+    // dispatchers' HTTP on the dispatching thread (the default: a thread of its own).
     HUB_API_THREADS: '0',
-    ...pick(process.env, /^HUB_(POSTGRES_URL|REDIS_URL|KAFKA_BROKERS|ESDB_URL|API_THREADS)$/),
+    ...pick(
+      process.env,
+      /^HUB_(POSTGRES_URL|REDIS_URL|KAFKA_BROKERS|ESDB_URL|API_THREADS|DISPATCHER_HTTP_THREADS)$/,
+    ),
     ...env,
   });
 }

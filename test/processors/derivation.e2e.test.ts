@@ -36,7 +36,12 @@ describe('stream processor on the embedded profile (e2e)', function () {
     assertDerived(log, { device, expected }, alice);
     // The in-process dispatcher took the jobs: one delivery per matching event, by job id.
     const received = (await rx.waitFor('/ok/derived', 3)).map((r) => JSON.parse(r.body));
-    const attempts = await hub.node.deliveries.attempts(subscription, { limit: 10, skip: 0 });
+    // Received is not yet recorded: the answer is still on its way back to the dispatcher.
+    let attempts = await hub.node.deliveries.attempts(subscription, { limit: 10, skip: 0 });
+    for (let waited = 0; attempts.total < 3 && waited < 10_000; waited += 20) {
+      await new Promise((r) => setTimeout(r, 20));
+      attempts = await hub.node.deliveries.attempts(subscription, { limit: 10, skip: 0 });
+    }
     assertJobs(
       attempts.items.map((a) => ({
         job_id: a.job_id,

@@ -44,6 +44,7 @@ async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: num
     maxInFlight: o.maxInFlight ?? 1024,
     maxInFlightPerSubscription: 2,
     rotationWindowMs: 0,
+    httpThreads: 1,
   });
   const close = async () => {
     await dispatcher.stop();
