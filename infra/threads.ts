@@ -110,7 +110,9 @@ export class ThreadChannel {
     else if (this.outbox.length >= 64) this.flush();
   }
 
-  private flush(): void {
+  /** Sends what waits now rather than at the end of the turn (a caller that gathered a turn's
+   * worth itself). */
+  flush(): void {
     if (this.outbox.length === 0) return;
     const batch = this.outbox;
     this.outbox = [];
@@ -177,13 +179,22 @@ export class OnDemandThread {
   private readonly workerData: unknown;
   private readonly name: string;
   private readonly setup: (channel: ThreadChannel) => void;
+  private readonly gone: (err: Error) => void;
   private running: { worker: Worker; channel: ThreadChannel } | undefined;
 
-  constructor(o: { url: URL; workerData: unknown; name: string; setup?: (channel: ThreadChannel) => void }) {
+  /** `gone`: told when a thread dies, after the calls waiting on it have failed. */
+  constructor(o: {
+    url: URL;
+    workerData: unknown;
+    name: string;
+    setup?: (channel: ThreadChannel) => void;
+    gone?: (err: Error) => void;
+  }) {
     this.url = o.url;
     this.workerData = o.workerData;
     this.name = o.name;
     this.setup = o.setup ?? (() => {});
+    this.gone = o.gone ?? (() => {});
   }
 
   get started(): boolean {
@@ -196,13 +207,8 @@ export class OnDemandThread {
     const channel = new ThreadChannel(worker);
     this.setup(channel);
     const running = { worker, channel };
-    const gone = (err: Error) => {
-      if (this.running !== running) return;
-      this.running = undefined;
-      channel.close(err);
-    };
-    worker.on('error', gone);
-    worker.on('exit', (code) => gone(new Error(`${this.name} exited (${code})`)));
+    worker.on('error', (err) => this.ended(running, err));
+    worker.on('exit', (code) => this.ended(running, new Error(`${this.name} exited (${code})`)));
     this.running = running;
     return channel;
   }
@@ -214,8 +220,22 @@ export class OnDemandThread {
     try {
       await last?.(running.channel);
     } finally {
-      if (this.running === running) this.running = undefined;
-      await running.worker.terminate();
+      await this.terminate();
     }
+  }
+
+  /** Ends the thread at once, as a crash would: what waits on it fails. */
+  async terminate(): Promise<void> {
+    const running = this.running;
+    if (!running) return;
+    this.ended(running, new Error(`${this.name} was stopped`));
+    await running.worker.terminate();
+  }
+
+  private ended(running: { worker: Worker; channel: ThreadChannel }, err: Error): void {
+    if (this.running !== running) return;
+    this.running = undefined;
+    running.channel.close(err);
+    this.gone(err);
   }
 }

@@ -1,0 +1,87 @@
+// The HTTP side of delivery attempts with a real receiver, on the dispatching thread and on a
+// thread of its own: the same outcomes either way, and a thread that dies fails the POSTs waiting
+// on it as network failures, the next POST starting a new one.
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { type Exchanged, PooledHttp, ThreadedHttp, type WebhookHttp } from '../../processors/webhook-http.ts';
+import { Receiver } from './receiver.ts';
+
+describe('webhook HTTP, on this thread and on its own (int)', function () {
+  this.timeout(20_000);
+  let rx: Receiver;
+  before(async () => {
+    rx = await new Receiver().start();
+  });
+  after(() => rx.stop());
+  const options = { egress: { allowHttp: true, allowNetworks: ['127.0.0.0/8'] }, timeoutMs: 500 };
+  const target = (url: string) => {
+    const u = new URL(url);
+    return { origin: u.origin, path: `${u.pathname}${u.search}` };
+  };
+  const headers = { 'content-type': 'application/json', 'webhook-id': 'del_1', 'x-custom': 'kept' };
+
+  it('gives the same outcomes on either thread', async () => {
+    const closed = await new Promise<number>((resolve) => {
+      const s = createServer().listen(0, '127.0.0.1', () => {
+        const port = (s.address() as { port: number }).port;
+        s.close(() => resolve(port));
+      });
+    });
+    const run = async (http: WebhookHttp, tag: string) => {
+      const paths = [
+        '/status/200',
+        '/status/404',
+        '/status/429?retry-after=7',
+        '/status/200?size=10000&proto',
+      ];
+      const outcomes = await Promise.all([
+        ...paths.map((p) =>
+          http.post(target(`${rx.url}${p.replace(/\?|$/, `-${tag}$&`)}`), headers, `{"n":"${tag}"}`),
+        ),
+        http.post(target(`${rx.url}/hang/${tag}`), headers, '{}'),
+        http.post(target(`http://127.0.0.1:${closed}/x`), headers, '{}'),
+      ]);
+      await http.close();
+      // The date differs from run to run: the rest must not.
+      for (const o of outcomes) if (o.answer) delete o.answer.headers.date;
+      return outcomes;
+    };
+    const here = await run(new PooledHttp(options), 'here');
+    const threaded = await run(new ThreadedHttp(options), 'thread');
+    assert.deepEqual(threaded, here);
+    const [ok, notFound, limited, long, hang, refused] = threaded as Exchanged[];
+    assert.equal(ok!.answer?.status, 200);
+    assert.equal(ok!.answer?.body, 'answer xx');
+    assert.equal(ok!.answer?.truncated, false);
+    assert.equal(ok!.answer?.headers['content-type'], 'text/plain');
+    assert.equal(notFound!.answer?.status, 404);
+    assert.equal(limited!.answer?.headers['retry-after'], '7');
+    assert.equal(long!.answer?.truncated, true);
+    assert.equal(long!.answer?.body.length, 4096);
+    assert.equal(
+      Object.getOwnPropertyDescriptor(long!.answer?.headers, '__proto__')?.value,
+      'a header like any other',
+    );
+    assert.deepEqual(hang, { outcome: 'timeout', error: 'no answer within 500 ms' });
+    assert.deepEqual(refused, { outcome: 'network', error: 'ECONNREFUSED' });
+    // Sent as given, from either thread.
+    for (const tag of ['here', 'thread']) {
+      const [got] = rx.at(`/status/200-${tag}`);
+      assert.equal(got?.body, `{"n":"${tag}"}`);
+      assert.equal(got?.headers['x-custom'], 'kept');
+      assert.equal(got?.headers['webhook-id'], 'del_1');
+    }
+  });
+
+  it('a thread that dies fails the POSTs waiting on it as network failures; the next POST starts a new one', async () => {
+    const http = new ThreadedHttp({ ...options, timeoutMs: 10_000 });
+    const hanging = http.post(target(`${rx.url}/hang/dies`), headers, '{}');
+    await rx.waitFor('/hang/dies', 1);
+    await http.thread.terminate();
+    assert.deepEqual(await hanging, { outcome: 'network', error: 'the webhook HTTP thread was stopped' });
+    const next = await http.post(target(`${rx.url}/ok/after`), headers, '{}');
+    assert.equal(next.answer?.status, 200);
+    assert.equal(rx.at('/ok/after').length, 1);
+    await http.close();
+  });
+});
