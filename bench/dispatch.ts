@@ -538,13 +538,20 @@ ${rows.map((r) => `| ${r.target} | ${fmt(r.rate)} | ≤ ${fmt(r.p50, 1)} | ≤ $
 Attempt durations are histogram bucket bounds.
 
 Where the embedded run's time goes (measured with \`process.cpuUsage\`, the main thread's own
-figure, V8's profiler and \`perf\`): ${EMBEDDED_CPU} The
-rest is on the SQLite thread (the attempt's row, written with its indexes) and V8's collector
-threads. On the main thread undici and the socket write, which wakes the receiver, are about half;
-signing, the attempt's record and its way to the SQLite thread, promises and metrics the rest. With the
-receiver beside it the machine is nearly all busy: the 50 % target (${fmt(Math.round(plain / 2000) * 1000)}/s here) would need
-the whole process under about ${fmt(3e6 / plain)} µs of CPU per delivery (a core and a half, the receiver taking
-the other half) and its main thread under about ${fmt(1.8e6 / plain)}. Until 2026-11-22 (this session) every
+figure, V8's profiler and \`perf\`): ${EMBEDDED_CPU} Since 2026-11-26 the HTTP side of each
+attempt (undici, the sockets, the answers) runs on a thread of the dispatcher's own
+(\`HUB_DISPATCHER_HTTP_THREADS\`, \`auto\`: one on two cores), the POSTs of a turn crossing to it
+as one flat array; the main thread signs, holds and records, the SQLite thread writes each
+attempt's row with its indexes, and V8's collector threads take the rest. On one thread the
+dispatcher had been bound to a core while the machine had room: read per thread from \`/proc\` for
+5 s at 5,500 deliveries/s (2026-11-26), its main thread was 92 % busy and a fifth of the machine
+idle; with the HTTP thread both cores were full, per delivery the receiver 108 µs of CPU, the HTTP
+thread 110, the main thread 64, the SQLite thread 37, the collector 15. In \`bench/compare.ts\`
+(six alternating rounds against the code before) the HTTP thread gave 1.12 × the rate, its flat
+crossing 1.05 × more. So the rate is now bound by the machine's CPU per delivery, the receiver's
+included: the 50 % target (${fmt(Math.round(plain / 2000) * 1000)}/s here) needs the whole process
+under about ${fmt(3e6 / plain)} µs of CPU per delivery (a core and a half, the receiver taking the
+other half). Until 2026-11-22 (this session) every
 handed-off job was stored before it was delivered (inserted with its body, claimed or held,
 completed), and the runs counted from storing: measured alternately on one machine, old against
 new, 178 and 182 µs of CPU per delivery against 155 and 136, 7,373 and 7,047 deliveries/s against
