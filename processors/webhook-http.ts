@@ -62,7 +62,7 @@ export function classify(err: unknown, timeoutMs: number): Exchanged {
 /** undici on this thread. */
 export class PooledHttp implements WebhookHttp {
   private readonly agent: Agent;
-  private readonly deadlines = new Deadlines();
+  private readonly deadlines = new Deadlines<Exchange>();
   private readonly timeoutMs: number;
 
   constructor(o: HttpOptions) {
@@ -118,11 +118,19 @@ export class PooledHttp implements WebhookHttp {
 export class ThreadedHttp implements WebhookHttp {
   /** Its thread (the tests end it as a crash would). */
   readonly thread: OnDemandThread;
-  private readonly waiting = new Map<number, (outcome: Exchanged) => void>();
-  private outbox: (string | number)[] = [];
+  private readonly waiting = new Map<number, Posted>();
+  /** A backstop per POST, a second past the thread's own limit: a thread alive but wedged still
+   * ends its attempts. */
+  private readonly deadlines = new Deadlines<Posted>();
+  private readonly backstopMs: number;
+  private readonly timedOut: Exchanged;
+  private outbox: Flat = [];
   private posts = 0;
+  private closed = false;
 
   constructor(o: HttpOptions) {
+    this.backstopMs = o.timeoutMs + 1000;
+    this.timedOut = { outcome: 'timeout', error: `no answer within ${o.timeoutMs} ms` };
     this.thread = new OnDemandThread({
       url: new URL(import.meta.url),
       workerData: { webhookHttp: o },
@@ -131,16 +139,20 @@ export class ThreadedHttp implements WebhookHttp {
         channel.serve('outcomes', { settle: (flat: Flat) => this.settle(flat) }, ['settle']),
       gone: (err) => {
         this.outbox = [];
-        for (const settle of this.waiting.values()) settle({ outcome: 'network', error: err.message });
-        this.waiting.clear();
+        for (const id of [...this.waiting.keys()])
+          this.finish(id, { outcome: 'network', error: err.message });
       },
     });
   }
 
   post({ origin, path }: Target, headers: Record<string, string>, body: string): Promise<Exchanged> {
+    if (this.closed)
+      return Promise.resolve({ outcome: 'network', error: 'the webhook HTTP client is closed' });
     return new Promise((resolve) => {
       const id = ++this.posts;
-      this.waiting.set(id, resolve);
+      const posted = new Posted(id, performance.now() + this.backstopMs, resolve, this);
+      this.waiting.set(id, posted);
+      this.deadlines.add(posted);
       const out = this.outbox;
       if (out.length === 0) setImmediate(() => this.flush());
       const counted = out.push(id, origin, path, body, 0) - 1;
@@ -153,13 +165,34 @@ export class ThreadedHttp implements WebhookHttp {
     });
   }
 
+  /** Settles a POST once: with its outcome, or as its backstop passes. */
+  finish(id: number, outcome: Exchanged): void {
+    const posted = this.waiting.get(id);
+    if (!posted) return;
+    this.waiting.delete(id);
+    this.deadlines.delete(posted);
+    posted.resolve(outcome);
+  }
+
+  /** The backstop passed. */
+  timeout(id: number): void {
+    this.finish(id, this.timedOut);
+  }
+
   private flush(): void {
     const batch = this.outbox;
     if (batch.length === 0) return;
     this.outbox = [];
-    const channel = this.thread.channel();
-    channel.send('http', 'posts', [batch]);
-    channel.flush();
+    try {
+      const channel = this.thread.channel();
+      channel.send('http', 'posts', [batch]);
+      channel.flush();
+    } catch (err) {
+      // No thread could be started: the batch fails as network failures, retried as any.
+      const failed: Exchanged = { outcome: 'network', error: (err as Error).message };
+      for (let at = 0; at < batch.length; at += 5 + 2 * (batch[at + 4] as number))
+        this.finish(batch[at] as number, failed);
+    }
   }
 
   private settle(flat: Flat): void {
@@ -170,22 +203,41 @@ export class ThreadedHttp implements WebhookHttp {
       const text = flat[at + 3] as string;
       const outcome = flat[at + 4] as Failure | '';
       const end = at + 6 + 2 * (flat[at + 5] as number);
-      const settle = this.waiting.get(id);
-      this.waiting.delete(id);
       if (outcome !== '') {
         at = end;
-        settle?.({ outcome, error: text });
+        this.finish(id, { outcome, error: text });
         continue;
       }
       const headers: Record<string, string> = {};
       for (at += 6; at < end; at += 2) setHeader(headers, flat[at] as string, flat[at + 1] as string);
-      settle?.({ answer: { status, headers, body: text, truncated } });
+      this.finish(id, { answer: { status, headers, body: text, truncated } });
     }
   }
 
+  /** Waits for the POSTs sent, then closes the connections and ends the thread. */
   close(): Promise<void> {
+    this.closed = true;
     this.flush();
     return this.thread.stop((channel) => channel.call('http', 'close', []).catch(() => {}));
+  }
+}
+
+/** A POST on its way to the HTTP thread and back. */
+class Posted {
+  readonly id: number;
+  readonly deadline: number;
+  readonly resolve: (outcome: Exchanged) => void;
+  private readonly http: ThreadedHttp;
+
+  constructor(id: number, deadline: number, resolve: (outcome: Exchanged) => void, http: ThreadedHttp) {
+    this.id = id;
+    this.deadline = deadline;
+    this.resolve = resolve;
+    this.http = http;
+  }
+
+  timeout(): void {
+    this.http.timeout(this.id);
   }
 }
 
@@ -207,17 +259,17 @@ class AttemptTimeoutError extends Error {
 /** The attempts in flight, in the order they started: all have the same time limit, so this is
  * also the order of their deadlines, and one timer set for the first serves them all (it fires
  * about once per time limit, however many attempts pass). */
-class Deadlines {
-  private readonly open = new Set<Exchange>();
+class Deadlines<T extends { readonly deadline: number; timeout(): void }> {
+  private readonly open = new Set<T>();
   private timer: NodeJS.Timeout | undefined;
 
-  add(exchange: Exchange): void {
-    this.open.add(exchange);
+  add(item: T): void {
+    this.open.add(item);
     if (!this.timer) this.arm();
   }
 
-  delete(exchange: Exchange): void {
-    this.open.delete(exchange);
+  delete(item: T): void {
+    this.open.delete(item);
   }
 
   private arm(): void {
@@ -229,10 +281,10 @@ class Deadlines {
   private expire(): void {
     const now = performance.now();
     try {
-      for (const exchange of this.open) {
-        if (exchange.deadline > now) break;
-        this.open.delete(exchange);
-        exchange.timeout();
+      for (const item of this.open) {
+        if (item.deadline > now) break;
+        this.open.delete(item);
+        item.timeout();
       }
     } finally {
       this.arm();
@@ -250,13 +302,13 @@ class Exchange implements HttpDispatcher.DispatchHandler {
   private size = 0;
   private settled = false;
   readonly deadline: number;
-  private readonly deadlines: Deadlines;
+  private readonly deadlines: Deadlines<Exchange>;
   private readonly resolve: (answer: Answer) => void;
   private readonly reject: (err: Error) => void;
 
   constructor(
     deadline: number,
-    deadlines: Deadlines,
+    deadlines: Deadlines<Exchange>,
     resolve: (answer: Answer) => void,
     reject: (err: Error) => void,
   ) {

@@ -21,7 +21,7 @@ import { Receiver } from './receiver.ts';
 
 /** The embedded stores, a receiver, and a dispatcher on the in-process bus with two attempts in
  * flight per subscription (and a queue of 16 waiting beside them); `close` ends them all. */
-async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: number }) {
+async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: number; httpThreads: number }) {
   const config = testConfig();
   const store = await openEventStore(config);
   const file = join(config.dataDir, 'deliveries.sqlite');
@@ -44,7 +44,7 @@ async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: num
     maxInFlight: o.maxInFlight ?? 1024,
     maxInFlightPerSubscription: 2,
     rotationWindowMs: 0,
-    httpThreads: 1,
+    httpThreads: o.httpThreads,
   });
   const close = async () => {
     await dispatcher.stop();
@@ -79,247 +79,271 @@ function jobsFor(owner: string, sub: string, n: number): Job[] {
   }));
 }
 
-describe('dispatcher bounds per subscription (int)', () => {
-  it('holds a burst only as far as its subscription’s queue goes; the rest stays due', async () => {
-    const metrics = new Registry();
-    const { store, deliveries, rx, sealKey, dispatcher, close } = await rig({ timeoutMs: 1000, metrics });
-    const owner = 'prn:::accounts:/bounds';
-    const sub = await benchSubscription(store, {
-      owner,
-      url: `${rx.url}/hang`,
-      eventType: 'device.created',
-      sealKey,
-    });
-    try {
-      await dispatcher.start();
-      const before = Date.now();
-      const jobs: Job[] = Array.from({ length: 100 }, (_, i) => ({
-        job_id: `job_bounds_${i}`,
-        subscription_id: sub,
+// Every case with the HTTP side on a thread of its own (the default on two cores) and on the
+// dispatching thread.
+for (const httpThreads of [1, 0])
+  describe(`dispatcher bounds per subscription, HTTP on ${httpThreads ? 'its own thread' : 'the dispatching thread'} (int)`, () => {
+    it('holds a burst only as far as its subscription’s queue goes; the rest stays due', async () => {
+      const metrics = new Registry();
+      const { store, deliveries, rx, sealKey, dispatcher, close } = await rig({
+        httpThreads,
+        timeoutMs: 1000,
+        metrics,
+      });
+      const owner = 'prn:::accounts:/bounds';
+      const sub = await benchSubscription(store, {
         owner,
-        kind: 'event',
-        event: event(owner, 'device.created', `d${i}`, Math.floor(before / 1000)),
-        attempt: 0,
-        enqueued: before,
-      }));
-      await dispatcher.take(jobs);
-      await rx.waitFor('/hang', 2);
-      await new Promise((r) => setTimeout(r, 300)); // claims in between find no room for the subscription
-      const held = (await metrics.getSingleMetric('hub_webhook_jobs_held')!.get()).values[0]!.value;
-      assert.ok(held >= 16 && held <= 18, `two attempts in flight and at most sixteen waiting: ${held}`);
-      assert.equal(rx.at('/hang').length, 2, 'no more attempts than the subscription’s slots');
-      const pending = await deliveries.pending();
-      assert.equal(pending.count, 100);
-      assert.ok(pending.oldestDue! <= Date.now(), 'the other 82 are due now, not sent back for later');
-    } finally {
-      await close();
-    }
-  });
-
-  it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
-    const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
-      timeoutMs: 3 * SPILL_MS,
-    });
-    const rows = () => scheduleRows(file);
-    const owner = 'prn:::accounts:/handoff';
-    const subscribe = (path: string) =>
-      benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
-    const [fast, slow, stopped] = [
-      await subscribe('/ok'),
-      await subscribe('/hang'),
-      await subscribe('/hang/2'),
-    ];
-    const jobsOf = (sub: string, n: number) => jobsFor(owner, sub, n);
-    try {
-      await dispatcher.start();
-      // Delivered and recorded, and the schedule never held them.
-      await (await dispatcher.handOff(jobsOf(fast, 5))).durable;
-      assert.equal(rx.at('/ok').length, 5);
-      assert.equal((await deliveries.attempts(fast, { limit: 10, skip: 0 })).total, 5);
-      assert.equal(rows(), 0, 'no schedule row for a job delivered first');
-
-      // A hanging endpoint: two attempts in flight, two waiting; stored once they stay too long,
-      // and only then is their hand-off durable. Another subscription's jobs go out meanwhile.
-      const handedAt = Date.now();
-      const { durable } = await dispatcher.handOff(jobsOf(slow, 4));
-      let durableAt = 0;
-      void durable.then(() => {
-        durableAt = Date.now();
+        url: `${rx.url}/hang`,
+        eventType: 'device.created',
+        sealKey,
       });
-      await rx.waitFor('/hang', 2);
-      await (await dispatcher.handOff(jobsOf(fast, 3))).durable;
-      assert.equal(rx.at('/ok').length, 8, 'the other subscription’s jobs were delivered meanwhile');
-      assert.equal(durableAt, 0, 'the hanging jobs are not durable yet');
-      assert.equal(rows(), 0);
-      await durable;
-      const waited = durableAt - handedAt;
-      assert.ok(waited >= SPILL_MS && waited < SPILL_MS + 1500, `durable after ${waited} ms`);
-      assert.equal(rows(), 4, 'the four stored, leased to this dispatcher');
-      assert.equal(rx.at('/hang').length, 2, 'stored, not sent again');
-
-      // Stopped while jobs wait: those waiting are stored, due; those in flight are recorded (they
-      // time out) with their retries.
-      const last = await dispatcher.handOff(jobsOf(stopped, 5));
-      await rx.waitFor('/hang/2', 2);
-      await dispatcher.stop();
-      await last.durable;
-      const left = await deliveries.claim(Date.now() + 1, 100, 1000);
-      assert.equal(left.filter((c) => c.job.subscription_id === stopped).length, 3, 'the three waiting');
-      assert.equal(
-        (await deliveries.attempts(stopped, { limit: 10, skip: 0 })).items.filter(
-          (a) => a.outcome === 'timeout',
-        ).length,
-        2,
-        'the two in flight, recorded',
-      );
-      const db = new DatabaseSync(file, { readOnly: true });
-      const bySub = db
-        .prepare('SELECT sub, due IS NULL AS done, count(*) AS n FROM schedule GROUP BY 1, 2')
-        .all();
-      db.close();
-      assert.equal(
-        (await deliveries.pending()).count,
-        4 + 5,
-        `every hanging job is pending: ${JSON.stringify(bySub)} ${fast} ${slow} ${stopped}`,
-      );
-    } finally {
-      await close();
-    }
-  });
-
-  it('a batch handed off again after its store write failed is durable only once the jobs it left held are', async () => {
-    const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
-      timeoutMs: 3 * SPILL_MS,
+      try {
+        await dispatcher.start();
+        const before = Date.now();
+        const jobs: Job[] = Array.from({ length: 100 }, (_, i) => ({
+          job_id: `job_bounds_${i}`,
+          subscription_id: sub,
+          owner,
+          kind: 'event',
+          event: event(owner, 'device.created', `d${i}`, Math.floor(before / 1000)),
+          attempt: 0,
+          enqueued: before,
+        }));
+        await dispatcher.take(jobs);
+        await rx.waitFor('/hang', 2);
+        await new Promise((r) => setTimeout(r, 300)); // claims in between find no room for the subscription
+        const held = (await metrics.getSingleMetric('hub_webhook_jobs_held')!.get()).values[0]!.value;
+        assert.ok(held >= 16 && held <= 18, `two attempts in flight and at most sixteen waiting: ${held}`);
+        assert.equal(rx.at('/hang').length, 2, 'no more attempts than the subscription’s slots');
+        const pending = await deliveries.pending();
+        assert.equal(pending.count, 100);
+        assert.ok(pending.oldestDue! <= Date.now(), 'the other 82 are due now, not sent back for later');
+      } finally {
+        await close();
+      }
     });
-    const owner = 'prn:::accounts:/handoff-again';
-    const hanging = await benchSubscription(store, {
-      owner,
-      url: `${rx.url}/hang/again`,
-      eventType: 'device.created',
-      sealKey,
-    });
-    // Two in flight and sixteen waiting are held; the last two have no room and are stored.
-    const batch = jobsFor(owner, hanging, 20);
-    const enqueue = deliveries.enqueue;
-    try {
-      await dispatcher.start();
-      deliveries.enqueue = async () => {
-        throw new Error('disk full');
-      };
-      await assert.rejects(dispatcher.handOff(batch), /disk full/);
-      deliveries.enqueue = enqueue;
-      const { durable } = await dispatcher.handOff(batch); // the processor's retry
-      let durableAt = 0;
-      void durable.then(() => {
-        durableAt = Date.now();
+
+    it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
+      const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
+        httpThreads,
+        timeoutMs: 3 * SPILL_MS,
       });
-      await new Promise((r) => setTimeout(r, SPILL_MS / 2));
-      assert.equal(durableAt, 0, 'eighteen jobs are held in memory only: not durable yet');
-      assert.equal(scheduleRows(file), 2);
-      await durable; // once they are stored, as jobs that stayed too long
-      assert.equal(scheduleRows(file), 20);
-    } finally {
-      deliveries.enqueue = enqueue;
-      await close();
-    }
-  });
+      const rows = () => scheduleRows(file);
+      const owner = 'prn:::accounts:/handoff';
+      const subscribe = (path: string) =>
+        benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
+      const [fast, slow, stopped] = [
+        await subscribe('/ok'),
+        await subscribe('/hang'),
+        await subscribe('/hang/2'),
+      ];
+      const jobsOf = (sub: string, n: number) => jobsFor(owner, sub, n);
+      try {
+        await dispatcher.start();
+        // Delivered and recorded, and the schedule never held them.
+        await (await dispatcher.handOff(jobsOf(fast, 5))).durable;
+        assert.equal(rx.at('/ok').length, 5);
+        assert.equal((await deliveries.attempts(fast, { limit: 10, skip: 0 })).total, 5);
+        assert.equal(rows(), 0, 'no schedule row for a job delivered first');
 
-  it('a handed-off job whose attempt could not start is stored at once: a stop does not leave its hand-off waiting', async () => {
-    const { store, file, deliveries, rx, dispatcher, close } = await rig({ timeoutMs: 3 * SPILL_MS });
-    const owner = 'prn:::accounts:/unsealable';
-    // Sealed with another key: the dispatcher cannot open its secret, so no attempt is made.
-    const sub = await benchSubscription(store, {
-      owner,
-      url: `${rx.url}/ok/unsealable`,
-      eventType: 'device.created',
-      sealKey: randomBytes(32),
+        // A hanging endpoint: two attempts in flight, two waiting; stored once they stay too long,
+        // and only then is their hand-off durable. Another subscription's jobs go out meanwhile.
+        const handedAt = Date.now();
+        const { durable } = await dispatcher.handOff(jobsOf(slow, 4));
+        let durableAt = 0;
+        void durable.then(() => {
+          durableAt = Date.now();
+        });
+        await rx.waitFor('/hang', 2);
+        await (await dispatcher.handOff(jobsOf(fast, 3))).durable;
+        assert.equal(rx.at('/ok').length, 8, 'the other subscription’s jobs were delivered meanwhile');
+        assert.equal(durableAt, 0, 'the hanging jobs are not durable yet');
+        assert.equal(rows(), 0);
+        await durable;
+        const waited = durableAt - handedAt;
+        assert.ok(waited >= SPILL_MS && waited < SPILL_MS + 1500, `durable after ${waited} ms`);
+        assert.equal(rows(), 4, 'the four stored, leased to this dispatcher');
+        assert.equal(rx.at('/hang').length, 2, 'stored, not sent again');
+
+        // Stopped while jobs wait: those waiting are stored, due; those in flight are recorded (they
+        // time out) with their retries.
+        const last = await dispatcher.handOff(jobsOf(stopped, 5));
+        await rx.waitFor('/hang/2', 2);
+        await dispatcher.stop();
+        await last.durable;
+        const left = await deliveries.claim(Date.now() + 1, 100, 1000);
+        assert.equal(left.filter((c) => c.job.subscription_id === stopped).length, 3, 'the three waiting');
+        assert.equal(
+          (await deliveries.attempts(stopped, { limit: 10, skip: 0 })).items.filter(
+            (a) => a.outcome === 'timeout',
+          ).length,
+          2,
+          'the two in flight, recorded',
+        );
+        const db = new DatabaseSync(file, { readOnly: true });
+        const bySub = db
+          .prepare('SELECT sub, due IS NULL AS done, count(*) AS n FROM schedule GROUP BY 1, 2')
+          .all();
+        db.close();
+        assert.equal(
+          (await deliveries.pending()).count,
+          4 + 5,
+          `every hanging job is pending: ${JSON.stringify(bySub)} ${fast} ${slow} ${stopped}`,
+        );
+      } finally {
+        await close();
+      }
     });
-    try {
-      await dispatcher.start();
-      const { durable } = await dispatcher.handOff(jobsFor(owner, sub, 3));
-      await new Promise((r) => setTimeout(r, 100));
-      await dispatcher.stop();
-      const settled = await Promise.race([
-        durable.then(() => 'durable'),
-        new Promise((r) => setTimeout(() => r('still waiting'), 3 * SPILL_MS)),
-      ]);
-      assert.equal(settled, 'durable');
-      assert.equal(scheduleRows(file), 3);
-      assert.equal((await deliveries.pending()).count, 3, 'pending, for a claim');
-      assert.equal(rx.at('/ok/unsealable').length, 0);
-    } finally {
-      await close();
-    }
-  });
 
-  it('slow subscriptions’ queues leave room for other subscriptions’ jobs: these start at once', async () => {
-    // 24 jobs a process, 2 in flight and 16 waiting a subscription: two hanging subscriptions
-    // with backlogs would hold them all, and the healthy one's jobs then waited for their timeouts.
-    const timeoutMs = 3 * SPILL_MS;
-    const { store, rx, sealKey, dispatcher, deliveries, close } = await rig({ timeoutMs, maxInFlight: 24 });
-    const owner = 'prn:::accounts:/isolation';
-    const subscribe = (path: string) =>
-      benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
-    const [slowA, slowB, healthy] = [
-      await subscribe('/hang/a'),
-      await subscribe('/hang/b'),
-      await subscribe('/ok/healthy'),
-    ];
-    try {
-      await dispatcher.start();
-      const startedAt = Date.now();
-      await dispatcher.handOff(jobsFor(owner, slowA, 20));
-      await dispatcher.handOff(jobsFor(owner, slowB, 20));
-      await rx.waitFor('/hang/a', 2);
-      await rx.waitFor('/hang/b', 2);
-      await dispatcher.handOff(jobsFor(owner, healthy, 5));
-      const arrived = await Promise.race([
-        rx.waitFor('/ok/healthy', 5).then(() => Date.now() - startedAt),
-        new Promise<number>((r) => setTimeout(() => r(Number.POSITIVE_INFINITY), timeoutMs)),
-      ]);
-      assert.ok(arrived < timeoutMs, 'all five delivered before any hanging attempt timed out');
-      assert.equal((await deliveries.attempts(slowA, { limit: 10, skip: 0 })).total, 0, 'none timed out yet');
-    } finally {
-      await close();
-    }
-  });
-
-  it('times end-to-end latency for deliveries of changes only: not tests, replays or redeliveries', async () => {
-    const metrics = new Registry();
-    const { store, rx, sealKey, dispatcher, close } = await rig({ timeoutMs: 3 * SPILL_MS, metrics });
-    const owner = 'prn:::accounts:/latency';
-    const sub = await benchSubscription(store, {
-      owner,
-      url: `${rx.url}/ok/latency`,
-      eventType: 'device.created',
-      sealKey,
+    it('a batch handed off again after its store write failed is durable only once the jobs it left held are', async () => {
+      const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
+        httpThreads,
+        timeoutMs: 3 * SPILL_MS,
+      });
+      const owner = 'prn:::accounts:/handoff-again';
+      const hanging = await benchSubscription(store, {
+        owner,
+        url: `${rx.url}/hang/again`,
+        eventType: 'device.created',
+        sealKey,
+      });
+      // Two in flight and sixteen waiting are held; the last two have no room and are stored.
+      const batch = jobsFor(owner, hanging, 20);
+      const enqueue = deliveries.enqueue;
+      try {
+        await dispatcher.start();
+        deliveries.enqueue = async () => {
+          throw new Error('disk full');
+        };
+        await assert.rejects(dispatcher.handOff(batch), /disk full/);
+        deliveries.enqueue = enqueue;
+        const { durable } = await dispatcher.handOff(batch); // the processor's retry
+        let durableAt = 0;
+        void durable.then(() => {
+          durableAt = Date.now();
+        });
+        await new Promise((r) => setTimeout(r, SPILL_MS / 2));
+        assert.equal(durableAt, 0, 'eighteen jobs are held in memory only: not durable yet');
+        assert.equal(scheduleRows(file), 2);
+        await durable; // once they are stored, as jobs that stayed too long
+        assert.equal(scheduleRows(file), 20);
+      } finally {
+        deliveries.enqueue = enqueue;
+        await close();
+      }
     });
-    const latency = async () =>
-      (await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()).values.find((v) =>
-        (v as { metricName?: string }).metricName?.endsWith('_count'),
-      )!.value;
-    try {
-      await dispatcher.start();
-      // An event of 20 days ago, sent again by an operator in three ways, then a change of now.
-      const [old, now] = [jobsFor(owner, sub, 1)[0]!, jobsFor(owner, sub, 1)[0]!];
-      old.event.created_ms = Date.now() - 20 * 86_400_000;
-      now.event.created_ms = Date.now();
-      const again = (['test', 'replay', 'redeliver'] as const).map((kind, i) => ({
-        ...old,
-        job_id: `${old.job_id}_${i}`,
-        kind,
-      }));
-      await (await dispatcher.handOff(again)).durable;
-      assert.equal(rx.at('/ok/latency').length, 3);
-      assert.equal(await latency(), 0);
-      await (await dispatcher.handOff([now])).durable;
-      assert.equal(await latency(), 1);
-      const sum = (await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()).values.find(
-        (v) => (v as { metricName?: string }).metricName?.endsWith('_sum'),
-      )!.value;
-      assert.ok(sum < 60, `the change's own latency only (${sum} s)`);
-    } finally {
-      await close();
-    }
+
+    it('a handed-off job whose attempt could not start is stored at once: a stop does not leave its hand-off waiting', async () => {
+      const { store, file, deliveries, rx, dispatcher, close } = await rig({
+        httpThreads,
+        timeoutMs: 3 * SPILL_MS,
+      });
+      const owner = 'prn:::accounts:/unsealable';
+      // Sealed with another key: the dispatcher cannot open its secret, so no attempt is made.
+      const sub = await benchSubscription(store, {
+        owner,
+        url: `${rx.url}/ok/unsealable`,
+        eventType: 'device.created',
+        sealKey: randomBytes(32),
+      });
+      try {
+        await dispatcher.start();
+        const { durable } = await dispatcher.handOff(jobsFor(owner, sub, 3));
+        await new Promise((r) => setTimeout(r, 100));
+        await dispatcher.stop();
+        const settled = await Promise.race([
+          durable.then(() => 'durable'),
+          new Promise((r) => setTimeout(() => r('still waiting'), 3 * SPILL_MS)),
+        ]);
+        assert.equal(settled, 'durable');
+        assert.equal(scheduleRows(file), 3);
+        assert.equal((await deliveries.pending()).count, 3, 'pending, for a claim');
+        assert.equal(rx.at('/ok/unsealable').length, 0);
+      } finally {
+        await close();
+      }
+    });
+
+    it('slow subscriptions’ queues leave room for other subscriptions’ jobs: these start at once', async () => {
+      // 24 jobs a process, 2 in flight and 16 waiting a subscription: two hanging subscriptions
+      // with backlogs would hold them all, and the healthy one's jobs then waited for their timeouts.
+      const timeoutMs = 3 * SPILL_MS;
+      const { store, rx, sealKey, dispatcher, deliveries, close } = await rig({
+        httpThreads,
+        timeoutMs,
+        maxInFlight: 24,
+      });
+      const owner = 'prn:::accounts:/isolation';
+      const subscribe = (path: string) =>
+        benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
+      const [slowA, slowB, healthy] = [
+        await subscribe('/hang/a'),
+        await subscribe('/hang/b'),
+        await subscribe('/ok/healthy'),
+      ];
+      try {
+        await dispatcher.start();
+        const startedAt = Date.now();
+        await dispatcher.handOff(jobsFor(owner, slowA, 20));
+        await dispatcher.handOff(jobsFor(owner, slowB, 20));
+        await rx.waitFor('/hang/a', 2);
+        await rx.waitFor('/hang/b', 2);
+        await dispatcher.handOff(jobsFor(owner, healthy, 5));
+        const arrived = await Promise.race([
+          rx.waitFor('/ok/healthy', 5).then(() => Date.now() - startedAt),
+          new Promise<number>((r) => setTimeout(() => r(Number.POSITIVE_INFINITY), timeoutMs)),
+        ]);
+        assert.ok(arrived < timeoutMs, 'all five delivered before any hanging attempt timed out');
+        assert.equal(
+          (await deliveries.attempts(slowA, { limit: 10, skip: 0 })).total,
+          0,
+          'none timed out yet',
+        );
+      } finally {
+        await close();
+      }
+    });
+
+    it('times end-to-end latency for deliveries of changes only: not tests, replays or redeliveries', async () => {
+      const metrics = new Registry();
+      const { store, rx, sealKey, dispatcher, close } = await rig({
+        httpThreads,
+        timeoutMs: 3 * SPILL_MS,
+        metrics,
+      });
+      const owner = 'prn:::accounts:/latency';
+      const sub = await benchSubscription(store, {
+        owner,
+        url: `${rx.url}/ok/latency`,
+        eventType: 'device.created',
+        sealKey,
+      });
+      const latency = async () =>
+        (await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()).values.find((v) =>
+          (v as { metricName?: string }).metricName?.endsWith('_count'),
+        )!.value;
+      try {
+        await dispatcher.start();
+        // An event of 20 days ago, sent again by an operator in three ways, then a change of now.
+        const [old, now] = [jobsFor(owner, sub, 1)[0]!, jobsFor(owner, sub, 1)[0]!];
+        old.event.created_ms = Date.now() - 20 * 86_400_000;
+        now.event.created_ms = Date.now();
+        const again = (['test', 'replay', 'redeliver'] as const).map((kind, i) => ({
+          ...old,
+          job_id: `${old.job_id}_${i}`,
+          kind,
+        }));
+        await (await dispatcher.handOff(again)).durable;
+        assert.equal(rx.at('/ok/latency').length, 3);
+        assert.equal(await latency(), 0);
+        await (await dispatcher.handOff([now])).durable;
+        assert.equal(await latency(), 1);
+        const sum = (
+          await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()
+        ).values.find((v) => (v as { metricName?: string }).metricName?.endsWith('_sum'))!.value;
+        assert.ok(sum < 60, `the change's own latency only (${sum} s)`);
+      } finally {
+        await close();
+      }
+    });
   });
-});

@@ -73,6 +73,33 @@ describe('webhook HTTP, on this thread and on its own (int)', function () {
     }
   });
 
+  it('refuses, on either thread, a name that resolves to an address the rules forbid', async () => {
+    const strict = { ...options, egress: { allowHttp: true, allowNetworks: [] } };
+    const port = new URL(rx.url).port;
+    for (const http of [new PooledHttp(strict), new ThreadedHttp(strict)]) {
+      const outcome = await http.post(target(`http://localhost:${port}/ok/forbidden`), headers, '{}');
+      assert.deepEqual(outcome, { outcome: 'refused_address', error: 'EHUBEGRESS' }, http.constructor.name);
+      await http.close();
+    }
+    assert.equal(rx.at('/ok/forbidden').length, 0);
+  });
+
+  it('closes before any POST, twice, and answers a POST after closing as a network failure', async () => {
+    const http = new ThreadedHttp(options);
+    await http.close();
+    assert.equal(http.thread.started, false, 'no thread started for nothing');
+    const sent = http.post(target(`${rx.url}/ok/queued`), headers, '{}');
+    await http.close();
+    assert.deepEqual(await sent, { outcome: 'network', error: 'the webhook HTTP client is closed' });
+    assert.equal(http.thread.started, false);
+    const open = new ThreadedHttp(options);
+    const inFlight = open.post(target(`${rx.url}/ok/in-flight`), headers, '{}');
+    await open.close(); // sends what is queued, waits for it, then ends the thread
+    assert.equal((await inFlight).answer?.status, 200);
+    assert.equal(open.thread.started, false);
+    await open.close();
+  });
+
   it('a thread that dies fails the POSTs waiting on it as network failures; the next POST starts a new one', async () => {
     const http = new ThreadedHttp({ ...options, timeoutMs: 10_000 });
     const hanging = http.post(target(`${rx.url}/hang/dies`), headers, '{}');
