@@ -102,7 +102,7 @@ async function run(name: string, deliveries: DeliveryStore) {
     maxInFlight: 1024,
     maxInFlightPerSubscription: 32,
     rotationWindowMs: 0,
-    httpThreads: 1,
+    httpThreads: loadConfig().dispatcherHttpThreads, // as a hub reads it
   });
   await dispatcher.start();
   const cpu = process.cpuUsage();

@@ -150,33 +150,24 @@ export class ThreadedHttp implements WebhookHttp {
       return Promise.resolve({ outcome: 'network', error: 'the webhook HTTP client is closed' });
     return new Promise((resolve) => {
       const id = ++this.posts;
-      const posted = new Posted(id, performance.now() + this.backstopMs, resolve, this);
+      const deadline = performance.now() + this.backstopMs;
+      const posted: Posted = { deadline, resolve, timeout: () => this.finish(id, this.timedOut) };
       this.waiting.set(id, posted);
       this.deadlines.add(posted);
       const out = this.outbox;
       if (out.length === 0) setImmediate(() => this.flush());
-      const counted = out.push(id, origin, path, body, 0) - 1;
-      let n = 0;
-      for (const name in headers) {
-        out.push(name, headers[name]!);
-        n++;
-      }
-      out[counted] = n;
+      out.push(id, origin, path, body);
+      pushHeaders(out, headers);
     });
   }
 
   /** Settles a POST once: with its outcome, or as its backstop passes. */
-  finish(id: number, outcome: Exchanged): void {
+  private finish(id: number, outcome: Exchanged): void {
     const posted = this.waiting.get(id);
     if (!posted) return;
     this.waiting.delete(id);
     this.deadlines.delete(posted);
     posted.resolve(outcome);
-  }
-
-  /** The backstop passed. */
-  timeout(id: number): void {
-    this.finish(id, this.timedOut);
   }
 
   private flush(): void {
@@ -222,26 +213,25 @@ export class ThreadedHttp implements WebhookHttp {
   }
 }
 
-/** A POST on its way to the HTTP thread and back. */
-class Posted {
-  readonly id: number;
+/** A POST on its way to the HTTP thread and back; `timeout` when its backstop passes. */
+interface Posted {
   readonly deadline: number;
   readonly resolve: (outcome: Exchanged) => void;
-  private readonly http: ThreadedHttp;
-
-  constructor(id: number, deadline: number, resolve: (outcome: Exchanged) => void, http: ThreadedHttp) {
-    this.id = id;
-    this.deadline = deadline;
-    this.resolve = resolve;
-    this.http = http;
-  }
-
-  timeout(): void {
-    this.http.timeout(this.id);
-  }
+  timeout(): void;
 }
 
 type Flat = (string | number)[];
+
+/** Appends the headers as the flat arrays carry them: how many, then each name and value. */
+function pushHeaders(into: Flat, headers: Record<string, string>): void {
+  const counted = into.push(0) - 1;
+  let n = 0;
+  for (const name in headers) {
+    into.push(name, headers[name]!);
+    n++;
+  }
+  into[counted] = n;
+}
 
 /** A header may be named like anything, __proto__ too: that one is defined, as assigning it would
  * set the prototype instead of a property. */
@@ -394,13 +384,8 @@ if (!isMainThread && workerData?.webhookHttp) {
       return;
     }
     const { status, truncated, body, headers } = e.answer;
-    const counted = outcomes.push(id, status, truncated ? 1 : 0, body, '', 0) - 1;
-    let n = 0;
-    for (const name in headers) {
-      outcomes.push(name, headers[name]!);
-      n++;
-    }
-    outcomes[counted] = n;
+    outcomes.push(id, status, truncated ? 1 : 0, body, '');
+    pushHeaders(outcomes, headers);
   };
   const posts = (flat: Flat) => {
     for (let at = 0; at < flat.length; ) {
