@@ -703,7 +703,7 @@ document.getElementById('send').onclick = async () => {
               result: c.grant,
             };
           },
-          1,
+          { attempts: 1 },
         ).catch((err) => {
           if ((err as Error).name === 'WrongExpectedRevisionError')
             throw unauthorized('This access code was used already.');

@@ -168,9 +168,7 @@ export function deviceRoutes(hub: HubContext) {
       deviceStream(id),
       devices,
       (d) => ({ events: decide(d), result: undefined }),
-      5,
-      cache,
-      loaded ? cache.get(deviceStream(id)) : undefined,
+      { cache, loaded: loaded ? cache.get(deviceStream(id)) : undefined },
     );
     if (appended) await hub.consistency.written(ctx, appended.position);
     return after;

@@ -200,8 +200,19 @@ async function oneAtATime<T>(
 }
 
 /**
+ * How long a command keeps deciding again after concurrent appends, ms, before its conflict is
+ * the caller's (a 409). Each conflict means another writer's append went in, so trying again
+ * cannot livelock; a count alone was not enough: five tries, a few ms apart, all fell within one
+ * stall of an overloaded process (a 409 on PATCH device-meta at 1,000 a second on two API threads).
+ */
+export const CONFLICT_RETRY_MS = 2000;
+/** Tries a command gets after conflicts however long they took (the first may have waited long). */
+const CONFLICT_MIN_ATTEMPTS = 5;
+
+/**
  * Runs a command: load, decide, append at the revision read. A concurrent append makes it read
- * and decide again (up to `attempts` times); refusals are thrown by `decide` itself.
+ * and decide again (at least CONFLICT_MIN_ATTEMPTS times, and for up to `conflictRetryMs`, unless
+ * `attempts` caps the tries); refusals are thrown by `decide` itself.
  *
  * On a store other processes append to as well, the first decision may be taken on the state this
  * process cached after its last command on the stream, without reading the stream's tail: the
@@ -214,14 +225,23 @@ export function handle<S, T>(
   stream: string,
   evolver: Evolver<S>,
   decide: (state: S, revision: number) => Decided<T> | Promise<Decided<T>>,
-  attempts = 5,
-  cache: StateCache<S> = cacheOf(store, evolver),
-  /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
-  loaded?: Loaded<S>,
+  o: {
+    cache?: StateCache<S>;
+    /** A state the caller just loaded: the first attempt decides on it instead of reading again. */
+    loaded?: Loaded<S>;
+    conflictRetryMs?: number;
+    /** At most this many tries, however quick: 1 makes a conflict the caller's at once (a
+     * single-use code, which a concurrent append has redeemed). */
+    attempts?: number;
+  } = {},
 ): Promise<{ result: T; appended: AppendResult | undefined; state: S; after: S }> {
+  const cache = o.cache ?? cacheOf(store, evolver);
+  const conflictRetryMs = o.conflictRetryMs ?? CONFLICT_RETRY_MS;
+  let loaded = o.loaded;
   return oneAtATime(store, stream, async (queued) => {
     // A state loaded before waiting in the queue is stale by the time the command runs.
     if (queued) loaded = undefined;
+    const started = Date.now();
     let speculate = !store.exclusiveWriter;
     for (let attempt = 1; ; ) {
       const cached = speculate && !loaded ? cache.get(stream) : undefined;
@@ -258,10 +278,15 @@ export function handle<S, T>(
         if (!(err instanceof WrongExpectedRevisionError)) throw err;
         // A speculation that missed is not an attempt: the next one reads the stream.
         if (unverified) continue;
-        if (attempt++ >= attempts) throw err;
+        const spent =
+          o.attempts !== undefined
+            ? attempt >= o.attempts
+            : attempt >= CONFLICT_MIN_ATTEMPTS && Date.now() - started >= conflictRetryMs;
+        if (spent) throw err;
+        attempt++;
         // Writers racing on one stream (other processes or threads) step apart: a random wait
-        // that doubles with each attempt, instead of meeting again at once.
-        await new Promise((r) => setTimeout(r, Math.random() * 2 ** attempt));
+        // that doubles with each attempt (up to 64 ms), instead of meeting again at once.
+        await new Promise((r) => setTimeout(r, Math.random() * Math.min(2 ** attempt, 64)));
       }
     }
   });

@@ -8,7 +8,12 @@ import {
   handle,
   timeOrderedId,
 } from '../../infra/eventstore/aggregate.ts';
-import type { EventStore, NewEvent, RecordedEvent } from '../../infra/eventstore/port.ts';
+import {
+  type EventStore,
+  type NewEvent,
+  type RecordedEvent,
+  WrongExpectedRevisionError,
+} from '../../infra/eventstore/port.ts';
 
 const counter: Evolver<{ n: number }> = {
   initial: () => ({ n: 0 }),
@@ -85,5 +90,46 @@ describe('command event ids (unit)', () => {
     assert.ok(new Set(ids.map((id) => id.slice(-12))).size > ids.length - 5);
     for (const id of ids.slice(0, 300))
       assert.match(id, /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+});
+
+describe('commands that meet concurrent appends (unit)', () => {
+  /** A store whose first `conflicts` appends meet another writer's; it counts every try. */
+  const racedStore = (conflicts: number) => {
+    const tries = { n: 0 };
+    let revision = -1;
+    const store = {
+      kind: 'test',
+      exclusiveWriter: true,
+      append: async (stream: string, events: NewEvent[], expected: number | 'no_stream') => {
+        tries.n++;
+        if (tries.n <= conflicts) {
+          revision++; // the other writer's event went in
+          throw new WrongExpectedRevisionError(stream, expected, revision);
+        }
+        revision += events.length;
+        return { nextRevision: revision, position: revision + 1 };
+      },
+      readStream: async (stream: string) =>
+        Array.from({ length: revision + 1 }, (_, r) => event(stream, r, 1)),
+    } as unknown as EventStore;
+    return { store, tries };
+  };
+  const count = () => ({ events: [{ type: 'Counted', data: { by: 1 } }], result: 0 });
+
+  it('decide again past five conflicts while the budget lasts, and then append', async () => {
+    const { store, tries } = racedStore(12);
+    const { after } = await handle(store, 'raced', counter, count);
+    assert.equal(tries.n, 13);
+    assert.equal(after.n, 13); // the 12 other writers' events, then its own
+  });
+
+  it('give up with the conflict once the budget is spent, after five tries at least', async () => {
+    const { store, tries } = racedStore(Number.POSITIVE_INFINITY);
+    await assert.rejects(
+      handle(store, 'hopeless', counter, count, { conflictRetryMs: 0 }),
+      WrongExpectedRevisionError,
+    );
+    assert.equal(tries.n, 5);
   });
 });

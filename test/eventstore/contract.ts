@@ -191,7 +191,7 @@ export function eventStoreContract(
         const counter = { initial: () => 0, evolve: (n: number) => n + 1 };
         const results = await Promise.all(
           Array.from({ length: 40 }, () =>
-            handle(store, s, counter, (n) => ({ events: [{ type: 'Counted', data: { n } }], result: n }), 1),
+            handle(store, s, counter, (n) => ({ events: [{ type: 'Counted', data: { n } }], result: n }), { attempts: 1 }),
           ),
         );
         assert.deepEqual(
@@ -234,17 +234,17 @@ export function eventStoreContract(
             assert.equal(reads, before, 'decided on the cached state, the stream unread');
             await other.append(s, [ev('Added', { k: 10 })]);
             // attempts = 1: the cached state's miss is not an attempt; the stored state is 13.
-            assert.equal((await handle(counted, s, sum, add(100), 1)).result, 113);
+            assert.equal((await handle(counted, s, sum, add(100), { attempts: 1 })).result, 113);
             // A decision that changes nothing is never taken on a cached state alone ...
             await other.append(s, [ev('Added', { k: 1000 })]);
-            assert.equal((await handle(counted, s, sum, (n) => ({ events: [], result: n }), 1)).result, 1113);
+            assert.equal((await handle(counted, s, sum, (n) => ({ events: [], result: n }), { attempts: 1 })).result, 1113);
             // ... nor is a refusal.
             await other.append(s, [ev('Added', { k: -1113 })]);
             const refuseUnlessZero = (n: number) => {
               if (n !== 0) throw new Error(`refused at ${n}`);
               return { events: [], result: n };
             };
-            assert.equal((await handle(counted, s, sum, refuseUnlessZero, 1)).result, 0);
+            assert.equal((await handle(counted, s, sum, refuseUnlessZero, { attempts: 1 })).result, 0);
             assert.deepEqual(
               (await store.readStream(s)).map((e) => (e.data as { k: number }).k),
               [1, 2, 10, 100, 1000, -1113],
