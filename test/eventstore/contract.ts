@@ -191,7 +191,9 @@ export function eventStoreContract(
         const counter = { initial: () => 0, evolve: (n: number) => n + 1 };
         const results = await Promise.all(
           Array.from({ length: 40 }, () =>
-            handle(store, s, counter, (n) => ({ events: [{ type: 'Counted', data: { n } }], result: n }), { attempts: 1 }),
+            handle(store, s, counter, (n) => ({ events: [{ type: 'Counted', data: { n } }], result: n }), {
+              attempts: 1,
+            }),
           ),
         );
         assert.deepEqual(
@@ -237,7 +239,10 @@ export function eventStoreContract(
             assert.equal((await handle(counted, s, sum, add(100), { attempts: 1 })).result, 113);
             // A decision that changes nothing is never taken on a cached state alone ...
             await other.append(s, [ev('Added', { k: 1000 })]);
-            assert.equal((await handle(counted, s, sum, (n) => ({ events: [], result: n }), { attempts: 1 })).result, 1113);
+            assert.equal(
+              (await handle(counted, s, sum, (n) => ({ events: [], result: n }), { attempts: 1 })).result,
+              1113,
+            );
             // ... nor is a refusal.
             await other.append(s, [ev('Added', { k: -1113 })]);
             const refuseUnlessZero = (n: number) => {
