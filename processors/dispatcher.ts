@@ -37,8 +37,6 @@ export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
 const PAUSED_RECHECK_MS = 5000;
-/** How long a job that found its subscription's queue here full waits, ms. */
-const BUSY_RECHECK_MS = 1000;
 /** A claimed job is this dispatcher's for this long, renewed every third of it while held here:
  * if the process dies, another dispatcher claims the job once the lease runs out. */
 export const LEASE_MS = 30_000;
@@ -52,6 +50,8 @@ export const SPILL_MS = 1000;
 const WAIT_SHARE = 0.75;
 /** How long a hand-off waits for slots to free before it stores its remaining jobs for a claim. */
 const ROOM_WAIT_MS = 250;
+/** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
+const TAKE_WAIT_MS = 2000;
 
 /** A job this process holds: running or waiting for its subscription's slot. */
 interface Held {
@@ -184,8 +184,8 @@ export class Dispatcher {
   private readonly holding = new Map<string, Held>(); // job id → the job, running or waiting here
   /** Jobs handed off and not stored, in the order they came. */
   private readonly fresh = new Set<Held>();
-  /** Hand-offs waiting for slots to free. */
-  private roomWaiters: (() => void)[] = [];
+  /** Hand-offs and takes waiting for slots to free, each woken once its `enough` holds. */
+  private roomWaiters: { enough: () => boolean; woken: () => void }[] = [];
   private spiller: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
   /** Attempt ids: a random prefix per process and a counter (unique without a syscall each). */
@@ -213,7 +213,11 @@ export class Dispatcher {
       group: 'hub-dispatcher',
       topic: TOPICS.deliveries,
       partitionsConcurrently: 4,
-      handle: (messages) => this.take(messages.map((m) => decodeJob(registry, m))),
+      handle: (messages, info) =>
+        this.take(
+          messages.map((m) => decodeJob(registry, m)),
+          () => info.heartbeat(),
+        ),
     });
     this.unsubscribe = deliveries.onEnqueue(() => this.wake?.());
     this.running = true;
@@ -278,19 +282,22 @@ export class Dispatcher {
     return { durable: durability.done };
   }
 
-  /** Resolves true when `roomChunk` slots are free, false after ROOM_WAIT_MS without (or once the
-   * dispatcher stops). */
-  private roomFreed(): Promise<boolean> {
+  /** Resolves true once `enough` holds after a job is done (by default: `roomChunk` slots are
+   * free), false after ROOM_WAIT_MS without (or once the dispatcher stops). */
+  private roomFreed(enough = () => this.startRoom >= this.roomChunk): Promise<boolean> {
     return new Promise((resolve) => {
-      const woken = () => {
-        clearTimeout(timer);
-        resolve(this.running);
+      const waiter = {
+        enough,
+        woken: () => {
+          clearTimeout(timer);
+          resolve(this.running);
+        },
       };
       const timer = setTimeout(() => {
-        this.roomWaiters = this.roomWaiters.filter((w) => w !== woken);
+        this.roomWaiters = this.roomWaiters.filter((w) => w !== waiter);
         resolve(false);
       }, ROOM_WAIT_MS);
-      this.roomWaiters.push(woken);
+      this.roomWaiters.push(waiter);
     });
   }
 
@@ -329,28 +336,64 @@ export class Dispatcher {
     this.fresh.delete(h);
   }
 
-  /** New jobs (from the deliveries topic, or the embedded processor): stored, and so durable, when
-   * this resolves. The jobs this process has room for, within each subscription's queue, are held
-   * in the same write and started at once; the rest wait in the schedule for a claim. (Held beyond
-   * its subscription's queue, a job would only go back to the schedule for a second.) */
-  async take(jobs: Job[]): Promise<void> {
+  /**
+   * New jobs from the deliveries topic: stored, and so durable, when this resolves (only then is
+   * their offset committed). The jobs this process has room for are held in the same write and
+   * started at once or queued here; a job whose subscription's queue here is full is stored due,
+   * for a claim, so that a slow subscription never holds up its partition. A job that finds the
+   * process's slots or its waiting share taken waits with its partition for them to free
+   * (ROOM_WAIT_MS at a time, as a hand-off does), left in Kafka: stored due, such jobs were only
+   * claimed a moment later, each costing the schedule a scan, a read and a lease more (at
+   * saturation, most of the Redis store's work). Once a wait ends without room, they are stored.
+   */
+  async take(jobs: Job[], heartbeat?: () => Promise<void>): Promise<void> {
+    const started = Date.now();
+    let rest = jobs;
+    let patient = true;
+    const enough = () => this.startRoom >= this.roomChunk && this.waitRoom >= this.roomChunk;
+    for (;;) {
+      rest = await this.takeSome(rest, !patient || !this.running || Date.now() - started >= TAKE_WAIT_MS);
+      if (rest.length === 0) return;
+      patient = await this.roomFreed(enough);
+      await heartbeat?.(); // a long wait must not cost the partition its place in the group
+    }
+  }
+
+  /** Holds what there is room for now of `jobs`, stores due those whose subscription's queue is
+   * full, and returns those that found no room, unstored; or stores them too when `last`. */
+  private async takeSome(jobs: Job[], last: boolean): Promise<Job[]> {
     const now = Date.now();
     const ids: string[] = [];
+    const stored: Job[] = [];
+    const later: Job[] = [];
     const chosen = new Map<string, number>(); // subscription → jobs held for it by this enqueue
     let room = this.running ? this.startRoom : 0;
     let waitRoom = this.running ? this.waitRoom : 0;
     let waits = 0;
-    for (const job of jobs) {
-      if (room <= 0) break;
+    for (let i = 0; i < jobs.length; i++) {
+      if (room <= 0 && !last) {
+        for (; i < jobs.length; i++) later.push(jobs[i]!); // none looked at: no room for any
+        break;
+      }
+      const job = jobs[i]!;
       const sub = job.subscription_id;
       const mine = chosen.get(sub) ?? 0;
-      if (!this.startsNow(sub, mine)) {
-        if (this.queued(sub) + mine >= this.queueLimit || waitRoom <= 0) continue;
+      const starts = this.startsNow(sub, mine);
+      if (!starts && this.queued(sub) + mine >= this.queueLimit) {
+        stored.push(job); // held beyond its queue, it would only go back to the schedule
+        continue;
+      }
+      if (room <= 0 || (!starts && waitRoom <= 0)) {
+        (last ? stored : later).push(job);
+        continue;
+      }
+      if (!starts) {
         waitRoom--;
         waits++;
       }
       chosen.set(sub, mine + 1);
       ids.push(job.job_id);
+      stored.push(job);
       room--;
     }
     // Reserved while the write is under way, so a claim meanwhile leaves room for them.
@@ -366,11 +409,12 @@ export class Dispatcher {
     reserve(1);
     let held: Job[];
     try {
-      held = await this.o.deliveries.enqueue(jobs, { ids, until: now + LEASE_MS });
+      held = await this.o.deliveries.enqueue(stored, { ids, until: now + LEASE_MS });
     } finally {
       reserve(-1);
     }
     for (const job of held) this.accept(job, now);
+    return later;
   }
 
   /** Jobs of a subscription waiting here, or being held for it by an enqueue. */
@@ -428,7 +472,7 @@ export class Dispatcher {
     await this.consumer?.stop();
     this.running = false;
     this.wake?.();
-    for (const woken of this.roomWaiters.splice(0)) woken();
+    for (const w of this.roomWaiters.splice(0)) w.woken();
     clearInterval(this.spiller);
     await this.loopDone;
     await Promise.all([...this.fresh].map((h) => h.spill));
@@ -482,7 +526,10 @@ export class Dispatcher {
           continue;
         }
         const now = Date.now();
-        const claimed = await this.o.deliveries.claim(now, Math.min(free, 500), LEASE_MS, this.rooms());
+        // Takes waiting for room get half of it: the schedule's jobs are not starved by a busy
+        // topic, nor the topic's by a backlog in the schedule (stored due, claimed a moment later).
+        const limit = Math.min(this.roomWaiters.length > 0 ? Math.ceil(free / 2) : free, 500);
+        const claimed = await this.o.deliveries.claim(now, limit, LEASE_MS, this.rooms());
         this.starved = false;
         if (claimed.length === 0) {
           // Sleep until the next due job, at most a second (jobs other processes schedule), and
@@ -515,13 +562,12 @@ export class Dispatcher {
     return { of, otherwise: canWait ? this.queueLimit : this.o.maxInFlightPerSubscription };
   }
 
-  /** A claimed (or held) job: started at once if its subscription has a free slot, else waits here. */
+  /** A claimed (or held) job: started at once if its subscription has a free slot, else waits here.
+   * A claimed job is held even when takes filled the room it was claimed for meanwhile: sent back,
+   * it cost the schedule a write and a claim more a second later. The excess is at most the
+   * claim's own size (the room free when it was asked), and attempts stay within their slots. */
   private accept(job: Job, due: number): void {
     if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
-    if (!this.admits(job.subscription_id)) {
-      void this.o.deliveries.finish(job, null, Date.now() + BUSY_RECHECK_MS).catch(() => {});
-      return;
-    }
     this.hold({ job, due });
   }
 
@@ -561,8 +607,13 @@ export class Dispatcher {
         this.holding.delete(held.job.job_id);
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
-        if (this.roomWaiters.length > 0 && this.startRoom >= this.roomChunk)
-          for (const woken of this.roomWaiters.splice(0)) woken();
+        if (this.roomWaiters.length > 0) {
+          const ready = this.roomWaiters.filter((w) => w.enough());
+          if (ready.length > 0) {
+            this.roomWaiters = this.roomWaiters.filter((w) => !ready.includes(w));
+            for (const w of ready) w.woken();
+          }
+        }
       });
     }
   }

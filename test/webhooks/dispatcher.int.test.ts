@@ -1,7 +1,8 @@
 // The dispatcher with a real receiver and the embedded stores: a burst for one subscription is held
 // only as far as its queue goes, and the rest waits in the schedule, due, instead of being taken
-// and sent back for a second; jobs handed off are delivered before they are stored, and stored
-// only when they stay too long.
+// and sent back for a second; a take from the topic beyond the process's room waits for room
+// rather than storing its jobs due; jobs handed off are delivered before they are stored, and
+// stored only when they stay too long.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
@@ -118,6 +119,41 @@ for (const httpThreads of [1, 0])
         const pending = await deliveries.pending();
         assert.equal(pending.count, 100);
         assert.ok(pending.oldestDue! <= Date.now(), 'the other 82 are due now, not sent back for later');
+      } finally {
+        await close();
+      }
+    });
+
+    it('a take beyond the process’s room waits for room with its partition instead of storing the jobs due', async () => {
+      const { store, file, rx, sealKey, dispatcher, close } = await rig({
+        httpThreads,
+        timeoutMs: 5000,
+        maxInFlight: 8,
+      });
+      const owner = 'prn:::accounts:/room';
+      try {
+        await dispatcher.start();
+        // Four subscriptions, ten jobs each, interleaved: no subscription's queue fills, the
+        // process's eight slots do.
+        const subs = await Promise.all(
+          [0, 1, 2, 3].map(() =>
+            benchSubscription(store, { owner, url: `${rx.url}/ok`, eventType: 'device.created', sealKey }),
+          ),
+        );
+        // A first delivery starts the HTTP side (its thread, its connection): the burst's waits for
+        // room are then attempts', not a start's, which may outlast a wait.
+        await dispatcher.take(jobsFor(owner, subs[0]!, 1));
+        await rx.waitFor('/ok', 1);
+        const batches = subs.map((sub) => jobsFor(owner, sub, 10));
+        const jobs = batches[0]!.flatMap((_, i) => batches.map((b) => b[i]!));
+        await dispatcher.take(jobs);
+        const db = new DatabaseSync(file, { readOnly: true });
+        const due = (
+          db.prepare('SELECT count(*) AS n FROM schedule WHERE due <= ?').get(Date.now()) as { n: number }
+        ).n;
+        db.close();
+        assert.equal(due, 0, 'every job was held (leased) or finished when the take resolved, none left due');
+        await rx.waitFor('/ok', 41);
       } finally {
         await close();
       }
