@@ -181,6 +181,10 @@ export class Dispatcher {
   private reservedWaits = 0;
   private readonly reservedOf = new Map<string, number>(); // the same, by subscription
   private starved = false; // the last claim found due jobs only of subscriptions with full queues
+  /** Takes and hand-offs waiting for room (see waitForRoom). */
+  private roomWaits = 0;
+  /** Set as a stop begins: takes store what they hold no room for, instead of waiting. */
+  private draining = false;
   private readonly holding = new Map<string, Held>(); // job id → the job, running or waiting here
   /** Jobs handed off and not stored, in the order they came. */
   private readonly fresh = new Set<Held>();
@@ -266,7 +270,7 @@ export class Dispatcher {
       let room = this.running && this.queued(sub) < this.queueLimit;
       // Waits while the whole budget is taken; a job that would wait beyond the waiting share is
       // stored at once (waiting for that share, a slow subscription would hold up the processor).
-      while (room && patient && this.startRoom <= 0) patient = await this.roomFreed();
+      while (room && patient && this.startRoom <= 0) patient = await this.waitForRoom();
       room &&= this.running && this.admits(sub);
       if (!room) {
         stored.push(job);
@@ -285,12 +289,14 @@ export class Dispatcher {
   /** Resolves true once `enough` holds after a job is done (by default: `roomChunk` slots are
    * free), false after ROOM_WAIT_MS without (or once the dispatcher stops). */
   private roomFreed(enough = () => this.startRoom >= this.roomChunk): Promise<boolean> {
+    // Room freed while the caller awaited something else (a store write) has woken nobody.
+    if (enough()) return Promise.resolve(this.running && !this.draining);
     return new Promise((resolve) => {
       const waiter = {
         enough,
         woken: () => {
           clearTimeout(timer);
-          resolve(this.running);
+          resolve(this.running && !this.draining);
         },
       };
       const timer = setTimeout(() => {
@@ -299,6 +305,26 @@ export class Dispatcher {
       }, ROOM_WAIT_MS);
       this.roomWaiters.push(waiter);
     });
+  }
+
+  /** roomFreed, counted while it waits (and until its waiter has run on): a claim meanwhile takes
+   * only half of the free room, leaving the rest to the waiters. */
+  private async waitForRoom(enough?: () => boolean): Promise<boolean> {
+    this.roomWaits++;
+    try {
+      return await this.roomFreed(enough);
+    } finally {
+      this.roomWaits--;
+    }
+  }
+
+  /** Wakes the waiters whose room has freed. */
+  private wakeRoomWaiters(): void {
+    if (this.roomWaiters.length === 0) return;
+    const ready = this.roomWaiters.filter((w) => w.enough());
+    if (ready.length === 0) return;
+    this.roomWaiters = this.roomWaiters.filter((w) => !ready.includes(w));
+    for (const w of ready) w.woken();
   }
 
   /** Stores the fresh jobs held here for SPILL_MS and not finished, leased to this process: their
@@ -344,7 +370,10 @@ export class Dispatcher {
    * process's slots or its waiting share taken waits with its partition for them to free
    * (ROOM_WAIT_MS at a time, as a hand-off does), left in Kafka: stored due, such jobs were only
    * claimed a moment later, each costing the schedule a scan, a read and a lease more (at
-   * saturation, most of the Redis store's work). Once a wait ends without room, they are stored.
+   * saturation, most of the Redis store's work). Once a wait ends without room, or after
+   * TAKE_WAIT_MS in all, or at a stop, they are stored. (While hanging subscriptions' jobs fill
+   * the waiting share, a take whose jobs would wait therefore holds its partition up to
+   * ROOM_WAIT_MS; its jobs that start at once are held before it waits.)
    */
   async take(jobs: Job[], heartbeat?: () => Promise<void>): Promise<void> {
     const started = Date.now();
@@ -352,10 +381,11 @@ export class Dispatcher {
     let patient = true;
     const enough = () => this.startRoom >= this.roomChunk && this.waitRoom >= this.roomChunk;
     for (;;) {
-      rest = await this.takeSome(rest, !patient || !this.running || Date.now() - started >= TAKE_WAIT_MS);
+      const last = !patient || this.draining || !this.running || Date.now() - started >= TAKE_WAIT_MS;
+      rest = await this.takeSome(rest, last);
       if (rest.length === 0) return;
-      patient = await this.roomFreed(enough);
       await heartbeat?.(); // a long wait must not cost the partition its place in the group
+      patient = await this.waitForRoom(enough);
     }
   }
 
@@ -370,12 +400,7 @@ export class Dispatcher {
     let room = this.running ? this.startRoom : 0;
     let waitRoom = this.running ? this.waitRoom : 0;
     let waits = 0;
-    for (let i = 0; i < jobs.length; i++) {
-      if (room <= 0 && !last) {
-        for (; i < jobs.length; i++) later.push(jobs[i]!); // none looked at: no room for any
-        break;
-      }
-      const job = jobs[i]!;
+    for (const job of jobs) {
       const sub = job.subscription_id;
       const mine = chosen.get(sub) ?? 0;
       const starts = this.startsNow(sub, mine);
@@ -414,6 +439,7 @@ export class Dispatcher {
       reserve(-1);
     }
     for (const job of held) this.accept(job, now);
+    if (held.length < ids.length) this.wakeRoomWaiters(); // jobs the store knew: their room is free
     return later;
   }
 
@@ -469,6 +495,8 @@ export class Dispatcher {
   }
 
   private async shut(): Promise<void> {
+    this.draining = true;
+    for (const w of this.roomWaiters.splice(0)) w.woken();
     await this.consumer?.stop();
     this.running = false;
     this.wake?.();
@@ -528,7 +556,9 @@ export class Dispatcher {
         const now = Date.now();
         // Takes waiting for room get half of it: the schedule's jobs are not starved by a busy
         // topic, nor the topic's by a backlog in the schedule (stored due, claimed a moment later).
-        const limit = Math.min(this.roomWaiters.length > 0 ? Math.ceil(free / 2) : free, 500);
+        // Takes and hand-offs waiting for room get half of it: neither the topic nor the schedule
+        // starves the other.
+        const limit = Math.min(this.roomWaits > 0 ? Math.ceil(free / 2) : free, 500);
         const claimed = await this.o.deliveries.claim(now, limit, LEASE_MS, this.rooms());
         this.starved = false;
         if (claimed.length === 0) {
@@ -564,8 +594,9 @@ export class Dispatcher {
 
   /** A claimed (or held) job: started at once if its subscription has a free slot, else waits here.
    * A claimed job is held even when takes filled the room it was claimed for meanwhile: sent back,
-   * it cost the schedule a write and a claim more a second later. The excess is at most the
-   * claim's own size (the room free when it was asked), and attempts stay within their slots. */
+   * it cost the schedule a write and a claim more a second later. The excess is at most what
+   * takes added during the claim (the process's places, the queues' and the waiting share's);
+   * attempts stay within their slots. */
   private accept(job: Job, due: number): void {
     if (this.holding.has(job.job_id)) return; // already here (a lease renewed by a claim)
     this.hold({ job, due });
@@ -607,13 +638,7 @@ export class Dispatcher {
         this.holding.delete(held.job.job_id);
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
-        if (this.roomWaiters.length > 0) {
-          const ready = this.roomWaiters.filter((w) => w.enough());
-          if (ready.length > 0) {
-            this.roomWaiters = this.roomWaiters.filter((w) => !ready.includes(w));
-            for (const w of ready) w.woken();
-          }
-        }
+        this.wakeRoomWaiters();
       });
     }
   }
