@@ -183,7 +183,7 @@ export class Dispatcher {
   private starved = false; // the last claim found due jobs only of subscriptions with full queues
   /** Takes and hand-offs waiting for room (see waitForRoom). */
   private roomWaits = 0;
-  /** Set as a stop begins: takes store what they hold no room for, instead of waiting. */
+  /** Set as a stop begins: takes and hand-offs store what they hold no room for, instead of waiting. */
   private draining = false;
   private readonly holding = new Map<string, Held>(); // job id → the job, running or waiting here
   /** Jobs handed off and not stored, in the order they came. */
@@ -289,8 +289,10 @@ export class Dispatcher {
   /** Resolves true once `enough` holds after a job is done (by default: `roomChunk` slots are
    * free), false after ROOM_WAIT_MS without (or once the dispatcher stops). */
   private roomFreed(enough = () => this.startRoom >= this.roomChunk): Promise<boolean> {
-    // Room freed while the caller awaited something else (a store write) has woken nobody.
-    if (enough()) return Promise.resolve(this.running && !this.draining);
+    // Stopping, a waiter stores what it holds instead. Room freed while the caller awaited
+    // something else (a store write) has woken nobody.
+    if (this.draining) return Promise.resolve(false);
+    if (enough()) return Promise.resolve(this.running);
     return new Promise((resolve) => {
       const waiter = {
         enough,
@@ -500,7 +502,6 @@ export class Dispatcher {
     await this.consumer?.stop();
     this.running = false;
     this.wake?.();
-    for (const w of this.roomWaiters.splice(0)) w.woken();
     clearInterval(this.spiller);
     await this.loopDone;
     await Promise.all([...this.fresh].map((h) => h.spill));
@@ -554,10 +555,8 @@ export class Dispatcher {
           continue;
         }
         const now = Date.now();
-        // Takes waiting for room get half of it: the schedule's jobs are not starved by a busy
-        // topic, nor the topic's by a backlog in the schedule (stored due, claimed a moment later).
-        // Takes and hand-offs waiting for room get half of it: neither the topic nor the schedule
-        // starves the other.
+        // Takes and hand-offs waiting for room get half of it: the schedule's jobs are not starved
+        // by a busy topic, nor the topic's by a backlog in the schedule.
         const limit = Math.min(this.roomWaits > 0 ? Math.ceil(free / 2) : free, 500);
         const claimed = await this.o.deliveries.claim(now, limit, LEASE_MS, this.rooms());
         this.starved = false;

@@ -57,11 +57,11 @@ async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: num
   return { store, file, deliveries, rx, sealKey, dispatcher, close };
 }
 
-/** The rows of the schedule in the store's file, read beside the store. */
-function scheduleRows(file: string): number {
+/** The rows of the schedule in the store's file (those `where` holds for), read beside the store. */
+function scheduleRows(file: string, where = 'TRUE', ...args: number[]): number {
   const db = new DatabaseSync(file, { readOnly: true });
   try {
-    return (db.prepare('SELECT count(*) AS n FROM schedule').get() as { n: number }).n;
+    return (db.prepare(`SELECT count(*) AS n FROM schedule WHERE ${where}`).get(...args) as { n: number }).n;
   } finally {
     db.close();
   }
@@ -147,11 +147,7 @@ for (const httpThreads of [1, 0])
         const batches = subs.map((sub) => jobsFor(owner, sub, 10));
         const jobs = batches[0]!.flatMap((_, i) => batches.map((b) => b[i]!));
         await dispatcher.take(jobs);
-        const db = new DatabaseSync(file, { readOnly: true });
-        const due = (
-          db.prepare('SELECT count(*) AS n FROM schedule WHERE due <= ?').get(Date.now()) as { n: number }
-        ).n;
-        db.close();
+        const due = scheduleRows(file, 'due <= ?', Date.now());
         assert.equal(due, 0, 'every job was held (leased) or finished when the take resolved, none left due');
         await rx.waitFor('/ok', 41);
       } finally {
