@@ -18,8 +18,8 @@ import type { Bus, ConsumeOptions, Consumer, InMessage, OutMessage } from './por
 const FETCH_MIN_BYTES = 8192;
 /** Most bytes of message values merged into one request (see `send`). */
 const MERGED_BYTES = 1 << 20;
-/** A group member commits its finished offsets at most this often (and at a stop). */
-const COMMIT_INTERVAL_MS = 1000;
+/** How long a stop waits for its commit: kafkajs retries a failing one for about 20 s. */
+const STOP_COMMIT_MS = 5000;
 
 interface WaitingSend {
   topic: string;
@@ -41,55 +41,72 @@ interface Lane {
 }
 
 /**
- * A group member's finished offsets, committed at most once per COMMIT_INTERVAL_MS, within it of
+ * A group member's finished offsets, committed at most once per interval (a second), within it of
  * a chunk's end, and at a stop. kafkajs's own auto-commit sends a commit after every batch,
  * whatever its interval: at 1,000 changes/s the processor's partitions sent 80 a second, and the
- * broker spent more than half of its CPU on them. A crash or a rebalance hands at most a second of
- * finished chunks to the next member again, which the handlers accept (they are idempotent).
+ * broker spent more than half of its CPU on them. A crash, or a partition moving to another
+ * member, hands at most a second of finished chunks to its next holder again, which the handlers
+ * accept (they are idempotent); a stop commits first.
  */
 class OffsetCommits {
   /** Partition → the next offset to read, for chunks finished since the last commit. */
   private readonly finished = new Map<number, string>();
+  /** The partitions this member holds (from its last join; undefined before the first). */
+  private held: Set<number> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private last = 0;
+  private stopped = false;
   private committing: Promise<void> = Promise.resolve();
-
   private readonly topic: string;
+  private readonly intervalMs: number;
   private readonly commit: (offsets: { topic: string; partition: number; offset: string }[]) => Promise<void>;
   private readonly log: Logger;
 
-  constructor(
-    topic: string,
-    commit: (offsets: { topic: string; partition: number; offset: string }[]) => Promise<void>,
-    log: Logger,
-  ) {
-    this.topic = topic;
-    this.commit = commit;
-    this.log = log;
+  constructor(o: {
+    topic: string;
+    intervalMs: number;
+    commit: (offsets: { topic: string; partition: number; offset: string }[]) => Promise<void>;
+    log: Logger;
+  }) {
+    this.topic = o.topic;
+    this.intervalMs = o.intervalMs;
+    this.commit = o.commit;
+    this.log = o.log;
   }
 
   /** `offset`: the chunk's last message. */
   finish(partition: number, offset: string): void {
     this.finished.set(partition, (BigInt(offset) + 1n).toString());
+    this.arm();
+  }
+
+  private arm(): void {
+    if (this.stopped || this.finished.size === 0) return;
     this.timer ??= setTimeout(
       () => {
         this.timer = undefined;
         void this.flush();
       },
-      Math.max(0, this.last + COMMIT_INTERVAL_MS - Date.now()),
+      Math.max(0, this.last + this.intervalMs - Date.now()),
     );
   }
 
-  /** After a rebalance: a partition now another member's is not committed from here, which would
-   * move that member's offset back. */
-  keep(partitions: number[]): void {
-    for (const p of this.finished.keys()) if (!partitions.includes(p)) this.finished.delete(p);
+  /**
+   * After a join: the partitions now held. A partition now another member's is not committed from
+   * here (that would move its new holder's offset back). Returns the finished offsets of those
+   * kept, for the consumer to resume from: kafkajs resumes from the committed ones, and would hand
+   * the member the chunks it finished since the last commit again.
+   */
+  keep(partitions: number[]): [number, string][] {
+    this.held = new Set(partitions);
+    for (const p of this.finished.keys()) if (!this.held.has(p)) this.finished.delete(p);
+    return [...this.finished];
   }
 
   /** One commit at a time, in order, so an older offset never lands after a newer one. */
   flush(): Promise<void> {
     this.committing = this.committing.then(async () => {
-      if (this.finished.size === 0) return;
+      if (this.stopped || this.finished.size === 0) return;
       const offsets = [...this.finished].map(([partition, offset]) => ({
         topic: this.topic,
         partition,
@@ -100,19 +117,21 @@ class OffsetCommits {
       try {
         await this.commit(offsets);
       } catch (err) {
-        // Tried again with the next commit, unless a later chunk of the partition is there by then.
+        // Tried again in an interval, unless a later chunk of the partition is there by then or
+        // the partition went to another member meanwhile.
         for (const o of offsets)
-          if (!this.finished.has(o.partition)) this.finished.set(o.partition, o.offset);
-        this.log.warn(
-          { topic: this.topic, err: (err as Error).message },
-          'offset commit failed; retrying with the next',
-        );
+          if (!this.finished.has(o.partition) && (!this.held || this.held.has(o.partition)))
+            this.finished.set(o.partition, o.offset);
+        this.log.warn({ topic: this.topic, err: (err as Error).message }, 'offset commit failed; retrying');
+        this.arm();
       }
     });
     return this.committing;
   }
 
+  /** Nothing is committed from here on (a crashed consumer can no longer commit). */
   stop(): void {
+    this.stopped = true;
     clearTimeout(this.timer);
     this.timer = undefined;
   }
@@ -136,6 +155,7 @@ export class KafkaBus implements Bus {
   private readonly prefix: string;
   private readonly maxBatch: number;
   private readonly fetchWaitMs: number;
+  private readonly commitIntervalMs: number;
   private readonly log: Logger;
 
   constructor(o: {
@@ -147,11 +167,15 @@ export class KafkaBus implements Bus {
     maxBatch?: number;
     /** HUB_KAFKA_FETCH_WAIT_MS (default 20). */
     fetchWaitMs?: number;
+    /** A group member commits its finished offsets at most this often, and at a stop (default
+     * 1000; see OffsetCommits). */
+    commitIntervalMs?: number;
     config?: Partial<KafkaConfig>;
   }) {
     this.prefix = o.prefix ?? '';
     this.maxBatch = o.maxBatch ?? 1000;
     this.fetchWaitMs = o.fetchWaitMs ?? 20;
+    this.commitIntervalMs = o.commitIntervalMs ?? 1000;
     const log = o.logger.child({ component: 'kafka' });
     this.log = log;
     this.kafka = new Kafka({
@@ -338,13 +362,19 @@ export class KafkaBus implements Bus {
         : { minBytes: 1, maxWaitTimeInMs: 50 }),
       maxBytesPerPartition: 4 * 1024 * 1024,
     });
-    const commits = new OffsetCommits(topic, (offsets) => consumer.commitOffsets(offsets), this.log);
+    const commits = new OffsetCommits({
+      topic,
+      intervalMs: this.commitIntervalMs,
+      commit: (offsets) => consumer.commitOffsets(offsets),
+      log: this.log,
+    });
     /** Chunks being handled: a stop lets them finish, then commits. */
     const running = new Set<Promise<void>>();
     let stopping = false;
     consumer.on(consumer.events.GROUP_JOIN, (e) => {
       const partitions = e.payload.memberAssignment[topic] ?? [];
-      commits.keep(partitions);
+      // Emitted before the first fetch of the new assignment, which starts from these.
+      for (const [partition, offset] of commits.keep(partitions)) consumer.seek({ topic, partition, offset });
       o.onAssignment?.(partitions);
     });
     await consumer.connect();
@@ -385,7 +415,9 @@ export class KafkaBus implements Bus {
       stop: async () => {
         stopping = true;
         await Promise.allSettled([...running]);
-        await commits.flush();
+        let bounded: NodeJS.Timeout | undefined;
+        await Promise.race([commits.flush(), new Promise((r) => (bounded = setTimeout(r, STOP_COMMIT_MS)))]);
+        clearTimeout(bounded);
         commits.stop();
         await consumer.disconnect();
       },
