@@ -658,6 +658,20 @@ each written so that a plan made from a small table still looks up by index (as 
 commit; planned at each call instead, planning was a fifth of PostgreSQL's CPU), and a projector's
 runners, woken by one notification, share one read of the log.
 
+On the slower machine of 2026-11-26 (the plain loop at 10,000–12,000/s against 27,000–41,000 the
+day before) the hub cannot keep up at low latency, and the latency forms before it answers. In
+30-s runs the \`PATCH\` round trip was 2.1–3.6 s of a 2.3–3.8 s end-to-end time: the requests
+wait in the sender's pool while the API process gets a share of the busy cores, and the stages
+after it (relay, processor, dispatcher) add about 200 ms, their consumer lag 0. With only the API
+and the projector running, the same \`PATCH\`es took 10 ms at p50 and 20–120 ms at p99 (past the first
+seconds), the API using 62 % of a core and PostgreSQL 38 %. Everything at 1,000/s and low latency
+wants about 2.8 cores here (API 62 %, dispatcher 40, PostgreSQL 38, projector 32, processor 30, Redis 30,
+Kafka 12, the sender 25 and the receiver 12), so the hub settles where each stage's batches are
+large enough for its share: API 38–43 %, dispatcher 34–42, processor 28–32, Redis 27–36, the
+projector 8–10 %. The consumers' offsets had been committed after every batch (kafkajs's
+auto-commit): 80 commits a second from the processor took more than half of the broker's CPU
+(29–35 % of a core; 12 % since they are committed once a second).
+
 | Profile | Changes sent | Refused | Delivered | Accepted, not delivered | p50 ms | p99 ms |
 |---|---:|---:|---:|---:|---:|---:|
 ${e2e.map((r) => `| ${r.target} | ${fmt(r.sent)} | ${fmt(r.failed)}${r.failed ? ` (${r.refusals})` : ''} | ${fmt(r.received)} | ${fmt(r.lost)} | ${fmt(r.p50)} | ${fmt(r.p99)} |`).join('\n')}
