@@ -386,6 +386,12 @@ export const knobs = {
     'Events per batch applied to a read model.',
     int(1, 100_000),
   ),
+  projectorLingerMs: knob(
+    'HUB_PROJECTOR_LINGER_MS',
+    '10',
+    "Following live writes, the least time between two reads of the event store by the projector's followers (the read models' runners, the mailer, the publicity carrier), ms: under steady writes, one batch per interval instead of one per write. Reads of read models then wait up to this much more for the caller's last write; the first write after a quiet interval is read at once. Not the relay's (webhooks' latency). 0: every write is read at once.",
+    int(0, 1000),
+  ),
   replayDropGraceMs: knob(
     'HUB_REPLAY_DROP_GRACE_MS',
     '5000',

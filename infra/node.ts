@@ -183,6 +183,9 @@ export async function startNode(
 
   // The embedded read store lives in this process, so its projector must run here too.
   const runProjector = roles.includes('projector') || config.profile === 'embedded';
+  // How the projector's followers (the read models' runners, the mailer, the publicity carrier)
+  // follow the store: one batch size, so that those at one checkpoint share each read.
+  const follow = { batchSize: config.projectionBatch, lingerMs: config.projectorLingerMs };
   const runners: ProjectionRunner[] = [];
   if (runProjector) {
     const projectionMetrics = new ProjectionMetrics(metrics.registry);
@@ -193,7 +196,7 @@ export async function startNode(
         projection,
         logger,
         metrics: projectionMetrics,
-        batchSize: config.projectionBatch,
+        ...follow,
       });
       runner.start();
       runners.push(runner);
@@ -232,9 +235,10 @@ export async function startNode(
       hmacKey: keys.hmacKey,
       publicUrl,
       logger,
+      follow,
     });
     // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
-    const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger });
+    const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger, follow });
     mailer.start();
     publicity.start();
     closers.push(async () => {

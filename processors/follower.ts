@@ -13,6 +13,8 @@ export interface FollowerOptions {
   handle: (batch: RecordedEvent[]) => Promise<void>;
   /** Most events per batch (default 100). */
   batchSize?: number;
+  /** See SubscribeOptions.lingerMs (default 0). */
+  lingerMs?: number;
   /** Asked before following: false waits a second and asks again (a standby without a lease). */
   ready?: () => Promise<boolean>;
   /** Called once the loop has ended. */
@@ -68,7 +70,10 @@ export class EventFollower {
         await new Promise((r) => setTimeout(r, 1000));
         continue;
       }
-      const subscription = this.o.store.subscribe(from, { batchSize: this.o.batchSize ?? 100 });
+      const subscription = this.o.store.subscribe(from, {
+        batchSize: this.o.batchSize ?? 100,
+        lingerMs: this.o.lingerMs,
+      });
       const stop = () => subscription.close();
       signal.addEventListener('abort', stop, { once: true });
       try {

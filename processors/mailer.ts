@@ -4,7 +4,7 @@
 
 import { emailedToken } from '../api/auth/secrets.ts';
 import type { CheckpointStore } from '../infra/checkpoints.ts';
-import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
+import type { EventStore, RecordedEvent, SubscribeOptions } from '../infra/eventstore/port.ts';
 import type { Mail, Mailer } from '../infra/mail.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import { EventFollower } from './follower.ts';
@@ -16,6 +16,8 @@ export interface MailerOptions {
   hmacKey: Buffer;
   publicUrl: () => string;
   logger: Logger;
+  /** How it follows the store (batch size, linger). */
+  follow?: SubscribeOptions;
 }
 
 export function mailFor(event: RecordedEvent, hmacKey: Buffer, publicUrl: string): Mail | undefined {
@@ -44,6 +46,7 @@ export function mailFor(event: RecordedEvent, hmacKey: Buffer, publicUrl: string
 export function mailProcessor(o: MailerOptions): EventFollower {
   return new EventFollower({
     name: 'mailer',
+    ...o.follow,
     store: o.store,
     checkpoints: o.checkpoints,
     logger: o.logger,

@@ -2,7 +2,7 @@
 // changes, its steps follow (the same code the operator callback runs on demand).
 import { carryPublicity } from '../api/devices/publicity.ts';
 import type { CheckpointStore } from '../infra/checkpoints.ts';
-import type { EventStore } from '../infra/eventstore/port.ts';
+import type { EventStore, SubscribeOptions } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import { EventFollower } from './follower.ts';
 
@@ -10,10 +10,14 @@ export function publicityProcessor(o: {
   store: EventStore;
   checkpoints: CheckpointStore;
   logger: Logger;
+  /** How it follows the store (batch size, linger). */
+  follow?: SubscribeOptions;
 }): EventFollower {
+  const { follow, ...rest } = o;
   return new EventFollower({
     name: 'publicity',
-    ...o,
+    ...follow,
+    ...rest,
     handle: async (batch) => {
       const changed = new Set(
         batch

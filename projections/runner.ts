@@ -27,6 +27,9 @@ export interface RunnerOptions {
   /** A fixed generation (a replay's target). Without it the runner follows the active generation. */
   generation?: number;
   batchSize?: number;
+  /** Following live appends, the least time between two reads of short pages (see
+   * SubscribeOptions.lingerMs; HUB_PROJECTOR_LINGER_MS). */
+  lingerMs?: number;
   /** Called after every applied batch. */
   onBatch?: (checkpoint: number, events: number) => void;
 }
@@ -190,7 +193,10 @@ export class ProjectionRunner {
   /** Live: the subscription's batches of what has arrived. */
   private async follow(generation: number, signal: AbortSignal): Promise<void> {
     if (signal.aborted) return; // an abort listener added now would never fire
-    const subscription = this.o.store.subscribe(this.checkpoint, { batchSize: this.batchSize });
+    const subscription = this.o.store.subscribe(this.checkpoint, {
+      batchSize: this.batchSize,
+      lingerMs: this.o.lingerMs,
+    });
     const stop = () => subscription.close();
     signal.addEventListener('abort', stop, { once: true });
     try {

@@ -24,6 +24,7 @@ import {
   type ExpectedRevision,
   type NewEvent,
   type RecordedEvent,
+  type SubscribeOptions,
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
@@ -114,7 +115,8 @@ export class EsdbEventStore implements EventStore {
     return out;
   }
 
-  subscribe(after = 0, options: { batchSize?: number } = {}): Subscription {
+  /** The server pushes each event as it is written: `lingerMs` does not apply. */
+  subscribe(after = 0, options: SubscribeOptions = {}): Subscription {
     const subscription = this.client.subscribeToAll({
       fromPosition: after === 0 ? START : { commit: BigInt(after), prepare: BigInt(after) },
       filter: excludeSystemEvents(),

@@ -54,10 +54,22 @@ export interface EventStore {
   /** Events of every stream with a global position above `after` (0 reads from the start). */
   readAll(after?: number, max?: number): Promise<RecordedEvent[]>;
   /** Catches up from `after`, then follows live appends, in global order, each event once. */
-  subscribe(after?: number, options?: { batchSize?: number }): Subscription;
+  subscribe(after?: number, options?: SubscribeOptions): Subscription;
   /** The global position of the last stored event (0 when empty). */
   head(): Promise<number>;
   close(): Promise<void>;
+}
+
+export interface SubscribeOptions {
+  /** Most events per page. */
+  batchSize?: number;
+  /**
+   * Following live appends, a read after a page short of `batchSize` waits until this long after
+   * the last one began: under a steady trickle of appends, one page per interval instead of one
+   * per append (each costing its consumer a write of its own). Catching up never waits, nor does
+   * the first read after a quiet interval. 0: every append is read at once.
+   */
+  lingerMs?: number;
 }
 
 export class WrongExpectedRevisionError extends Error {
@@ -191,10 +203,11 @@ export function catchUpSubscription(
   readAll: (after: number, max: number) => Promise<RecordedEvent[]>,
   onAppend: (wake: () => void) => () => void,
   after: number,
-  options: { batchSize?: number; pollMs?: number } = {},
+  options: SubscribeOptions & { pollMs?: number } = {},
 ): Subscription {
   const batchSize = options.batchSize ?? 500;
   const pollMs = options.pollMs ?? 1000;
+  const lingerMs = options.lingerMs ?? 0;
   let closed = false;
   let wake: (() => void) | undefined;
   let signalled = false;
@@ -209,21 +222,39 @@ export function catchUpSubscription(
   };
   async function* run(): AsyncGenerator<RecordedEvent[]> {
     let checkpoint = after;
+    let lastRead = Number.NEGATIVE_INFINITY;
     // A signal after a read began may be of events that read missed: it is reset as a read begins.
     const read = () => {
       signalled = false;
+      lastRead = performance.now();
       return readAll(checkpoint, batchSize);
+    };
+    /** Waits out the linger since the last read (see SubscribeOptions); a close ends it. */
+    const lingered = async () => {
+      const left = lastRead + lingerMs - performance.now();
+      if (left <= 0 || closed) return;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, left);
+        wake = () => {
+          if (!closed) return; // appends meanwhile are read when the linger ends
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      wake = undefined;
     };
     // The next page, read while the consumer handles this one when more is known to be waiting.
     let ahead: Promise<RecordedEvent[]> | undefined;
     try {
       while (!closed) {
+        if (!ahead) await lingered();
+        if (closed) return;
         const page = await (ahead ?? read());
         ahead = undefined;
         if (closed) return;
         if (page.length > 0) {
           checkpoint = page[page.length - 1]!.position;
-          if (page.length === batchSize || signalled) {
+          if (page.length === batchSize || (signalled && lingerMs === 0)) {
             ahead = read();
             ahead.catch(() => {}); // awaited next round; dropped if the consumer closes first
           }

@@ -13,6 +13,7 @@ import {
   planBatch,
   type RecordedEvent,
   type StoredId,
+  type SubscribeOptions,
   type Subscription,
   serialise,
   type Waiting,
@@ -305,7 +306,7 @@ export class PostgresEventStore implements EventStore {
     return read;
   }
 
-  subscribe(after = 0, options: { batchSize?: number } = {}): Subscription {
+  subscribe(after = 0, options: SubscribeOptions = {}): Subscription {
     void this.listen();
     return catchUpSubscription(
       (from, max) => this.readAll(from, max),

@@ -10,6 +10,7 @@ import type {
   ExpectedRevision,
   NewEvent,
   RecordedEvent,
+  SubscribeOptions,
   Subscription,
 } from './port.ts';
 import { WrongExpectedRevisionError } from './port.ts';
@@ -70,7 +71,7 @@ export class SchemaCheckedStore implements EventStore {
     return (await this.inner.readAll(after, max)).map((e) => this.current(e));
   }
 
-  subscribe(after?: number, options?: { batchSize?: number }): Subscription {
+  subscribe(after?: number, options?: SubscribeOptions): Subscription {
     const inner = this.inner.subscribe(after, options);
     const upcast = (e: RecordedEvent) => this.current(e);
     async function* run(): AsyncGenerator<RecordedEvent[]> {

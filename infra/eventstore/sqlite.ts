@@ -19,6 +19,7 @@ import {
   planBatch,
   type RecordedEvent,
   type StoredId,
+  type SubscribeOptions,
   type Subscription,
   serialise,
   type Waiting,
@@ -286,7 +287,7 @@ export class SqliteEventStore implements EventStore {
     return (this.sql.readAll.all(after, max) as Row[]).map(toRecorded);
   }
 
-  subscribe(after = 0, options: { batchSize?: number } = {}): Subscription {
+  subscribe(after = 0, options: SubscribeOptions = {}): Subscription {
     return catchUpSubscription(
       (from, max) => this.readAll(from, max),
       (wake) => {
