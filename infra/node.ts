@@ -183,8 +183,8 @@ export async function startNode(
 
   // The embedded read store lives in this process, so its projector must run here too.
   const runProjector = roles.includes('projector') || config.profile === 'embedded';
-  // How the projector's followers (the read models' runners, the mailer, the publicity carrier)
-  // follow the store: one batch size, so that those at one checkpoint share each read.
+  // How the projector's followers (the read models' runners, the publicity carrier; the mailer its
+  // linger only) follow the store: one batch size, so that those at one checkpoint share a read.
   const follow = { batchSize: config.projectionBatch, lingerMs: config.projectorLingerMs };
   const runners: ProjectionRunner[] = [];
   if (runProjector) {
@@ -235,7 +235,8 @@ export async function startNode(
       hmacKey: keys.hmacKey,
       publicUrl,
       logger,
-      follow,
+      // Its own batch size: a batch whose sending fails is sent again from its start.
+      follow: { lingerMs: follow.lingerMs },
     });
     // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
     const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger, follow });

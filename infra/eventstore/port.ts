@@ -66,8 +66,9 @@ export interface SubscribeOptions {
   /**
    * Following live appends, a read after a page short of `batchSize` waits until this long after
    * the last one began: under a steady trickle of appends, one page per interval instead of one
-   * per append (each costing its consumer a write of its own). Catching up never waits, nor does
-   * the first read after a quiet interval. 0: every append is read at once.
+   * per append (each costing its consumer a write of its own). Full pages (a backlog) are read
+   * back to back, and an append after at least this long without a read is read at once. 0: every
+   * append is read at once.
    */
   lingerMs?: number;
 }
@@ -254,8 +255,10 @@ export function catchUpSubscription(
         if (closed) return;
         if (page.length > 0) {
           checkpoint = page[page.length - 1]!.position;
-          if (page.length === batchSize || (signalled && lingerMs === 0)) {
-            ahead = read();
+          if (page.length === batchSize || signalled) {
+            // More is waiting: read it while the consumer handles this page, a full page at once,
+            // a short one once the linger is out.
+            ahead = page.length === batchSize ? read() : lingered().then(() => (closed ? [] : read()));
             ahead.catch(() => {}); // awaited next round; dropped if the consumer closes first
           }
           yield page;

@@ -26,6 +26,20 @@ describe('configuration (unit)', () => {
     assert.throws(() => loadConfig({ HUB_API_THREADS: '65' }), /HUB_API_THREADS must be auto or an integer/);
   });
 
+  it("the projector's followers linger 10 ms in the distributed profile and not in the embedded one (auto), or as set", () => {
+    assert.equal(loadConfig({}).projectorLingerMs, 0);
+    assert.equal(loadConfig({ HUB_PROFILE: 'distributed' }).projectorLingerMs, 10);
+    assert.equal(loadConfig({ HUB_PROJECTOR_LINGER_MS: '25' }).projectorLingerMs, 25);
+    assert.equal(
+      loadConfig({ HUB_PROFILE: 'distributed', HUB_PROJECTOR_LINGER_MS: '0' }).projectorLingerMs,
+      0,
+    );
+    assert.throws(
+      () => loadConfig({ HUB_PROJECTOR_LINGER_MS: '5000' }),
+      /HUB_PROJECTOR_LINGER_MS must be auto or an integer from 0 to 1000/,
+    );
+  });
+
   it('the distributed profile defaults to PostgreSQL', () => {
     assert.equal(loadConfig({ HUB_PROFILE: 'distributed' }).eventStoreKind, 'postgres');
   });
