@@ -2,19 +2,16 @@
 // effects (send an email, carry a flag): at least once, in order, resuming after crashes. A
 // failing batch is retried from the checkpoint with backoff.
 import type { CheckpointStore } from '../infra/checkpoints.ts';
-import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
+import type { EventStore, RecordedEvent, SubscribeOptions } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 
-export interface FollowerOptions {
+/** `batchSize` defaults to 100; `lingerMs` to 0 (see SubscribeOptions). */
+export interface FollowerOptions extends SubscribeOptions {
   name: string;
   store: EventStore;
   checkpoints: CheckpointStore;
   logger: Logger;
   handle: (batch: RecordedEvent[]) => Promise<void>;
-  /** Most events per batch (default 100). */
-  batchSize?: number;
-  /** See SubscribeOptions.lingerMs (default 0). */
-  lingerMs?: number;
   /** Asked before following: false waits a second and asks again (a standby without a lease). */
   ready?: () => Promise<boolean>;
   /** Called once the loop has ended. */

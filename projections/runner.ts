@@ -4,7 +4,7 @@
 // the live subscription. It survives the event store or the read store going away: it backs off
 // and resumes from the checkpoint that was stored.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { EventStore, RecordedEvent } from '../infra/eventstore/port.ts';
+import type { EventStore, RecordedEvent, SubscribeOptions } from '../infra/eventstore/port.ts';
 import type { ApplyOutcome, ReadStore, Write } from '../infra/readstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 
@@ -18,7 +18,9 @@ export interface Projection {
   project(event: RecordedEvent): Write[];
 }
 
-export interface RunnerOptions {
+/** `batchSize` (default 500) also bounds the catch-up's pages; `lingerMs`: see SubscribeOptions
+ * (HUB_PROJECTOR_LINGER_MS). */
+export interface RunnerOptions extends SubscribeOptions {
   store: EventStore;
   readStore: ReadStore;
   projection: Projection;
@@ -26,10 +28,6 @@ export interface RunnerOptions {
   metrics?: ProjectionMetrics;
   /** A fixed generation (a replay's target). Without it the runner follows the active generation. */
   generation?: number;
-  batchSize?: number;
-  /** Following live appends, the least time between two reads of short pages (see
-   * SubscribeOptions.lingerMs; HUB_PROJECTOR_LINGER_MS). */
-  lingerMs?: number;
   /** Called after every applied batch. */
   onBatch?: (checkpoint: number, events: number) => void;
 }
