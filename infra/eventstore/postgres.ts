@@ -10,6 +10,7 @@ import {
   type EventStore,
   type ExpectedRevision,
   type NewEvent,
+  type Planned,
   planBatch,
   type RecordedEvent,
   type StoredId,
@@ -18,6 +19,8 @@ import {
   serialise,
   type Waiting,
 } from './port.ts';
+
+const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
 
 /** Versioned migrations; each runs once, in order, under a lock, recorded in hub_migrations. */
 const MIGRATIONS = [
@@ -32,6 +35,40 @@ const MIGRATIONS = [
      created  timestamptz NOT NULL DEFAULT now(),
      UNIQUE (stream, revision)
    )`,
+  // The common group commit in one round trip (see PostgresEventStore.commitAtOnce). A VOLATILE
+  // function's statements each take a fresh snapshot, so the head and revisions are read after the
+  // lock, as the general path reads them.
+  `CREATE FUNCTION hub_append(
+     streams text[], priors int[], expected text[],
+     e_streams text[], e_ks bigint[], ids text[], types text[], datas json[], metas json[],
+     created_ms float8, channel text) RETURNS json LANGUAGE plpgsql VOLATILE AS $$
+   DECLARE
+     head bigint;
+     revs jsonb;
+   BEGIN
+     PERFORM pg_advisory_xact_lock(${APPEND_LOCK});
+     IF EXISTS (SELECT 1 FROM unnest(ids) AS i(id) WHERE EXISTS (SELECT 1 FROM hub_events e WHERE e.id = i.id)) THEN
+       RETURN NULL;
+     END IF;
+     SELECT coalesce(jsonb_object_agg(s.stream, r.revision) FILTER (WHERE r.revision IS NOT NULL), '{}')
+       INTO revs
+       FROM (SELECT DISTINCT stream FROM unnest(streams) AS u(stream)) s
+       CROSS JOIN LATERAL (SELECT e.revision FROM hub_events e WHERE e.stream = s.stream
+                           ORDER BY e.revision DESC LIMIT 1) r;
+     IF EXISTS (SELECT 1 FROM (
+         SELECT x, coalesce((revs ->> stream)::bigint, -1) + prior AS current
+         FROM unnest(streams, priors, expected) AS a(stream, prior, x)) c
+       WHERE NOT (x = 'any' OR (x = 'no_stream' AND current = -1)
+                  OR (x = 'stream_exists' AND current >= 0) OR x = current::text)) THEN
+       RETURN NULL;
+     END IF;
+     head := coalesce((SELECT position FROM hub_events ORDER BY position DESC LIMIT 1), 0);
+     INSERT INTO hub_events (position, stream, revision, id, type, data, metadata, created)
+       SELECT head + n, s, coalesce((revs ->> s)::bigint, -1) + k, id, t, d, m, to_timestamp(created_ms / 1000)
+       FROM unnest(e_streams, e_ks, ids, types, datas, metas) WITH ORDINALITY AS v(s, k, id, t, d, m, n);
+     PERFORM pg_notify(channel, (head + cardinality(ids))::text);
+     RETURN json_build_object('head', head, 'revisions', revs);
+   END $$`,
 ];
 
 const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
@@ -65,10 +102,12 @@ export const STATEMENTS = {
   'hub-read-all': `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
 } as const;
 
-/** The settings of every connection of a store (see STATEMENTS). */
-export const sessionOptions = (schema: string) => `-c search_path=${schema} -c enable_seqscan=off`;
+/** The settings of every connection of a store (see STATEMENTS). READ COMMITTED whatever the
+ * server's default: hub_append runs in its statement's own transaction, where a level cannot be set,
+ * and must read the head after taking the lock. */
+export const sessionOptions = (schema: string) =>
+  `-c search_path=${schema} -c enable_seqscan=off -c default_transaction_isolation=read\\ committed`;
 
-const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
 const CHANNEL = 'hub_events';
 
 // bigint columns as numbers: positions stay far below 2^53.
@@ -190,13 +229,66 @@ export class PostgresEventStore implements EventStore {
   }
 
   private async commit(batch: Waiting[]): Promise<void> {
-    const client = await this.pool.connect();
-    let plans: ReturnType<typeof planBatch>;
     const now = Date.now(); // stamped here, so an append can answer when its events were stored
+    const plans = (await this.commitAtOnce(batch, now)) ?? (await this.commitChecked(batch, now));
+    batch.forEach((w, i) => {
+      const plan = plans[i]!;
+      if (plan.kind === 'error') w.reject(plan.error);
+      else w.resolve(plan.result);
+    });
+  }
+
+  /**
+   * The common group commit in one round trip: hub_append writes the batch only if none of its
+   * event ids is stored and every expected revision holds, which is when planBatch plans every
+   * append as a write; then its plans are made from the head and revisions it read under the
+   * lock. Undefined when it wrote nothing (a retried append, a conflict), or when the batch repeats
+   * an event id: commitChecked then decides each append. At 1,000 changes/s the four round trips
+   * of that path were about a fifth of the API's CPU.
+   */
+  private async commitAtOnce(batch: Waiting[], now: number): Promise<Planned[] | undefined> {
+    const streams: string[] = [];
+    const priors: number[] = [];
+    const expected: string[] = [];
+    const cols: [string[], number[], string[], string[], string[], string[]] = [[], [], [], [], [], []];
+    const written = new Map<string, number>(); // stream → its events in the batch so far
+    for (const w of batch) {
+      const prior = written.get(w.stream) ?? 0;
+      streams.push(w.stream);
+      priors.push(prior);
+      expected.push(String(w.expected));
+      w.events.forEach((e, j) => {
+        cols[0].push(w.stream);
+        cols[1].push(prior + j + 1);
+        cols[2].push(e.id);
+        cols[3].push(e.type);
+        cols[4].push(e.data as string);
+        cols[5].push((e.metadata as { json: string }).json);
+      });
+      written.set(w.stream, prior + w.events.length);
+    }
+    if (cols[2].length === 0 || new Set(cols[2]).size < cols[2].length) return undefined;
+    const { rows } = await this.pool.query<{
+      written: { head: number; revisions: Record<string, number> } | null;
+    }>({
+      name: 'hub-append',
+      text: 'SELECT hub_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS written',
+      values: [streams, priors, expected, ...cols, now, CHANNEL],
+    });
+    const done = rows[0]!.written;
+    if (done === null) return undefined;
+    const revisionOf = new Map(Object.entries(done.revisions));
+    return planBatch(batch, (s) => revisionOf.get(s) ?? -1, new Map(), done.head, now);
+  }
+
+  /** A group commit deciding each append from what is stored: four round trips. */
+  private async commitChecked(batch: Waiting[], now: number): Promise<Planned[]> {
+    const client = await this.pool.connect();
+    let plans: Planned[];
     try {
-      // Four round trips per group commit: begin and lock (one simple query), what is stored
-      // (one statement), the insert with its notification, commit. READ COMMITTED whatever the
-      // server's default: max(position) must be read after the lock.
+      // Begin and lock (one simple query), what is stored (one statement), the insert with its
+      // notification, commit. READ COMMITTED whatever the server's default: max(position) must be
+      // read after the lock.
       await client.query(
         `BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock(${APPEND_LOCK})`,
       );
@@ -262,11 +354,7 @@ export class PostgresEventStore implements EventStore {
       throw err;
     }
     client.release();
-    batch.forEach((w, i) => {
-      const plan = plans[i]!;
-      if (plan.kind === 'error') w.reject(plan.error);
-      else w.resolve(plan.result);
-    });
+    return plans;
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
