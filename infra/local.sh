@@ -5,6 +5,8 @@
 #   bash infra/local.sh up   [redis|postgres|kafka ...]   start (idempotent; installs what is missing as root,
 #                                                       promtool included)
 #   bash infra/local.sh down [redis|postgres|kafka ...]   stop (idempotent)
+#   bash infra/local.sh reset [redis|postgres|kafka ...]   stop, delete the data, start empty (the tests and
+#                                                       benchmarks leave their databases, schemas and topics)
 #   bash infra/local.sh status
 #
 # Ports are the defaults of HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS (api/config.ts);
@@ -150,6 +152,20 @@ case "$cmd" in
     need promtool prometheus
     for s in "${services[@]}"; do "${s}_up"; done ;;
   down) for s in "${services[@]}"; do "${s}_down"; done ;;
+  reset)
+    # Only what this script keeps under $DATA: the Kafka jars stay, no server of another checkout is
+    # touched beyond being stopped.
+    for s in "${services[@]}"; do
+      "${s}_down"
+      case "$s" in
+        redis) rm -rf "$DATA/redis" ;;
+        postgres) rm -rf "$DATA/postgres" ;;
+        kafka) rm -rf "$DATA/kafka/data" "$DATA/kafka/server.properties" ;;
+      esac
+      say "$s data deleted"
+    done
+    need promtool prometheus
+    for s in "${services[@]}"; do "${s}_up"; done ;;
   status) status ;;
-  *) die "usage: infra/local.sh up|down|status [redis|postgres|kafka ...]" ;;
+  *) die "usage: infra/local.sh up|down|reset|status [redis|postgres|kafka ...]" ;;
 esac
