@@ -92,6 +92,8 @@ export class RedisReadStore implements ReadStore {
   readonly kind = 'redis';
   private readonly redis: Scripted;
   private subscriber: Redis | undefined;
+  /** Whether the checkpoint channel is subscribed: see onCheckpoint. */
+  private checkpointsHeard = false;
   private readonly url: string;
   private readonly activeCache = new Map<string, { generation: number; at: number }>();
   private readonly listeners = new Set<(projection: string, generation: number, position: number) => void>();
@@ -106,7 +108,7 @@ export class RedisReadStore implements ReadStore {
     this.subscribe();
   }
 
-  /** One subscriber connection: checkpoint notifications and generation switches. */
+  /** One subscriber connection: generation switches, and checkpoint notifications once asked for. */
   private subscribe(): void {
     const sub = new Redis(this.url, { maxRetriesPerRequest: null });
     sub.on('error', () => {});
@@ -118,7 +120,7 @@ export class RedisReadStore implements ReadStore {
         for (const l of this.listeners) l(projection!, Number(generation), Number(position));
       }
     });
-    void sub.subscribe(CHECKPOINTS, SWITCHES).catch(() => {});
+    void sub.subscribe(SWITCHES).catch(() => {});
     this.subscriber = sub;
   }
 
@@ -256,7 +258,20 @@ export class RedisReadStore implements ReadStore {
     await this.redis.hubUnlock(`hub:lock:${name}`, owner);
   }
 
+  /**
+   * The checkpoint channel is subscribed at the first listener: only the processes that serve
+   * reads listen (the API's read-your-writes waits). Every batch of every projection publishes a
+   * notice, hundreds a second at 1,000 writes/s, and the projector, the processor and the
+   * dispatcher had each taken them all. A notice missed while the subscription starts is made up
+   * by the waits' own re-checks (waitForPosition).
+   */
   onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
+    if (!this.checkpointsHeard && this.subscriber) {
+      this.checkpointsHeard = true;
+      void this.subscriber.subscribe(CHECKPOINTS).catch(() => {
+        this.checkpointsHeard = false; // the next listener tries again
+      });
+    }
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
