@@ -6,12 +6,12 @@ import { loadConfig } from '../infra/config.ts';
 import {
   benchDevices,
   benchUser,
-  flushRedisDb,
   fmt,
   isolatedDistributed,
   machine,
   medianBy,
   recordFigures,
+  releaseDistributed,
   startListening,
   writeSection,
 } from './report.ts';
@@ -223,13 +223,9 @@ async function main() {
     return;
   }
   try {
-    results.push(
-      ...(await hubRun(
-        'distributed (PostgreSQL, Redis, Kafka), all roles in one process',
-        await isolatedDistributed(5),
-      )),
-    );
-    await flushRedisDb(5);
+    const env = await isolatedDistributed(5);
+    results.push(...(await hubRun('distributed (PostgreSQL, Redis, Kafka), all roles in one process', env)));
+    await releaseDistributed(env, 5);
   } catch (err) {
     process.stderr.write(`distributed run skipped: ${(err as Error).message} (npm run infra:up)\n`);
   }
