@@ -457,16 +457,19 @@ async function main() {
       });
       const redis = new Redis(env.HUB_REDIS_URL!);
       const pg = await openEventStore(loadConfig(env));
-      kafkaRow = await dispatchRun('distributed (Kafka, Redis schedule)', rx.url, {
-        bus: kafka,
-        store: pg,
-        deliveries: new RedisDeliveryStore(redis, { retentionMs: 86_400_000 }),
-        route: 'topic',
-      });
-      await kafka.close();
-      redis.disconnect();
-      await pg.close();
-      await releaseDistributed(env, 3);
+      try {
+        kafkaRow = await dispatchRun('distributed (Kafka, Redis schedule)', rx.url, {
+          bus: kafka,
+          store: pg,
+          deliveries: new RedisDeliveryStore(redis, { retentionMs: 86_400_000 }),
+          route: 'topic',
+        });
+      } finally {
+        await kafka.close();
+        redis.disconnect();
+        await pg.close();
+        await releaseDistributed(env, 3);
+      }
     }
     // Embedded: jobs handed off, the SQLite schedule, the SQLite event store (the in-process bus only
     // for the dispatcher's consumer, which stays idle as in a hub); each run on files of its own,
@@ -512,10 +515,17 @@ async function main() {
     if (kafkaRow) rows.push(kafkaRow);
     if (!process.env.HUB_BENCH_EMBEDDED_ONLY) {
       const env = await isolatedDistributed(4);
-      e2e.push(
-        await endToEnd('distributed (api, projector, processor, dispatcher: one process each)', rx.url, env),
-      );
-      await releaseDistributed(env, 4);
+      try {
+        e2e.push(
+          await endToEnd(
+            'distributed (api, projector, processor, dispatcher: one process each)',
+            rx.url,
+            env,
+          ),
+        );
+      } finally {
+        await releaseDistributed(env, 4);
+      }
     }
     const body = `## Webhook dispatch
 

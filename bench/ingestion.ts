@@ -222,13 +222,14 @@ async function main() {
       console.log(`${r.target}: ${fmt(r.rps)} req/s, p50 ${r.p50} ms, p99 ${r.p99} ms, ${r.errors} errors`);
     return;
   }
+  let env: Record<string, string> | undefined;
   try {
-    const env = await isolatedDistributed(5);
+    env = await isolatedDistributed(5);
     results.push(...(await hubRun('distributed (PostgreSQL, Redis, Kafka), all roles in one process', env)));
-    await releaseDistributed(env, 5);
   } catch (err) {
     process.stderr.write(`distributed run skipped: ${(err as Error).message} (npm run infra:up)\n`);
   }
+  if (env) await releaseDistributed(env, 5);
   const ceiling = results[0]!.rps;
   const table = [
     '| Target | Requests/s | p50 ms | p99 ms | Non-2xx or errors | Share of the bare server |',

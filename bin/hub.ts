@@ -142,11 +142,6 @@ async function runRoles(config: Config, roles: Role[]): Promise<number> {
 
 async function doctorCommand(args: string[]): Promise<number> {
   if (args.length > 0) return fail('usage: hub doctor');
-  // kafkajs 2.2.4 sets negative timers, which Node 24 warns about (harmless): keep the report clean.
-  process.removeAllListeners('warning');
-  process.on('warning', (w) => {
-    if (w.name !== 'TimeoutNegativeWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
-  });
   const results = await runDoctor(process.env);
   const label = { ok: 'ok', warn: 'warn', fail: 'FAIL' } as const;
   for (const r of results) say(`${label[r.level].padEnd(6)}${r.name.padEnd(13)}${r.detail}`);

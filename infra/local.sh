@@ -153,10 +153,15 @@ case "$cmd" in
     for s in "${services[@]}"; do "${s}_up"; done ;;
   down) for s in "${services[@]}"; do "${s}_down"; done ;;
   reset)
-    # Only what this script keeps under $DATA: the Kafka jars stay, no server of another checkout is
-    # touched beyond being stopped.
+    # Only what this script keeps under $DATA (the Kafka jars stay), and only once its server is
+    # down: data deleted under a live server would go on being served. A server on the same port
+    # started from another checkout is stopped too (as by `down`).
+    need promtool prometheus
     for s in "${services[@]}"; do
       "${s}_down"
+      case "$s" in redis) port=$REDIS_PORT ;; postgres) port=$PG_PORT ;; kafka) port=$KAFKA_PORT ;; esac
+      for _ in $(seq 1 100); do port_open "$port" || break; sleep 0.1; done
+      if port_open "$port"; then die "$s still answers on $port: nothing deleted"; fi
       case "$s" in
         redis) rm -rf "$DATA/redis" ;;
         postgres) rm -rf "$DATA/postgres" ;;
@@ -164,7 +169,6 @@ case "$cmd" in
       esac
       say "$s data deleted"
     done
-    need promtool prometheus
     for s in "${services[@]}"; do "${s}_up"; done ;;
   status) status ;;
   *) die "usage: infra/local.sh up|down|reset|status [redis|postgres|kafka ...]" ;;
