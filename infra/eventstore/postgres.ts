@@ -250,30 +250,24 @@ export class PostgresEventStore implements EventStore {
     const streams: string[] = [];
     const priors: number[] = [];
     const expected: string[] = [];
-    const cols: [string[], number[], string[], string[], string[], string[]] = [[], [], [], [], [], []];
     const written = new Map<string, number>(); // stream → its events in the batch so far
-    for (const w of batch) {
+    // Revisions relative to each stream's stored head, which hub_append reads under its lock.
+    const cols = eventColumns(batch, (w) => {
       const prior = written.get(w.stream) ?? 0;
       streams.push(w.stream);
       priors.push(prior);
       expected.push(String(w.expected));
-      w.events.forEach((e, j) => {
-        cols[0].push(w.stream);
-        cols[1].push(prior + j + 1);
-        cols[2].push(e.id);
-        cols[3].push(e.type);
-        cols[4].push(e.data as string);
-        cols[5].push((e.metadata as { json: string }).json);
-      });
       written.set(w.stream, prior + w.events.length);
-    }
-    if (cols[2].length === 0 || new Set(cols[2]).size < cols[2].length) return undefined;
+      return { firstRevision: prior + 1, firstPosition: 0 };
+    });
+    const ids = cols[3];
+    if (ids.length === 0 || new Set(ids).size < ids.length) return undefined;
     const { rows } = await this.pool.query<{
       written: { head: number; revisions: Record<string, number> } | null;
     }>({
       name: 'hub-append',
       text: 'SELECT hub_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS written',
-      values: [streams, priors, expected, ...cols, now, CHANNEL],
+      values: [streams, priors, expected, ...cols.slice(1), now, CHANNEL],
     });
     const done = rows[0]!.written;
     if (done === null) return undefined;
@@ -312,27 +306,9 @@ export class PostgresEventStore implements EventStore {
         head,
         now,
       );
-      const cols: [number[], string[], number[], string[], string[], string[], string[]] = [
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-      ];
-      batch.forEach((w, i) => {
+      const cols = eventColumns(batch, (_, i) => {
         const plan = plans[i]!;
-        if (plan.kind !== 'write') return;
-        w.events.forEach((e, j) => {
-          cols[0].push(plan.firstPosition + j);
-          cols[1].push(w.stream);
-          cols[2].push(plan.firstRevision + j);
-          cols[3].push(e.id);
-          cols[4].push(e.type);
-          cols[5].push(e.data as string);
-          cols[6].push((e.metadata as { json: string }).json);
-        });
+        return plan.kind === 'write' ? plan : undefined;
       });
       if (cols[0].length > 0) {
         // The notification is delivered at commit, with the new head.
@@ -471,3 +447,29 @@ const toRecorded = (r: {
   metadata: r.metadata,
   created: r.created.getTime(),
 });
+
+type EventColumns = [number[], string[], number[], string[], string[], string[], string[]];
+
+/** The events of a batch as the columns unnest takes (position, stream, revision, id, type, data,
+ * metadata): both commits insert them so. `place` gives an append's first revision and position,
+ * or undefined for an append not to be written. */
+function eventColumns(
+  batch: Waiting[],
+  place: (w: Waiting, i: number) => { firstRevision: number; firstPosition: number } | undefined,
+): EventColumns {
+  const cols: EventColumns = [[], [], [], [], [], [], []];
+  batch.forEach((w, i) => {
+    const at = place(w, i);
+    if (!at) return;
+    w.events.forEach((e, j) => {
+      cols[0].push(at.firstPosition + j);
+      cols[1].push(w.stream);
+      cols[2].push(at.firstRevision + j);
+      cols[3].push(e.id);
+      cols[4].push(e.type);
+      cols[5].push(e.data as string);
+      cols[6].push((e.metadata as { json: string }).json);
+    });
+  });
+  return cols;
+}
