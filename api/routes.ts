@@ -11,6 +11,11 @@ import { readJsonBody } from './http.ts';
 export type Schema<T> = Record<string, unknown> & { readonly __type?: T };
 export const schema = <T>(json: Record<string, unknown>): Schema<T> => json as Schema<T>;
 
+/** For the propertyNames of a map the caller names the keys of: `__proto__` is refused. JSON.parse
+ * makes it an own key, but most of JavaScript (an assignment, a decoder) sets the prototype with it
+ * instead, so such a key was answered, then lost from the stored map. */
+export const NOT_PROTO = { not: { const: '__proto__' } };
+
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
 export interface Input<B, Q> {
@@ -61,13 +66,36 @@ function firstSegment(path: string): string {
   return path.slice(1, end < 0 ? undefined : end).toLowerCase();
 }
 
+/** A path as the router compares it: without case, and with or without its final slash. */
+const pathKey = (path: string) => path.toLowerCase().replace(/\/$/, '');
+
+/** A router as a middleware with its 405 and 501 answers. */
+interface Routed {
+  router: Router;
+  dispatch: Middleware;
+}
+
+function routed(): Routed {
+  const router = new Router();
+  // Both read the router's routes when a request comes: routes added later take part.
+  const [routes, allowed] = [router.routes(), router.allowedMethods()] as unknown as Middleware[];
+  return { router, dispatch: (ctx, next) => routes!(ctx, () => allowed!(ctx, next)) };
+}
+
+/** The routes under one first path segment: those without parameters, by path, apart. */
+interface Segment {
+  literals: Set<string>;
+  literal: Routed;
+  param: Routed;
+}
+
 export class Routes {
   /**
    * One router per first path segment (`devices`, `auth`, …), as a middleware with its 405 and 501
    * answers: a router matches a request against each of its routes in turn, and the service's own
    * dozen are cheaper to try than every route.
    */
-  private readonly routers = new Map<string, { router: Router; dispatch: Middleware }>();
+  private readonly routers = new Map<string, Segment>();
   private readonly paths: Record<string, Record<string, unknown>> = {};
   private readonly ajv = new Ajv2020({ allErrors: true, strict: false });
   private readonly queryAjv = new Ajv2020({
@@ -88,41 +116,54 @@ export class Routes {
     const validateBody = spec.body ? this.ajv.compile(spec.body) : undefined;
     const validateQuery = spec.query ? this.queryAjv.compile(spec.query) : undefined;
     const bodyLimit = this.bodyLimit;
+    const bodyOptional =
+      spec.body?.type === 'object' && !(spec.body.required as string[] | undefined)?.length;
     const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1');
     const handle: RouterMiddleware = async (ctx: Context) => {
       let body: unknown;
       if (validateBody) {
         body = await readJsonBody(ctx, bodyLimit);
-        if (body === undefined)
+        // No body is an empty object where the schema requires no field (POST /devices), and still
+        // meets its other rules (an empty PATCH is refused as {} is).
+        if (body === undefined && !bodyOptional)
           throw unprocessable('A JSON body is required.', [{ field: '', problem: 'missing' }]);
+        body ??= {};
         check(validateBody, body, 'body');
       }
       const query = { ...ctx.query } as Record<string, unknown>;
       if (validateQuery) check(validateQuery, query, 'query');
       await spec.handler(ctx, { body: body as B, query: query as Q, params: ctx.params });
     };
-    this.routerOf(firstSegment(spec.path))[spec.method](koaPath, ...(spec.middleware ?? []), handle);
+    const segment = this.segmentOf(firstSegment(spec.path));
+    const literal = !spec.path.includes('{');
+    if (literal) segment.literals.add(pathKey(spec.path));
+    (literal ? segment.literal : segment.param).router[spec.method](
+      koaPath,
+      ...(spec.middleware ?? []),
+      handle,
+    );
     this.document(spec);
   }
 
-  /** The routes as one middleware: the router of the request's first segment. */
+  /** The routes as one middleware: the router of the request's first segment. A path that is
+   * a route of its own (/webhooks/events) is answered by its routes alone, with their 405 and
+   * Allow: else a route with a parameter there (/webhooks/{id}) took it, and DELETE
+   * /webhooks/events was "no such subscription". */
   middleware(): Middleware {
     return (ctx, next) => {
       const segment = this.routers.get(firstSegment(ctx.path));
-      return segment ? segment.dispatch(ctx, next) : next();
+      if (!segment) return next();
+      return (segment.literals.has(pathKey(ctx.path)) ? segment.literal : segment.param).dispatch(ctx, next);
     };
   }
 
-  private routerOf(segment: string): Router {
-    let entry = this.routers.get(segment);
-    if (!entry) {
-      const router = new Router();
-      // Both read the router's routes when a request comes: routes added later take part.
-      const [routes, allowed] = [router.routes(), router.allowedMethods()] as unknown as Middleware[];
-      entry = { router, dispatch: (ctx, next) => routes!(ctx, () => allowed!(ctx, next)) };
-      this.routers.set(segment, entry);
+  private segmentOf(name: string): Segment {
+    let segment = this.routers.get(name);
+    if (!segment) {
+      segment = { literals: new Set(), literal: routed(), param: routed() };
+      this.routers.set(name, segment);
     }
-    return entry.router;
+    return segment;
   }
 
   private document<B, Q>(spec: RouteSpec<B, Q>): void {
@@ -195,7 +236,7 @@ export class Routes {
 
 function check(validate: ValidateFunction, value: unknown, where: 'body' | 'query'): void {
   if (validate(value)) return;
-  const details = (validate.errors ?? []).map(describe);
+  const details = describe(validate.errors ?? []);
   const first = details[0];
   const message = first
     ? `Invalid ${where}: ${first.field ? `${first.field} ` : ''}${first.problem}.`
@@ -203,15 +244,36 @@ function check(validate: ValidateFunction, value: unknown, where: 'body' | 'quer
   throw unprocessable(message, details);
 }
 
-function describe(e: ErrorObject): ErrorDetail {
-  const base = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
-  if (e.keyword === 'additionalProperties') {
-    const extra = String((e.params as { additionalProperty: string }).additionalProperty);
-    return { field: base ? `${base}.${extra}` : extra, problem: 'is not a known field' };
+/** One detail per problem, each naming its field: a map's key by the key, and a value that matches
+ * none of an anyOf's branches once, with what each branch wanted (ajv reports the branches, then
+ * the anyOf, and a key's own error, then "property name must be valid"). */
+function describe(errors: ErrorObject[]): ErrorDetail[] {
+  const branches = new Map<string, string[]>(); // an anyOf's schema path → its branches' problems
+  for (const e of errors) if (e.keyword === 'anyOf') branches.set(`${e.schemaPath}/`, []);
+  const details: ErrorDetail[] = [];
+  for (const e of errors) {
+    if (e.keyword === 'propertyNames') continue;
+    const anyOf = [...branches.keys()].find((p) => e.schemaPath.startsWith(p));
+    if (anyOf) {
+      branches.get(anyOf)!.push(e.message ?? 'is invalid');
+      continue;
+    }
+    const base = e.instancePath.replace(/^\//, '').replace(/\//g, '.');
+    const at = (name: string) => (base ? `${base}.${name}` : name);
+    if (e.keyword === 'anyOf')
+      details.push({ field: base, problem: branches.get(`${e.schemaPath}/`)!.join(' or ') });
+    else if (e.keyword === 'additionalProperties') {
+      const extra = String((e.params as { additionalProperty: string }).additionalProperty);
+      details.push({ field: at(extra), problem: 'is not a known field' });
+    } else if (e.keyword === 'required') {
+      const missing = String((e.params as { missingProperty: string }).missingProperty);
+      details.push({ field: at(missing), problem: 'is required' });
+    } else if (e.propertyName !== undefined)
+      details.push({
+        field: at(e.propertyName),
+        problem: e.keyword === 'not' ? 'is not allowed as a key' : `key ${e.message ?? 'is invalid'}`,
+      });
+    else details.push({ field: base, problem: e.message ?? 'is invalid' });
   }
-  if (e.keyword === 'required') {
-    const missing = String((e.params as { missingProperty: string }).missingProperty);
-    return { field: base ? `${base}.${missing}` : missing, problem: 'is required' };
-  }
-  return { field: base, problem: e.message ?? 'is invalid' };
+  return details;
 }

@@ -176,7 +176,7 @@ export function derive(state: DeviceActor, change: Change): { state: DeviceActor
       break;
     case 'DeviceMetaUpdated': {
       const changed = d.changed as Meta;
-      const removed = (d.removed as string[]).filter((k) => k in s.deviceMeta);
+      const removed = (d.removed as string[]).filter((k) => Object.hasOwn(s.deviceMeta, k));
       const meta = { ...s.deviceMeta, ...changed };
       for (const k of removed) delete meta[k];
       s.deviceMeta = meta;

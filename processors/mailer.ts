@@ -28,7 +28,7 @@ export function mailFor(event: RecordedEvent, hmacKey: Buffer, publicUrl: string
     return {
       to: d.email,
       subject: 'Verify your Device Hub account',
-      text: `Welcome to Device Hub.\n\nOpen this link to verify your email address and activate your account:\n\n${link}\n\nThe link works once and expires in 48 hours. If you did not register, ignore this email.\n`,
+      text: `Welcome to Device Hub.\n\nOpen this link to verify your email address and activate your account:\n\n${link}\n\nThe link expires in 48 hours. If you did not register, ignore this email.\n`,
     };
   }
   if (event.type === 'PasswordResetRequested') {

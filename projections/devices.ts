@@ -1,12 +1,13 @@
 // Devices for listing and lookups: the record (never the secret or challenge), the two metadata
 // maps as documents of their own (so a metadata event writes only its keys), each owner's device
 // index and an index by nick (for the operator callbacks).
+import { enrolmentOf, ovmode } from '../api/devices/devices.ts';
 import type { Write } from '../infra/readstore/port.ts';
 import type { Projection } from './runner.ts';
 
 export const deviceList: Projection = {
   name: 'devices',
-  version: 1,
+  version: 2, // 2: records carry ovmode
   description: "Device records, their metadata maps, owners' indexes and an index by nick.",
   project(e) {
     const d = e.data as Record<string, unknown>;
@@ -31,6 +32,7 @@ export const deviceList: Projection = {
               garbage: false,
               mark_public_processed: true,
               ownership_unverified: d.owner_id === '',
+              ovmode: ovmode(enrolmentOf(d), d.owner_id !== ''),
               'time-created': modified['time-modified'],
               ...modified,
             },
@@ -53,6 +55,7 @@ export const deviceList: Projection = {
               'owner-nick': d.owner_nick,
               nick: d.nick,
               ownership_unverified: false,
+              ovmode: ovmode('claim', true), // only a device that registered itself is claimed
               ...modified,
             },
           },

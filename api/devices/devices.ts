@@ -5,6 +5,26 @@ import type { RecordedEvent } from '../../infra/eventstore/port.ts';
 
 export type Meta = Record<string, string>;
 
+/** How a device was enrolled: created by its owner with a user token, registered itself and
+ * claimed with its challenge, or registered from an IDevID certificate signing request. */
+export type Enrolment = 'owned' | 'claim' | 'idevid';
+
+/** The Device record's `ovmode` (ownership verification): how the device was enrolled, what vouches
+ * for it (its credentials secret, or the certificate the hub's device CA issued), and whether its
+ * ownership is verified (it has an owner). The spec leaves the values open: docs/api.md. */
+export function ovmode(enrolment: Enrolment, owned: boolean) {
+  return {
+    mode: enrolment,
+    root_of_trust: enrolment === 'idevid' ? 'certificate' : 'secret',
+    status: owned ? 'verified' : 'unverified',
+  };
+}
+
+/** The enrolment a DeviceCreated event records. */
+export function enrolmentOf(created: Record<string, unknown>): Enrolment {
+  return created.certificate ? 'idevid' : created.owner_id ? 'owned' : 'claim';
+}
+
 export interface DeviceState {
   id: string;
   prn: string;
@@ -22,6 +42,8 @@ export interface DeviceState {
   userMeta: Meta;
   deviceMeta: Meta;
   certificate: string | null;
+  /** How the device was enrolled (the `ovmode.mode` of its record). */
+  enrolment: Enrolment;
   created: number;
   modified: number;
 }
@@ -50,6 +72,7 @@ export const devices = {
     userMeta: {},
     deviceMeta: {},
     certificate: null,
+    enrolment: 'owned',
     created: 0,
     modified: 0,
   }),
@@ -70,6 +93,7 @@ export const devices = {
           userMeta: d.user_meta as Meta,
           deviceMeta: d.device_meta as Meta,
           certificate: (d.certificate as string | null) ?? null,
+          enrolment: enrolmentOf(d),
           created: e.created,
           flagsModified: e.created,
           modified: e.created,
@@ -120,7 +144,7 @@ export function metaPatch(
   const removed: string[] = [];
   for (const [k, v] of Object.entries(patch)) {
     if (v === null) {
-      if (k in current) removed.push(k);
+      if (Object.hasOwn(current, k)) removed.push(k); // own keys: `constructor` is a key like any
     } else if (current[k] !== v) {
       changed[k] = v;
     }
@@ -132,7 +156,7 @@ export function metaPatch(
 export function metaReplace(current: Meta, next: Meta): { changedKeys: string[]; removedKeys: string[] } {
   return {
     changedKeys: Object.keys(next).filter((k) => current[k] !== next[k]),
-    removedKeys: Object.keys(current).filter((k) => !(k in next)),
+    removedKeys: Object.keys(current).filter((k) => !Object.hasOwn(next, k)),
   };
 }
 
@@ -151,6 +175,7 @@ export function deviceRecord(s: DeviceState, viewer: Viewer, secret?: () => stri
     garbage: s.garbage,
     mark_public_processed: s.publicProcessed,
     ownership_unverified: s.ownerId === '',
+    ovmode: ovmode(s.enrolment, s.ownerId !== ''),
     'user-meta': s.userMeta,
     'device-meta': s.deviceMeta,
     ...(trusted && secret ? { secret: secret() } : {}),

@@ -17,7 +17,7 @@ import { seal, secretToken, unseal } from '../auth/secrets.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { conflict, forbidden, HttpError, notFound, unprocessable } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import { deviceAccess, ownerOnly } from './access.ts';
 import { CsrError } from './ca.ts';
 import {
@@ -47,6 +47,16 @@ const DEVICE_RECORD = {
       type: 'boolean',
       description: 'True while the device has no owner (registered itself, not claimed yet).',
     },
+    ovmode: {
+      type: 'object',
+      description:
+        "Ownership verification, the server's: `mode` is how the device was enrolled (`owned`: created by its owner; `claim`: registered itself, claimed with its challenge; `idevid`: registered from an IDevID CSR), `root_of_trust` what vouches for it (`secret`, or `certificate` issued by the device CA), `status` `verified` once it has an owner, else `unverified`.",
+      properties: {
+        mode: { type: 'string', enum: ['owned', 'claim', 'idevid'] },
+        root_of_trust: { type: 'string', enum: ['secret', 'certificate'] },
+        status: { type: 'string', enum: ['verified', 'unverified'] },
+      },
+    },
     'user-meta': { type: 'object', additionalProperties: { type: 'string' } },
     'device-meta': { type: 'object', additionalProperties: { type: 'string' } },
     secret: { type: 'string', description: 'Only to the owner and the device itself.' },
@@ -60,6 +70,17 @@ const DEVICE_RECORD = {
   },
 };
 const NICK = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' };
+/** Nicks that are path segments under /devices (compared lower-cased, as paths are). */
+const RESERVED_NICKS = new Set(['register']);
+
+/** /devices/{id} takes a nick, and /devices/register is a path of its own: that nick would name no
+ * device there. */
+function refuseReserved(nick: string, field: string): void {
+  if (RESERVED_NICKS.has(nick.toLowerCase()))
+    throw unprocessable(`The nick "${nick}" is reserved: it names a path.`, [
+      { field, problem: 'is reserved' },
+    ]);
+}
 const ADJECTIVES = [
   'amber',
   'brave',
@@ -117,7 +138,7 @@ export function deviceRoutes(hub: HubContext) {
 
   const metaMap = (nullable: boolean) => ({
     type: 'object',
-    propertyNames: { maxLength: config.metaMaxKeyLength, minLength: 1 },
+    propertyNames: { ...NOT_PROTO, maxLength: config.metaMaxKeyLength, minLength: 1 },
     additionalProperties: nullable
       ? { anyOf: [{ type: 'string', maxLength: config.metaMaxValueLength }, { type: 'null' }] }
       : { type: 'string', maxLength: config.metaMaxValueLength },
@@ -136,8 +157,14 @@ export function deviceRoutes(hub: HubContext) {
   }
 
   /** A free nick among the owner's devices: the one asked for (409 when taken) or a generated one. */
-  async function takeNick(ownerId: string, deviceId: string, asked?: string): Promise<string> {
+  async function takeNick(
+    ownerId: string,
+    deviceId: string,
+    asked?: string,
+    field = 'nick',
+  ): Promise<string> {
     if (asked) {
+      refuseReserved(asked, field);
       try {
         await claimName(store, `devnick-${ownerId}`, asked.toLowerCase(), deviceId);
         return asked;
@@ -248,6 +275,7 @@ export function deviceRoutes(hub: HubContext) {
         checkSize(body['user-meta'] ?? {});
         checkSize(body['device-meta'] ?? {});
         const id = randomBytes(12).toString('hex');
+        if (!owner && body.nick) refuseReserved(body.nick, 'nick'); // claimed later, under this nick
         const nick = owner
           ? await takeNick(owner.id, id, body.nick)
           : (body.nick ?? `${pick(ADJECTIVES)}_${pick(NOUNS)}`);
@@ -292,6 +320,7 @@ export function deviceRoutes(hub: HubContext) {
       handler: async (ctx, { body }) => {
         const owner = await ownerAccount(ctx.state.auth!.sub);
         const id = randomBytes(12).toString('hex');
+        if (body['device-name']) refuseReserved(body['device-name'], 'device-name'); // before any signing
         let issued: { certificate: string };
         try {
           issued = await hub.deviceCa.issue(body.csr, id);
@@ -300,7 +329,7 @@ export function deviceRoutes(hub: HubContext) {
             throw unprocessable(`Invalid CSR: ${err.message}.`, [{ field: 'csr', problem: err.message }]);
           throw err;
         }
-        const nick = await takeNick(owner.id, id, body['device-name']);
+        const nick = await takeNick(owner.id, id, body['device-name'], 'device-name');
         const secret = secretToken();
         const device = await createDevice(ctx, {
           id,

@@ -4,7 +4,7 @@ import { type AccountState, accountStream, accounts, profileRecord } from '../au
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 
 const TEXT = { type: 'string', maxLength: 1024 };
 const PROFILE_TEXT = [
@@ -38,7 +38,7 @@ const PROFILE = {
       type: 'object',
       maxProperties: 100,
       additionalProperties: { type: 'string', maxLength: 1024 },
-      propertyNames: { maxLength: 128 },
+      propertyNames: { ...NOT_PROTO, maxLength: 128 },
     },
     ovmode: OVMODE,
     'time-created': { type: 'string', description: 'Ignored in requests.' },

@@ -13,7 +13,7 @@ import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal } from '../auth/secrets.ts';
 import { type HubContext, PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import {
   EVENT_TYPE_NAMES,
   fieldProblems,
@@ -46,7 +46,7 @@ const FIELDS = {
   custom_headers: {
     type: 'object',
     maxProperties: 20,
-    propertyNames: { pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" },
+    propertyNames: { ...NOT_PROTO, pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" },
     // Visible Latin-1 and tabs only: what HTTP/1.1 (and undici) can send as a header value.
     additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[\\t\\x20-\\x7e\\x80-\\xff]*$' },
     description:

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { createApp } from '../../api/app.ts';
 import { conflict, forbidden, unauthorized } from '../../api/errors.ts';
-import { schema } from '../../api/routes.ts';
+import { NOT_PROTO, schema } from '../../api/routes.ts';
 import { createMetrics } from '../../infra/telemetry.ts';
 import { listen, memoryLogger, request, testConfig } from '../harness.ts';
 
@@ -64,6 +64,36 @@ describe('error model (e2e)', () => {
             responses: { 200: { description: 'ok' } },
             handler: () => {
               throw conflict('The stream moved on.');
+            },
+          });
+          routes.add({
+            method: 'delete',
+            path: '/probe/{id}',
+            tag: 'probe',
+            summary: 'A route with a parameter where another route has a path of its own.',
+            responses: { 204: { description: 'deleted' } },
+            handler: (ctx) => {
+              ctx.status = 204;
+            },
+          });
+          routes.add({
+            method: 'put',
+            path: '/probe/maps',
+            tag: 'probe',
+            summary: 'A map of strings whose values may be null.',
+            body: schema({
+              type: 'object',
+              properties: {
+                meta: {
+                  type: 'object',
+                  propertyNames: { ...NOT_PROTO, maxLength: 10 },
+                  additionalProperties: { anyOf: [{ type: 'string' }, { type: 'null' }] },
+                },
+              },
+            }),
+            responses: { 200: { description: 'ok' } },
+            handler: (ctx) => {
+              ctx.body = { ok: true };
             },
           });
           routes.add({
@@ -134,6 +164,29 @@ describe('error model (e2e)', () => {
     const res = await request(`${url}/probe/items`, { method: 'DELETE' });
     assertShape(res, 405, 'method_not_allowed');
     assert.match(res.headers.get('allow') ?? '', /POST/);
+  });
+
+  it("a path that is a route of its own is not taken by a parameter's route: 405 with its own Allow", async () => {
+    for (const path of ['/probe/items', '/probe/items/', '/PROBE/Items']) {
+      const res = await request(`${url}${path}`, { method: 'DELETE' });
+      assertShape(res, 405, 'method_not_allowed');
+      assert.equal(res.headers.get('allow'), 'POST', path);
+    }
+    assert.equal((await request(`${url}/probe/other`, { method: 'DELETE' })).status, 204);
+  });
+
+  it("422 details name a map's key, and a value that fits none of an anyOf once", async () => {
+    const put = (raw: string) =>
+      request(`${url}/probe/maps`, { method: 'PUT', raw, headers: { 'content-type': 'application/json' } });
+    const typed = await put('{"meta":{"a":7}}');
+    assertShape(typed, 422, 'validation_failed');
+    assert.deepEqual(typed.body.details, [{ field: 'meta.a', problem: 'must be string or must be null' }]);
+    const long = await put('{"meta":{"muchtoolongkey":"v"}}');
+    assert.deepEqual(long.body.details, [
+      { field: 'meta.muchtoolongkey', problem: 'key must NOT have more than 10 characters' },
+    ]);
+    const proto = await put('{"meta":{"__proto__":"v"}}');
+    assert.deepEqual(proto.body.details, [{ field: 'meta.__proto__', problem: 'is not allowed as a key' }]);
   });
 
   it('409 for a conflict', async () => {
@@ -208,6 +261,13 @@ describe('error model (e2e)', () => {
     const none = await request(`${url}/probe/items`, { method: 'POST' });
     assertShape(none, 422, 'validation_failed');
     assert.deepEqual(writes, []);
+  });
+
+  it('no body is {} where the schema requires no field, and still a 422 where it requires one', async () => {
+    assert.equal((await request(`${url}/probe/maps`, { method: 'PUT' })).status, 200);
+    const none = await request(`${url}/probe/items`, { method: 'POST' });
+    assertShape(none, 422, 'validation_failed');
+    assert.equal(none.body.message, 'A JSON body is required.');
   });
 
   it('accepts a valid body', async () => {

@@ -89,6 +89,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(self.body.ownership_unverified, true);
       assert.equal(self.body.owner, '');
       assert.ok(self.body.challenge);
+      assert.deepEqual(self.body.ovmode, { mode: 'claim', root_of_trust: 'secret', status: 'unverified' });
       const wrong = await hub.call('POST', `/devices/${self.body.id}/claim`, {
         token: alice.token,
         body: { challenge: 'guess' },
@@ -102,6 +103,11 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(claimed.body.owner, alice.prn);
       assert.equal(claimed.body.ownership_unverified, false);
       assert.equal(claimed.body.challenge, undefined);
+      assert.deepEqual(claimed.body.ovmode, { mode: 'claim', root_of_trust: 'secret', status: 'verified' });
+      const listed = (await hub.call('GET', '/devices', { token: alice.token })).body.items.find(
+        (d: { id: string }) => d.id === self.body.id,
+      );
+      assert.deepEqual(listed.ovmode, claimed.body.ovmode, 'the list (a read model) agrees');
       const again = await asMallory('POST', `/devices/${self.body.id}/claim`, {
         challenge: self.body.challenge,
       });
@@ -116,6 +122,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.equal(r.body.nick, 'sensor-7');
       assert.deepEqual(r.body['user-meta'], { name: 'Sensor 7' });
+      assert.deepEqual(r.body.ovmode, { mode: 'idevid', root_of_trust: 'certificate', status: 'verified' });
       const cert = new x509.X509Certificate(r.body.certificate);
       const ca = new x509.X509Certificate(readFileSync(join(hub.dataDir, 'keys', 'device-ca.pem'), 'utf8'));
       // The hub names the device: the CSR asked for CN=sensor-7, the certificate says which device it is.
@@ -154,6 +161,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(owner.status, 200);
       assert.equal(owner.body.secret, dev.secret);
       assert.deepEqual(owner.body['user-meta'], { site: 'lab' });
+      assert.deepEqual(owner.body.ovmode, { mode: 'owned', root_of_trust: 'secret', status: 'verified' });
       const self = await hub.call('GET', `/devices/${encodeURIComponent(dev.prn)}`, { token: dev.token });
       assert.equal(self.body.secret, dev.secret);
       const admin = await hub.call('GET', `/devices/${dev.id}`, { token: root.token });
@@ -176,6 +184,11 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(mine.status, 200);
       assert.ok(mine.body.total >= 3);
       assert.ok(mine.body.items.every((d: { owner: string }) => d.owner === alice.prn));
+      assert.deepEqual(mine.body.items.find((d: { id: string }) => d.id === dev.id).ovmode, {
+        mode: 'owned',
+        root_of_trust: 'secret',
+        status: 'verified',
+      });
       assert.doesNotMatch(JSON.stringify(mine.body), new RegExp(dev.secret));
       const theirs = await asMallory('GET', '/devices');
       assert.deepEqual(
@@ -250,7 +263,33 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         body: { k: 7 },
       });
       assert.equal(typed.status, 422);
-      assert.equal(typed.body.details[0].field, 'k');
+      assert.deepEqual(typed.body.details, [{ field: 'k', problem: 'must be string or must be null' }]);
+      const longKey = 'k'.repeat(129);
+      const named = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { [longKey]: 'v' },
+      });
+      assert.equal(named.status, 422);
+      assert.deepEqual(named.body.details, [
+        { field: longKey, problem: 'key must NOT have more than 128 characters' },
+      ]);
+      // JSON.parse keeps __proto__ as a key, but an assignment sets the prototype with it: refused
+      // rather than answered and then lost. A key named like an inherited property is a key like any.
+      for (const body of ['{"__proto__":"x","b":"2"}', '{"__proto__":"x"}']) {
+        const proto = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+          token: dev.token,
+          body: JSON.parse(body), // an own __proto__ key, which JSON.stringify sends
+        });
+        assert.equal(proto.status, 422, body);
+        assert.deepEqual(proto.body.details, [{ field: '__proto__', problem: 'is not allowed as a key' }]);
+      }
+      const head = await hub.node.store.head();
+      const inherited = await hub.call('PATCH', `/devices/${dev.id}/device-meta`, {
+        token: dev.token,
+        body: { constructor: null, toString: null },
+      });
+      assert.equal(inherited.status, 200);
+      assert.equal(await hub.node.store.head(), head, 'removing keys that are not there appends nothing');
       const after = await hub.call('GET', `/devices/${dev.id}`, { token: alice.token });
       assert.deepEqual(after.body['device-meta'], { temp: '22' }, 'refused patches changed nothing');
     });
@@ -273,6 +312,42 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         (await hub.call('PUT', `/devices/${dev.id}/user-meta`, { token: alice.token, body: many })).status,
         413,
       );
+      const proto = JSON.parse('{"__proto__":"x","b":"2"}');
+      const refused = await hub.call('PUT', `/devices/${dev.id}/user-meta`, {
+        token: alice.token,
+        body: proto,
+      });
+      assert.equal(refused.status, 422);
+      assert.equal(refused.body.details[0].field, '__proto__');
+      const created = await hub.call('POST', '/devices', {
+        token: alice.token,
+        body: { 'user-meta': proto },
+      });
+      assert.equal(created.status, 422);
+      assert.equal(created.body.details[0].field, 'user-meta.__proto__');
+      const kept = await hub.call('GET', `/devices/${dev.id}`, { token: alice.token });
+      assert.deepEqual(kept.body['user-meta'], { site: 'plant', rack: '4' }, 'refused, nothing changed');
+    });
+
+    it('a nick that is a path under /devices (register) is refused: /devices/{nick} could not name it', async () => {
+      for (const [path, body] of [
+        ['/devices', { nick: 'Register' }],
+        ['/devices/register', { csr: 'not read', 'device-name': 'register' }],
+      ] as const) {
+        const r = await hub.call('POST', path, { token: alice.token, body });
+        assert.equal(r.status, 422, path);
+        assert.equal(r.body.details[0].problem, 'is reserved');
+      }
+      const unowned = await hub.call('POST', '/devices', { body: { nick: 'register' } });
+      assert.equal(unowned.status, 422);
+      const rename = await hub.call('PATCH', `/devices/${dev.id}`, {
+        token: alice.token,
+        body: { nick: 'register' },
+      });
+      assert.equal(rename.status, 422);
+      const get = await hub.call('GET', '/devices/register', { token: alice.token });
+      assert.equal(get.status, 405, 'a path of its own: POST only');
+      assert.equal(get.headers.get('allow'), 'POST');
     });
 
     it('public devices are readable by others, without secret; private again, they are 404', async () => {

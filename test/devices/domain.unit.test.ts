@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { parseTimeModified } from '../../api/callbacks/routes.ts';
 import {
+  deviceRecord,
   devices,
   metaPatch,
   metaReplace,
@@ -18,6 +19,12 @@ describe('device domain (unit)', () => {
     });
     assert.deepEqual(metaPatch({ a: '1' }, { a: null }), { changed: {}, removed: ['a'] });
     assert.deepEqual(metaPatch({ a: '1' }, { a: '1' }), { changed: {}, removed: [] });
+    // Keys named like inherited properties are keys like any: only own keys are removed.
+    assert.deepEqual(metaPatch({}, { constructor: null, toString: null }), { changed: {}, removed: [] });
+    assert.deepEqual(metaPatch({ constructor: 'x' }, { constructor: null }), {
+      changed: {},
+      removed: ['constructor'],
+    });
   });
 
   it('metaReplace names the keys added or changed and the keys removed', () => {
@@ -26,6 +33,34 @@ describe('device domain (unit)', () => {
       removedKeys: [],
     });
     assert.deepEqual(metaReplace({ a: '1', b: '2' }, { a: '1' }), { changedKeys: [], removedKeys: ['b'] });
+    assert.deepEqual(metaReplace({ constructor: 'x' }, {}), {
+      changedKeys: [],
+      removedKeys: ['constructor'],
+    });
+  });
+
+  it("a record's ovmode says how the device was enrolled, what vouches for it and whether it is owned", () => {
+    const created = (data: Record<string, unknown>) =>
+      devices.evolve(devices.initial(), {
+        type: 'DeviceCreated',
+        created: 1,
+        data: { device_id: 'd', prn: 'p', owner_id: '', user_meta: {}, device_meta: {}, ...data },
+      });
+    const ov = (s: ReturnType<typeof created>) => deviceRecord(s, 'owner').ovmode;
+    assert.deepEqual(ov(created({ owner_id: 'u' })), {
+      mode: 'owned',
+      root_of_trust: 'secret',
+      status: 'verified',
+    });
+    const unowned = created({});
+    assert.deepEqual(ov(unowned), { mode: 'claim', root_of_trust: 'secret', status: 'unverified' });
+    const claimed = devices.evolve(unowned, { type: 'DeviceClaimed', created: 2, data: { owner_id: 'u' } });
+    assert.deepEqual(ov(claimed), { mode: 'claim', root_of_trust: 'secret', status: 'verified' });
+    assert.deepEqual(ov(created({ owner_id: 'u', certificate: 'PEM' })), {
+      mode: 'idevid',
+      root_of_trust: 'certificate',
+      status: 'verified',
+    });
   });
 
   it('referencedObjects finds every sha256 among string values, once, sorted', () => {

@@ -112,6 +112,7 @@ describe('webhooks (e2e)', function () {
       await bad({ custom_headers: { 'user-agent': 'x' } }, 'custom_headers');
       await bad({ custom_headers: { 'X-Team': '日本' } }, 'custom_headers'); // not sendable in HTTP/1.1
       await bad({ custom_headers: { 'X-Team': 'a\u0000b' } }, 'custom_headers');
+      await bad({ custom_headers: JSON.parse('{"__proto__":"x"}') }, 'custom_headers.__proto__');
       await bad({ url: 'http://10.1.2.3/hook' }, 'url');
       await bad({ url: 'http://169.254.169.254/latest/meta-data' }, 'url');
       await bad({ url: 'ftp://example.com/' }, 'url');
