@@ -33,6 +33,10 @@ export const badRequest = (message: string, details?: ErrorDetail[]) =>
   new HttpError(400, 'bad_request', message, { details });
 export const unauthorized = (message = 'Authentication required.') =>
   new HttpError(401, 'unauthorized', message, { headers: { 'WWW-Authenticate': 'Bearer' } });
+/** Credentials sent in a body (login, the current password) that do not hold: a 401 like any, so
+ * with WWW-Authenticate too. */
+export const invalidCredentials = (message: string) =>
+  new HttpError(401, 'invalid_credentials', message, { headers: { 'WWW-Authenticate': 'Bearer' } });
 export const forbidden = (message: string) => new HttpError(403, 'forbidden', message);
 export const notFound = (message = 'Not found.') => new HttpError(404, 'not_found', message);
 export const conflict = (message: string) => new HttpError(409, 'conflict', message);

@@ -44,7 +44,8 @@ const APP_FIELDS = {
   redirect_uris: {
     type: 'array',
     maxItems: 20,
-    items: { type: 'string', format: 'uri', pattern: '^https?://', maxLength: 2048 },
+    // No fragment: the token is handed over in one (RFC 6749 3.1.2).
+    items: { type: 'string', format: 'uri', pattern: '^https?://[^#]*$', maxLength: 2048 },
   },
   scopes: { type: 'array', maxItems: 100, items: SCOPE },
   exposed_scopes: { type: 'array', maxItems: 100, items: SCOPE },
@@ -94,7 +95,7 @@ const fieldsOf = (body: Partial<AppFields> & { nick: string; name: string }): Ap
 
 export function appRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys);
+  const auth = authenticate(hub.keys, hub.store);
   const ownerOf = (ctx: { state: { auth?: { sub: string } } }) => ctx.state.auth!.sub;
 
   /** The caller's app by id, nick or PRN; 404 for anyone else's or a deleted one. */

@@ -80,17 +80,15 @@ export const accounts = {
       case 'PasswordResetRequested':
         return { ...next, resets: new Map(s.resets).set(d.nonce as string, d.expires as number) };
       case 'PasswordChanged': {
-        const resets = new Map(s.resets);
         const used = new Set(s.usedResets);
-        if (typeof d.reset_nonce === 'string') {
-          resets.delete(d.reset_nonce);
-          used.add(d.reset_nonce);
-        }
+        if (typeof d.reset_nonce === 'string') used.add(d.reset_nonce);
         return {
           ...next,
           passwordHash: d.password_hash as string,
           passwordChanged: e.created,
-          resets,
+          // A new password ends every reset link sent before it, not only the one used: one left
+          // in a mailbox would otherwise set the password again.
+          resets: new Map(),
           usedResets: used,
         };
       }
@@ -122,13 +120,28 @@ export function accountRecord(s: AccountState): Record<string, unknown> {
   };
 }
 
+/** The profile's text fields (all strings; '' when not set). */
+export const PROFILE_TEXT = [
+  'bio',
+  'company',
+  'fullName',
+  'github',
+  'gitlab',
+  'location',
+  'picture',
+  'twitter',
+  'website',
+] as const;
+
+/** The Profile: request and response share one shape (the spec), so every field is there, a text
+ * field not set as '' and an ovmode not set as {}. */
 export function profileRecord(s: AccountState): Record<string, unknown> {
   return {
     nick: s.nick,
     email: s.email,
-    ...s.profile,
+    ...Object.fromEntries(PROFILE_TEXT.map((f) => [f, s.profile[f] ?? ''])),
     meta: s.meta,
-    ...(s.ovmode ? { ovmode: s.ovmode } : {}),
+    ovmode: s.ovmode ?? {},
     'time-created': new Date(s.created).toISOString(),
     'time-modified': new Date(s.modified).toISOString(),
   };

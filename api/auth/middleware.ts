@@ -2,6 +2,9 @@
 // (ES256 only, our issuer, an audience we serve), then scope checks per route.
 import type { Middleware } from 'koa';
 import koaJwt from 'koa-jwt';
+import { load } from '../../infra/eventstore/aggregate.ts';
+import type { EventStore } from '../../infra/eventstore/port.ts';
+import { appStream, apps } from '../apps/apps.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
 import { chargeRateLimit } from '../http.ts';
 import type { Keys } from './keys.ts';
@@ -22,8 +25,12 @@ declare module 'koa' {
 const verifiedByKey = new WeakMap<Keys, Map<string, Claims>>();
 const MAX_VERIFIED = 100_000;
 
-/** Verifies the bearer token; 401 (in the error shape, with WWW-Authenticate) when it does not hold. */
-export function authenticate(keys: Keys): Middleware {
+/**
+ * Verifies the bearer token; 401 (in the error shape, with WWW-Authenticate) when it does not hold.
+ * A token issued to an app (/auth/authorize) holds only while the app does: deleting the app ends
+ * its tokens at once (one load of the app's state, cached in this process, per such request).
+ */
+export function authenticate(keys: Keys, store: EventStore): Middleware {
   // Per signing key: a verdict under one key says nothing under another.
   let verified = verifiedByKey.get(keys);
   if (!verified) {
@@ -51,7 +58,14 @@ export function authenticate(keys: Keys): Middleware {
       throw await refuse('Send a bearer token: Authorization: Bearer <token>.');
     const token = header.slice(7).trim();
     const known = cache.get(token);
+    const appGone = async (claims: Claims) => {
+      const aud = String(claims.aud);
+      if (!APP_PRN.test(aud)) return false;
+      const { state } = await load(store, appStream(aud.slice('prn:::apps:/'.length)), apps);
+      return !state.id || state.deleted !== 0;
+    };
     if (known && known.exp * 1000 > Date.now()) {
+      if (await appGone(known)) throw await refuse('The app this token was issued to was deleted.');
       ctx.state.auth = known;
       ctx.state.caller = known.sub;
       await chargeRateLimit(ctx, `account:${known.sub}`);
@@ -67,6 +81,7 @@ export function authenticate(keys: Keys): Middleware {
     const claims = ctx.state.auth as Claims;
     if (typeof claims?.sub !== 'string' || !Array.isArray(claims.scopes))
       throw await refuse('Invalid token: claims missing.');
+    if (await appGone(claims)) throw await refuse('The app this token was issued to was deleted.');
     if (cache.size >= MAX_VERIFIED) cache.delete(cache.keys().next().value as string);
     cache.set(token, claims);
     ctx.state.caller = claims.sub;

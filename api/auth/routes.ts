@@ -20,6 +20,7 @@ import {
   conflict,
   forbidden,
   HttpError,
+  invalidCredentials,
   notFound,
   tooManyRequests,
   unauthorized,
@@ -46,7 +47,15 @@ import {
   unseal,
   verifyPassword,
 } from './secrets.ts';
-import { type Claims, HUB_AUDIENCE, parseScopes, SCOPE_NAME, SERVICE_PRN, signToken } from './tokens.ts';
+import {
+  APP_PRN,
+  type Claims,
+  HUB_AUDIENCE,
+  parseScopes,
+  SCOPE_NAME,
+  SERVICE_PRN,
+  signToken,
+} from './tokens.ts';
 
 const NICK = {
   type: 'string',
@@ -92,7 +101,7 @@ const newId = () => randomBytes(12).toString('hex');
 
 export function authRoutes(hub: HubContext) {
   const { store, config, keys } = hub;
-  const auth = authenticate(keys);
+  const auth = authenticate(keys, store);
   const isAdmin = (nick: string) => config.admins.some((a) => lower(a) === lower(nick));
   /** An admin's own login token: a USER's first-party token, not acting for anyone. Device and
    * service nicks live elsewhere or are chosen freely, so the nick alone proves nothing. */
@@ -188,7 +197,7 @@ export function authRoutes(hub: HubContext) {
     const { state: device } = await load(store, deviceStream(id), devices);
     const ok =
       device.id !== '' && !device.garbage && sameSecret(secret, unseal(keys.sealKey, device.secretSealed));
-    if (!ok) throw new HttpError(401, 'invalid_credentials', 'Wrong username or password.');
+    if (!ok) throw invalidCredentials('Wrong username or password.');
     const { token } = await signToken(
       keys,
       {
@@ -236,7 +245,8 @@ export function authRoutes(hub: HubContext) {
           redirect_uris: {
             type: 'array',
             maxItems: 20,
-            items: { type: 'string', format: 'uri', pattern: '^https?://', maxLength: 2048 },
+            // No fragment: the token is handed over in one (RFC 6749 3.1.2).
+            items: { type: 'string', format: 'uri', pattern: '^https?://[^#]*$', maxLength: 2048 },
           },
         },
       }),
@@ -455,7 +465,7 @@ document.getElementById('send').onclick = async () => {
           : [body.username, undefined];
         const account = await findAccount(actorName!);
         const ok = await verifyPassword(body.password, account?.passwordHash || DUMMY_HASH);
-        if (!account || !ok) throw new HttpError(401, 'invalid_credentials', 'Wrong username or password.');
+        if (!account || !ok) throw invalidCredentials('Wrong username or password.');
         if (!account.active)
           throw new HttpError(
             403,
@@ -479,22 +489,29 @@ document.getElementById('send').onclick = async () => {
       path: '/auth/login',
       tag: 'auth',
       summary: 'Refresh the presented token before it expires (within the refresh window of its login).',
+      description:
+        'Not for device tokens (devices log in again) or app tokens from /auth/authorize (authorize again): 403. 401 once the refresh window has passed, or the password changed since the login.',
       security: 'bearer',
       middleware: [auth],
       responses: { 200: { description: 'A new token with the same claims.', schema: TOKEN_RESPONSE } },
       handler: async (ctx) => {
         const { iss: _i, iat, exp, jti: _j, ...claims } = ctx.state.auth!;
         if (claims.type === 'DEVICE') throw forbidden('Devices log in again with their secret.');
+        // The spec gives them about an hour: an app asks the user again (/auth/authorize).
+        if (APP_PRN.test(String(claims.aud)))
+          throw forbidden('A token from /auth/authorize is not refreshed: authorize again.');
         if (Date.now() / 1000 - claims.orig_iat > config.refreshWindow) {
           throw unauthorized('The refresh window of this login has passed; log in again.');
         }
         const account = await findAccount(claims.sub);
         if (!account?.active) throw unauthorized('The account of this token can no longer log in.');
-        if (claims.act) {
-          const admin = await findAccount(claims.act.sub);
-          if (!admin?.active || !isAdmin(admin.nick))
-            throw unauthorized('The admin acting in this token no longer may.');
-        }
+        const admin = claims.act ? await findAccount(claims.act.sub) : undefined;
+        if (claims.act && (!admin?.active || !isAdmin(admin.nick)))
+          throw unauthorized('The admin acting in this token no longer may.');
+        // As with refresh tokens, a new password ends the logins made before it. orig_iat is in
+        // whole seconds: a login of the same second as the change stays (the change is ms-exact).
+        if (Math.floor((admin ?? account).passwordChanged / 1000) > claims.orig_iat)
+          throw unauthorized('The password changed since this login; log in again.');
         // A refreshed token lives as long as the one presented: an hour-long app token stays hour-long.
         const ttl = exp - iat;
         const { token } = await signToken(keys, claims, ttl);
@@ -631,6 +648,8 @@ document.getElementById('send').onclick = async () => {
         if (claims.type !== 'USER' || claims.act)
           throw forbidden('Only users, acting for themselves, may grant access codes.');
         const scopes = parseScopes(body.scopes);
+        if (scopes.length === 0)
+          throw unprocessable('Name at least one scope.', [{ field: 'scopes', problem: 'names no scope' }]);
         const bad = scopes.find((s) => !SCOPE_NAME.test(s));
         if (bad)
           throw unprocessable(`Unknown scope ${bad}.`, [
@@ -903,7 +922,7 @@ document.getElementById('send').onclick = async () => {
       tag: 'auth',
       summary: 'Set a new password: with the emailed reset token, or with your token and current password.',
       description:
-        'A reset token works once and expires after an hour (401 otherwise). Without `token`, send your bearer token and `current_password`.',
+        'A reset token works once and expires after an hour (401 otherwise); a new password ends every reset token sent before it. Without `token`, send your bearer token and `current_password` (422 without it, 401 when wrong; a device token: 403).',
       security: 'none',
       body: schema({
         type: 'object',
@@ -929,10 +948,16 @@ document.getElementById('send').onclick = async () => {
           await auth(ctx, async () => {});
           if (ctx.state.auth!.aud !== HUB_AUDIENCE || ctx.state.auth!.act)
             throw forbidden('Change your password with your own login token.');
+          if (ctx.state.auth!.type === 'DEVICE')
+            throw forbidden('A device has a secret, not a password: its owner sets it.');
+          if (body.current_password === undefined)
+            throw unprocessable('Send current_password with your token, or the emailed reset token.', [
+              { field: 'current_password', problem: 'is required without token' },
+            ]);
           const account = await findAccount(ctx.state.auth!.sub);
           if (!account) throw unauthorized('The account of this token no longer exists.');
-          if (!(await verifyPassword(body.current_password ?? '', account.passwordHash))) {
-            throw new HttpError(401, 'invalid_credentials', 'The current password is wrong.');
+          if (!(await verifyPassword(body.current_password, account.passwordHash))) {
+            throw invalidCredentials('The current password is wrong.');
           }
           accountId = account.id;
         }

@@ -121,7 +121,7 @@ const pick = (list: string[]) => list[randomBytes(1)[0]! % list.length]!;
 
 export function deviceRoutes(hub: HubContext) {
   const { store, config } = hub;
-  const auth = authenticate(hub.keys);
+  const auth = authenticate(hub.keys, hub.store);
   const access = deviceAccess(store, config.admins);
   const { cache, resolve } = access;
   // Unsealing is AES work on the hot path (device-meta answers carry the secret): memoised, bounded.

@@ -47,7 +47,7 @@ const STEP = {
 
 export function trailRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys);
+  const auth = authenticate(hub.keys, hub.store);
   const access = deviceAccess(store, hub.config.admins);
 
   return (routes: Routes) => {

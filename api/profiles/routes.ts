@@ -1,23 +1,12 @@
 // /profiles/: the caller's profile, kept in the account's own stream.
 import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
-import { type AccountState, accountStream, accounts, profileRecord } from '../auth/accounts.ts';
+import { type AccountState, accountStream, accounts, PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 
 const TEXT = { type: 'string', maxLength: 1024 };
-const PROFILE_TEXT = [
-  'bio',
-  'company',
-  'fullName',
-  'github',
-  'gitlab',
-  'location',
-  'picture',
-  'twitter',
-  'website',
-] as const;
 const OVMODE = {
   type: 'object',
   additionalProperties: false,
@@ -53,7 +42,7 @@ type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'emai
 
 export function profileRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys);
+  const auth = authenticate(hub.keys, hub.store);
 
   async function own(prn: string): Promise<AccountState> {
     const id = await nameOwner(store, 'prn', prn);
@@ -99,7 +88,7 @@ export function profileRoutes(hub: HubContext) {
         const profile = Object.fromEntries(
           PROFILE_TEXT.filter((f) => body[f] !== undefined).map((f) => [f, body[f]!]),
         );
-        const { appended, state } = await handle(store, accountStream(account.id), accounts, (s) => ({
+        const { appended, after } = await handle(store, accountStream(account.id), accounts, (s) => ({
           events: [
             {
               type: 'ProfileUpdated',
@@ -109,13 +98,7 @@ export function profileRoutes(hub: HubContext) {
           result: undefined,
         }));
         await hub.consistency.written(ctx, appended!.position);
-        ctx.body = profileRecord({
-          ...state,
-          profile,
-          meta: body.meta ?? {},
-          ovmode: body.ovmode ?? null,
-          modified: Date.now(),
-        });
+        ctx.body = profileRecord(after); // as stored: its time-modified is the event's, as GET shows
       },
     });
   };

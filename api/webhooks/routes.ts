@@ -196,7 +196,7 @@ export function parseTime(name: string, raw: string | undefined): number | undef
 const publicEvent = ({ source_position: _p, sequence: _s, created_ms: _c, ...e }: WebhookEvent) => e;
 
 export function webhookRoutes(hub: HubContext) {
-  const auth = authenticate(hub.keys);
+  const auth = authenticate(hub.keys, hub.store);
   const read = [auth, requireScope('webhooks', 'read')];
 
   const write = [auth, requireScope('webhooks', 'write')];

@@ -149,6 +149,10 @@ describe('/apps and /profiles (e2e)', function () {
       const empty = await hub.call('GET', '/profiles/', { token: alice.token });
       assert.equal(empty.status, 200);
       assert.equal(empty.body.nick, 'alice');
+      // Request and response share one shape (the spec): every field, unset ones empty.
+      assert.equal(empty.body.bio, '');
+      assert.equal(empty.body.fullName, '');
+      assert.deepEqual(empty.body.ovmode, {});
       const put = await hub.call('PUT', '/profiles/', {
         token: alice.token,
         body: {
@@ -163,11 +167,13 @@ describe('/apps and /profiles (e2e)', function () {
       assert.equal(put.body.fullName, 'Alice Liddell');
       const read = await hub.call('GET', '/profiles/', { token: alice.token });
       assert.equal(read.body.company, 'Wonderland');
+      assert.equal(put.body['time-modified'], read.body['time-modified'], 'the PUT answers what is stored');
       assert.deepEqual(read.body.meta, { team: 'a' });
       assert.deepEqual(read.body.ovmode, { mode: 'strict' });
       const replaced = await hub.call('PUT', '/profiles/', { token: alice.token, body: { bio: 'hi' } });
-      assert.equal(replaced.body.company, undefined);
-      assert.equal((await hub.call('GET', '/profiles/', { token: mallory.token })).body.bio, undefined);
+      assert.equal(replaced.body.company, '');
+      assert.deepEqual(replaced.body.ovmode, {});
+      assert.equal((await hub.call('GET', '/profiles/', { token: mallory.token })).body.bio, '');
     });
 
     it('refuses a nick change, unknown fields and non-string meta (422), and no token (401)', async () => {

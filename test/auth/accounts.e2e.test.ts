@@ -150,6 +150,7 @@ describe('/auth accounts (e2e)', function () {
       assert.equal(unknown.status, 401);
       assert.equal(wrong.body.message, unknown.body.message);
       assert.equal(wrong.body.error, 'invalid_credentials');
+      assert.equal(wrong.headers.get('www-authenticate'), 'Bearer', 'a 401 like any');
     });
   });
 
@@ -312,6 +313,90 @@ describe('/auth accounts (e2e)', function () {
           .status,
         200,
       );
+    });
+
+    it('with a token, current_password is required (422); a device token has no password (403)', async () => {
+      const missing = await hub.call('POST', '/auth/password', {
+        token: alice.token,
+        body: { password: 'fourth-password' },
+      });
+      assert.equal(missing.status, 422);
+      assert.equal(missing.body.details[0].field, 'current_password');
+      const d = await hub.call('POST', '/devices', { token: alice.token });
+      const device = await hub.call('POST', '/auth/login', {
+        body: { username: d.body.prn, password: d.body.secret },
+      });
+      const byDevice = await hub.call('POST', '/auth/password', {
+        token: device.body.token,
+        body: { current_password: d.body.secret, password: 'fourth-password' },
+      });
+      assert.equal(byDevice.status, 403);
+    });
+
+    it('a new password ends every reset link sent before it, not only the one used', async () => {
+      const resetToken = async () => {
+        const started = Date.now();
+        await new Promise((r) => setTimeout(r, 5)); // each mail a file of its own millisecond
+        assert.equal(
+          (await hub.call('POST', '/auth/recover', { body: { email: 'alice@example.com' } })).status,
+          202,
+        );
+        return /"token": "([^"]+)"/.exec(
+          (await readMail(hub, 'alice@example.com', /Reset/, started)).text,
+        )![1]!;
+      };
+      const first = await resetToken();
+      const second = await resetToken();
+      assert.notEqual(first, second);
+      assert.equal(
+        (await hub.call('POST', '/auth/password', { body: { token: first, password: 'fifth-password' } }))
+          .status,
+        200,
+      );
+      const stale = await hub.call('POST', '/auth/password', {
+        body: { token: second, password: 'sixth-password' },
+      });
+      assert.equal(stale.status, 401);
+      const third = await resetToken();
+      assert.equal(
+        (
+          await hub.call('POST', '/auth/password', {
+            token: (
+              await hub.call('POST', '/auth/login', {
+                body: { username: 'alice', password: 'fifth-password' },
+              })
+            ).body.token,
+            body: { current_password: 'fifth-password', password: 'seventh-password' },
+          })
+        ).status,
+        200,
+      );
+      assert.equal(
+        (await hub.call('POST', '/auth/password', { body: { token: third, password: 'eighth-password' } }))
+          .status,
+        401,
+        'a change with the current password ends them too',
+      );
+      alice.password = 'seventh-password';
+    });
+
+    it('a password change also ends refreshing older access tokens through GET /auth/login', async () => {
+      const login = async () =>
+        (await hub.call('POST', '/auth/login', { body: { username: 'alice', password: alice.password } }))
+          .body.token;
+      const before = await login();
+      await new Promise((r) => setTimeout(r, 1100)); // a later second: orig_iat is in seconds
+      const changed = await hub.call('POST', '/auth/password', {
+        token: before,
+        body: { current_password: alice.password, password: 'ninth-password' },
+      });
+      assert.equal(changed.status, 200);
+      alice.password = 'ninth-password';
+      const refused = await hub.call('GET', '/auth/login', { token: before });
+      assert.equal(refused.status, 401);
+      assert.match(refused.body.message, /password changed/);
+      await new Promise((r) => setTimeout(r, 1100));
+      assert.equal((await hub.call('GET', '/auth/login', { token: await login() })).status, 200);
     });
   });
 

@@ -223,6 +223,12 @@ describe('/auth tokens (e2e)', function () {
         body: { service: svc.prn, scopes: 'BAD SCOPE!' },
       });
       assert.equal(scope.status, 422);
+      const none = await hub.call('POST', '/auth/code', {
+        token: alice.token,
+        body: { service: svc.prn, scopes: ' , ' },
+      });
+      assert.equal(none.status, 422);
+      assert.deepEqual(none.body.details, [{ field: 'scopes', problem: 'names no scope' }]);
       const notService = await hub.call('POST', '/auth/code', {
         token: alice.token,
         body: { service: 'not a prn', scopes: '*' },
@@ -267,17 +273,14 @@ describe('/auth tokens (e2e)', function () {
       assert.equal((await hub.call('GET', '/apps', { token: r.body.token })).status, 403);
     });
 
-    it('refreshing an app token keeps its hour; an impersonation token cannot authorize apps', async () => {
+    it('an app token is not refreshed (the spec gives it about an hour); an impersonation token cannot authorize apps', async () => {
       const r = await hub.call('POST', '/auth/authorize', {
         token: alice.token,
         body: { client_id: app.id, redirect_uri: 'https://dash.example/cb' },
       });
       const refreshed = await hub.call('GET', '/auth/login', { token: r.body.token });
-      assert.equal(refreshed.status, 200);
-      assert.equal(refreshed.body.expires_in, 3600);
-      const claims = claimsOf(refreshed.body.token);
-      assert.equal(claims.exp - claims.iat, 3600);
-      assert.equal(claims.aud, app.prn);
+      assert.equal(refreshed.status, 403);
+      assert.match(refreshed.body.message, /authorize again/);
       const acting = await hub.call('POST', '/auth/login', {
         body: { username: 'root==>alice', password: root.password },
       });
@@ -286,6 +289,28 @@ describe('/auth tokens (e2e)', function () {
         body: { client_id: app.id, redirect_uri: 'https://dash.example/cb' },
       });
       assert.equal(laundered.status, 403);
+    });
+
+    it('deleting an app ends its tokens at once; a redirect URI with a fragment is refused', async () => {
+      const made = await hub.call('POST', '/apps', {
+        token: bob.token,
+        body: { nick: 'short-lived', name: 'Short', redirect_uris: ['https://short.example/cb'] },
+      });
+      const r = await hub.call('POST', '/auth/authorize', {
+        token: alice.token,
+        body: { client_id: made.body.id, redirect_uri: 'https://short.example/cb' },
+      });
+      assert.equal((await status(r.body.token)).status, 200); // verified, and its verdict cached
+      assert.equal((await hub.call('DELETE', `/apps/${made.body.id}`, { token: bob.token })).status, 200);
+      const after = await status(r.body.token);
+      assert.equal(after.status, 401);
+      assert.match(after.body.message, /app this token was issued to was deleted/);
+      const fragment = await hub.call('POST', '/apps', {
+        token: bob.token,
+        body: { nick: 'fragmented', name: 'F', redirect_uris: ['https://f.example/cb#x'] },
+      });
+      assert.equal(fragment.status, 422);
+      assert.equal(fragment.body.details[0].field, 'redirect_uris.0');
     });
 
     it('refuses a redirect URI that is not registered exactly, an unknown app and undeclared scopes', async () => {
