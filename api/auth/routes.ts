@@ -478,8 +478,15 @@ document.getElementById('send').onclick = async () => {
         }
         if (account.type !== 'USER' || !isAdmin(account.nick))
           throw forbidden('Only admins may log in as another user.');
+        // Another user, as the spec says: not a service, and not an account that cannot log in itself.
         const target = await findAccount(targetName);
-        if (!target) throw notFound(`No account named ${targetName}.`);
+        if (!target || target.type !== 'USER') throw notFound(`No user named ${targetName}.`);
+        if (!target.active)
+          throw new HttpError(
+            403,
+            'account_pending',
+            `${targetName} has not verified the account's email yet.`,
+          );
         ctx.body = await session(ctx, target, account);
       },
     });

@@ -196,6 +196,22 @@ describe('/auth accounts (e2e)', function () {
       );
     });
 
+    it('an admin acts as users only: not as a service (404), nor as an account still pending (403)', async () => {
+      const asService = await hub.call('POST', '/auth/login', {
+        body: { username: 'root==>svc1', password: root.password },
+      });
+      assert.equal(asService.status, 404);
+      const pending = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'dora@example.com', nick: 'dora', password: 'dora-password' },
+      });
+      assert.equal(pending.body.status, 'pending');
+      const asPending = await hub.call('POST', '/auth/login', {
+        body: { username: 'root==>dora', password: root.password },
+      });
+      assert.equal(asPending.status, 403);
+      assert.equal(asPending.body.error, 'account_pending');
+    });
+
     it('a device or a service named like an admin gets no admin rights', async () => {
       const device = await hub.call('POST', '/devices', { body: { nick: 'root' } });
       assert.equal(device.status, 200);
