@@ -35,7 +35,7 @@ import {
   accounts,
   servicePrn,
 } from './accounts.ts';
-import { authenticate, requireFirstParty } from './middleware.ts';
+import { authenticate, requireAccountType, requireFirstParty } from './middleware.ts';
 import {
   DUMMY_HASH,
   hashPassword,
@@ -857,8 +857,9 @@ document.getElementById('send').onclick = async () => {
       path: '/auth/accounts',
       tag: 'auth',
       summary: 'With ?asadmin=yes (admins only): every account, paginated. Without: your own account.',
+      description: 'For accounts (users and services): a device has none (403).',
       security: 'bearer',
-      middleware: [auth, requireFirstParty],
+      middleware: [auth, requireFirstParty, requireAccountType('USER', 'SERVICE')],
       query: schema({ type: 'object', properties: { asadmin: { enum: ['yes', 'no'] }, ...PAGE_QUERY } }),
       responses: { 200: { description: 'A page of account records.', schema: pageSchema(ACCOUNT) } },
       handler: async (ctx, { query }) => {

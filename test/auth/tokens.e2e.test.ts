@@ -345,12 +345,13 @@ describe('/auth tokens (e2e)', function () {
     });
   });
 
-  it('device tokens are not refreshed: devices log in again with their secret', async () => {
+  it('device tokens are not refreshed: devices log in again with their secret; a device has no account', async () => {
     const d = await hub.call('POST', '/devices', { token: alice.token, body: {} });
     const login = await hub.call('POST', '/auth/login', {
       body: { username: d.body.prn, password: d.body.secret },
     });
     assert.equal((await hub.call('GET', '/auth/login', { token: login.body.token })).status, 403);
+    assert.equal((await hub.call('GET', '/auth/accounts', { token: login.body.token })).status, 403);
   });
 
   it('publishes the verification key as a JWK set', async () => {
