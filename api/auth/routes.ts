@@ -480,7 +480,7 @@ document.getElementById('send').onclick = async () => {
           throw forbidden('Only admins may log in as another user.');
         // Another user, as the spec says: not a service, and not an account that cannot log in itself.
         const target = await findAccount(targetName);
-        if (!target || target.type !== 'USER') throw notFound(`No user named ${targetName}.`);
+        if (target?.type !== 'USER') throw notFound(`No user named ${targetName}.`);
         if (!target.active)
           throw new HttpError(
             403,
