@@ -38,6 +38,13 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
     verifiedByKey.set(keys, verified);
   }
   const cache = verified;
+  /** Whether the token was issued to an app that is gone (made once, not per request). */
+  const appGone = async (claims: Claims) => {
+    const aud = String(claims.aud);
+    if (!APP_PRN.test(aud)) return false;
+    const { state } = await load(store, appStream(aud.slice('prn:::apps:/'.length)), apps);
+    return !state.id || state.deleted !== 0;
+  };
   const verify = koaJwt({
     secret: keys.publicPem,
     algorithms: ['ES256'],
@@ -58,12 +65,6 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
       throw await refuse('Send a bearer token: Authorization: Bearer <token>.');
     const token = header.slice(7).trim();
     const known = cache.get(token);
-    const appGone = async (claims: Claims) => {
-      const aud = String(claims.aud);
-      if (!APP_PRN.test(aud)) return false;
-      const { state } = await load(store, appStream(aud.slice('prn:::apps:/'.length)), apps);
-      return !state.id || state.deleted !== 0;
-    };
     if (known && known.exp * 1000 > Date.now()) {
       if (await appGone(known)) throw await refuse('The app this token was issued to was deleted.');
       ctx.state.auth = known;
