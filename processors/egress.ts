@@ -18,6 +18,7 @@ for (const [net, bits] of [
   ['172.16.0.0', 12],
   ['192.0.0.0', 24],
   ['192.0.2.0', 24],
+  ['192.88.99.0', 24], // the 6to4 relay anycast (deprecated)
   ['192.168.0.0', 16],
   ['198.18.0.0', 15],
   ['198.51.100.0', 24],
@@ -27,8 +28,8 @@ for (const [net, bits] of [
 ] as const)
   FORBIDDEN.addSubnet(net, bits, 'ipv4');
 for (const [net, bits] of [
-  ['::', 128],
-  ['::1', 128],
+  ['::', 96], // unspecified, loopback, and IPv4-compatible (deprecated: ::127.0.0.1)
+  ['::ffff:0:0:0', 96], // IPv4-translated (::ffff:0:127.0.0.1)
   ['64:ff9b::', 96],
   ['64:ff9b:1::', 48],
   ['2001::', 32], // Teredo

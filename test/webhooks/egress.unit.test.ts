@@ -20,9 +20,15 @@ describe('webhook egress rules (unit)', () => {
       'fd00::1',
       'fe80::1',
       '::ffff:127.0.0.1',
+      // IPv4-compatible and IPv4-translated IPv6, and the 6to4 relay: reserved too.
+      '::127.0.0.1',
+      '::a00:1',
+      '::1.2.3.4',
+      '::ffff:0:7f00:1',
+      '192.88.99.1',
     ])
       assert.equal(strict.allows(a), false, a);
-    for (const a of ['93.184.216.34', '1.1.1.1', '2606:4700:4700::1111'])
+    for (const a of ['93.184.216.34', '1.1.1.1', '2606:4700:4700::1111', '::ffff:1.1.1.1'])
       assert.equal(strict.allows(a), true, a);
   });
 
