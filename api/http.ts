@@ -1,6 +1,11 @@
-// Small Koa middleware that every route passes through, outermost first:
-// request id + error rendering + access log + duration metric, then the rate limit.
+// The API's HTTP edge: the server (with its answer to requests Node's parser refuses), the small
+// Koa middleware every route passes through, outermost first (request id + error rendering +
+// access log + duration metric, then the rate limit), and the reading of what a request brings:
+// its JSON body, and the RFC 3339 timestamps of queries.
 import { randomBytes } from 'node:crypto';
+import { createServer, type Server, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type Koa from 'koa';
 import type { Context, Middleware, Next } from 'koa';
 import getRawBody from 'raw-body';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
@@ -18,13 +23,42 @@ const REQUEST_ID = /^[\w.:-]{1,128}$/;
 /** Request ids: a random prefix per process and a counter, unique without entropy per request. */
 const ID_PREFIX = `req_${randomBytes(6).toString('base64url')}`;
 let requestCount = 0;
+const newRequestId = () => `${ID_PREFIX}${(++requestCount).toString(36)}`;
+
+/** The HTTP server of the API (the main thread's or an API thread's). A request Node's parser
+ * refuses (a malformed header line, headers over the limit) never reaches Koa: it is answered
+ * here, in the one error shape too, and the connection closed. */
+export function apiServer(app: Koa): Server {
+  const server = createServer(app.callback());
+  server.keepAliveTimeout = 65_000;
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    if (err.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const failure =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? new HttpError(431, 'headers_too_large', 'The request headers are too large.')
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? new HttpError(408, 'request_timeout', 'The request did not arrive in time.')
+          : badRequest('The request is not valid HTTP.');
+    const requestId = newRequestId();
+    const { status, body } = renderError(failure, requestId);
+    const json = JSON.stringify(body);
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(json)}\r\nX-Request-Id: ${requestId}\r\nConnection: close\r\n\r\n${json}`,
+    );
+  });
+  return server;
+}
 
 /** Request id, error rendering, one access-log line and the duration histogram. */
 export function requestContext(logger: Logger, metrics: Metrics): Middleware {
   return async (ctx: Context, next: Next) => {
     const started = process.hrtime.bigint();
     const incoming = ctx.get('X-Request-Id');
-    const requestId = REQUEST_ID.test(incoming) ? incoming : `${ID_PREFIX}${(++requestCount).toString(36)}`;
+    const requestId = REQUEST_ID.test(incoming) ? incoming : newRequestId();
     ctx.state.requestId = requestId;
     ctx.set('X-Request-Id', requestId);
     try {
@@ -166,4 +200,32 @@ export async function readJsonBody(ctx: Context, limitBytes: number): Promise<un
   } catch (err) {
     throw new HttpError(400, 'invalid_json', `The body is not valid JSON: ${(err as Error).message}`);
   }
+}
+
+const RFC3339 =
+  /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:Z|([+-])(\d{2}):(\d{2}))$/i;
+const DAYS = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+const daysIn = (year: number, month: number) =>
+  month === 2 && year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : DAYS[month - 1]!;
+
+/**
+ * An RFC 3339 timestamp of a query (callbacks' `timemodified`, the event log's `since`), with up
+ * to nanoseconds, as nanoseconds since the epoch; a space stands for an unencoded
+ * `+`. A date or time that does not exist (February 31st, 24:00) is refused, not rolled over into
+ * the next day; a leap second (:60) reads as the last instant of its minute's 59th second.
+ */
+export function parseRfc3339(raw: string): bigint | undefined {
+  const m = RFC3339.exec(raw.replace(' ', '+'));
+  if (!m) return undefined;
+  const [year, month, day, hour, minute, second, , , offsetHours, offsetMinutes] = m
+    .slice(1)
+    .map((v) => Number(v ?? 0)) as number[];
+  if (month! < 1 || month! > 12 || day! < 1 || day! > daysIn(year!, month!)) return undefined;
+  if (hour! > 23 || minute! > 59 || second! > 60 || offsetHours! > 23 || offsetMinutes! > 59)
+    return undefined;
+  const at = new Date(Date.UTC(2000, month! - 1, day!, hour!, minute!, Math.min(second!, 59)));
+  at.setUTCFullYear(year!); // Date.UTC reads years below 100 as 19xx
+  const offsetMs = (m[8] === '-' ? -1 : 1) * (offsetHours! * 60 + offsetMinutes!) * 60_000;
+  const nanos = second === 60 ? 999_999_999n : BigInt((m[7] ?? '').padEnd(9, '0'));
+  return BigInt(at.getTime() - offsetMs) * 1_000_000n + nanos;
 }

@@ -41,6 +41,9 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>> {
   handler: (ctx: Context, input: Input<B, Q>) => Promise<void> | void;
 }
 
+/** The body and query of a route that declares none: no fields. */
+const NO_FIELDS = { type: 'object', additionalProperties: false, properties: {} };
+
 const ERROR_SCHEMA = {
   type: 'object',
   required: ['error', 'message', 'code', 'request_id'],
@@ -113,25 +116,38 @@ export class Routes {
   }
 
   add<B = undefined, Q = Record<string, string>>(spec: RouteSpec<B, Q>): void {
-    const validateBody = spec.body ? this.ajv.compile(spec.body) : undefined;
-    const validateQuery = spec.query ? this.queryAjv.compile(spec.query) : undefined;
+    // A route that declares no body takes none (an empty object at most), and a query parameter
+    // no route declares is refused: a typo (`?staus=failed`) must not silently do nothing.
+    const validateBody = this.ajv.compile(spec.body ?? NO_FIELDS);
+    const validateQuery = this.queryAjv.compile({
+      additionalProperties: false,
+      ...(spec.query ?? NO_FIELDS),
+    });
+    const integerParams = Object.entries((spec.query?.properties ?? {}) as Record<string, { type?: unknown }>)
+      .filter(([, s]) => s.type === 'integer')
+      .map(([name]) => name);
     const bodyLimit = this.bodyLimit;
     const bodyOptional =
-      spec.body?.type === 'object' && !(spec.body.required as string[] | undefined)?.length;
+      !spec.body || (spec.body.type === 'object' && !(spec.body.required as string[] | undefined)?.length);
     const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1');
     const handle: RouterMiddleware = async (ctx: Context) => {
-      let body: unknown;
-      if (validateBody) {
-        body = await readJsonBody(ctx, bodyLimit);
-        // No body is an empty object where the schema requires no field (POST /devices), and still
-        // meets its other rules (an empty PATCH is refused as {} is).
-        if (body === undefined && !bodyOptional)
-          throw unprocessable('A JSON body is required.', [{ field: '', problem: 'missing' }]);
-        body ??= {};
-        check(validateBody, body, 'body');
-      }
+      let body = await readJsonBody(ctx, bodyLimit);
+      // No body is an empty object where the schema requires no field (POST /devices), and still
+      // meets its other rules (an empty PATCH is refused as {} is).
+      if (body === undefined && !bodyOptional)
+        throw unprocessable('A JSON body is required.', [{ field: '', problem: 'missing' }]);
+      if (body === undefined) body = {}; // a JSON null stays null, refused as not an object
+      check(validateBody, body, 'body');
       const query = { ...ctx.query } as Record<string, unknown>;
-      if (validateQuery) check(validateQuery, query, 'query');
+      // Integers are written in decimal: ajv would coerce `0x10` and `1e2` as JavaScript does.
+      for (const name of integerParams) {
+        const raw = query[name];
+        if (raw !== undefined && !(typeof raw === 'string' && /^-?\d{1,15}$/.test(raw)))
+          throw unprocessable(`Invalid query: ${name} must be a decimal integer.`, [
+            { field: name, problem: 'must be a decimal integer' },
+          ]);
+      }
+      check(validateQuery, query, 'query');
       await spec.handler(ctx, { body: body as B, query: query as Q, params: ctx.params });
     };
     const segment = this.segmentOf(firstSegment(spec.path));
@@ -272,6 +288,11 @@ function describe(errors: ErrorObject[]): ErrorDetail[] {
       details.push({
         field: at(e.propertyName),
         problem: e.keyword === 'not' ? 'is not allowed as a key' : `key ${e.message ?? 'is invalid'}`,
+      });
+    else if (e.keyword === 'type')
+      details.push({
+        field: base,
+        problem: `must be ${[(e.params as { type: string | string[] }).type].flat().join(' or ')}`,
       });
     else details.push({ field: base, problem: e.message ?? 'is invalid' });
   }

@@ -11,7 +11,7 @@
 // they bound the hub to one core. This file is both sides: the main thread's (startApiThreads)
 // and the thread's body (at the bottom), as the SQLite writer is.
 import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { pino } from 'pino';
@@ -46,7 +46,7 @@ import { loadDeviceCa } from './devices/ca.ts';
 import { deviceRoutes } from './devices/routes.ts';
 import { trailRoutes } from './devices/trails.ts';
 import { HttpError } from './errors.ts';
-import { RateLimiter } from './http.ts';
+import { apiServer, RateLimiter } from './http.ts';
 import { profileRoutes } from './profiles/routes.ts';
 import type { Routes } from './routes.ts';
 import { webhookRoutes } from './webhooks/routes.ts';
@@ -366,8 +366,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
         : undefined,
     scrape: () => channel.call('node', 'scrape', []) as Promise<string>,
   });
-  const server: Server = createServer(app.callback());
-  server.keepAliveTimeout = 65_000;
+  const server: Server = apiServer(app);
   server.listen({ port: data.port, host: config.host, reusePort: true });
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;

@@ -2,7 +2,7 @@
 // then the roles asked for. `hub start` runs every role; `hub api` and `hub projector` one each.
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -20,6 +20,7 @@ import {
 } from '../api/consistency.ts';
 import type { HubContext } from '../api/context.ts';
 import { loadDeviceCa } from '../api/devices/ca.ts';
+import { apiServer } from '../api/http.ts';
 import type { Routes } from '../api/routes.ts';
 import { serviceRoutes, startApiThreads } from '../api/threads.ts';
 import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
@@ -380,8 +381,7 @@ export async function startNode(
       mount = serviceRoutes(hub);
     }
     const { app } = createApp({ config, logger, metrics, readiness, mount });
-    const server: Server = createServer(app.callback());
-    server.keepAliveTimeout = 65_000;
+    const server: Server = apiServer(app);
     server.listen(config.port, config.host);
     await once(server, 'listening');
     const { port } = server.address() as AddressInfo;

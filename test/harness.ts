@@ -2,13 +2,14 @@
 // ephemeral port, and a JSON fetch helper. No mocks: every test talks to the real thing.
 import { once } from 'node:events';
 import { mkdtempSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import type Koa from 'koa';
 import pg from 'pg';
+import { apiServer } from '../api/http.ts';
 import { type Config, loadConfig } from '../infra/config.ts';
 import { createLogger, type Logger } from '../infra/telemetry.ts';
 
@@ -62,7 +63,7 @@ export function memoryLogger(level = 'info'): { logger: Logger; lines: () => str
 }
 
 export async function listen(app: Koa): Promise<{ url: string; close: () => Promise<void> }> {
-  const server: Server = createServer(app.callback());
+  const server: Server = apiServer(app);
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;

@@ -1,5 +1,6 @@
 // The one error shape, over real HTTP, for every status the API uses.
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { createApp } from '../../api/app.ts';
 import { conflict, forbidden, unauthorized } from '../../api/errors.ts';
 import { NOT_PROTO, schema } from '../../api/routes.ts';
@@ -89,11 +90,37 @@ describe('error model (e2e)', () => {
                   propertyNames: { ...NOT_PROTO, maxLength: 10 },
                   additionalProperties: { anyOf: [{ type: 'string' }, { type: 'null' }] },
                 },
+                policy: { type: ['object', 'null'] },
               },
             }),
             responses: { 200: { description: 'ok' } },
             handler: (ctx) => {
               ctx.body = { ok: true };
+            },
+          });
+          routes.add({
+            method: 'post',
+            path: '/probe/action',
+            tag: 'probe',
+            summary: 'An action that declares no body and no query.',
+            responses: { 200: { description: 'ok' } },
+            handler: (ctx) => {
+              writes.push('action');
+              ctx.body = { ok: true };
+            },
+          });
+          routes.add<undefined, { limit: number }>({
+            method: 'get',
+            path: '/probe/page',
+            tag: 'probe',
+            summary: 'A query with an integer.',
+            query: schema({
+              type: 'object',
+              properties: { limit: { type: 'integer', minimum: 1, default: 5 } },
+            }),
+            responses: { 200: { description: 'ok' } },
+            handler: (ctx, { query }) => {
+              ctx.body = { limit: query.limit };
             },
           });
           routes.add({
@@ -268,6 +295,76 @@ describe('error model (e2e)', () => {
     const none = await request(`${url}/probe/items`, { method: 'POST' });
     assertShape(none, 422, 'validation_failed');
     assert.equal(none.body.message, 'A JSON body is required.');
+  });
+
+  it('a route that declares no body takes none: {} or nothing, else 422 (400, 415) and nothing done', async () => {
+    assert.equal((await request(`${url}/probe/action`, { method: 'POST' })).status, 200);
+    assert.equal((await request(`${url}/probe/action`, { method: 'POST', body: {} })).status, 200);
+    const extra = await request(`${url}/probe/action`, { method: 'POST', body: { subscriptions: ['x'] } });
+    assertShape(extra, 422, 'validation_failed');
+    assert.deepEqual(extra.body.details, [{ field: 'subscriptions', problem: 'is not a known field' }]);
+    const notJson = await request(`${url}/probe/action`, {
+      method: 'POST',
+      raw: 'not json',
+      headers: { 'content-type': 'application/json' },
+    });
+    assertShape(notJson, 400, 'invalid_json');
+    const text = await request(`${url}/probe/action`, {
+      method: 'POST',
+      raw: 'hello',
+      headers: { 'content-type': 'text/plain' },
+    });
+    assertShape(text, 415, 'unsupported_media_type');
+    assert.deepEqual(writes.splice(0), ['action', 'action']);
+  });
+
+  it('a query parameter no route declares is 422, and integers are written in decimal', async () => {
+    const unknown = await request(`${url}/probe/page?limit=2&staus=failed`);
+    assertShape(unknown, 422, 'validation_failed');
+    assert.deepEqual(unknown.body.details, [{ field: 'staus', problem: 'is not a known field' }]);
+    assertShape(await request(`${url}/probe/action?dry=1`, { method: 'POST' }), 422, 'validation_failed');
+    for (const limit of ['0x10', '1e2', '%201', '1.0', '', 'ten']) {
+      const r = await request(`${url}/probe/page?limit=${limit}`);
+      assertShape(r, 422, 'validation_failed');
+      assert.deepEqual(r.body.details, [{ field: 'limit', problem: 'must be a decimal integer' }], limit);
+    }
+    assert.deepEqual((await request(`${url}/probe/page?limit=16`)).body, { limit: 16 });
+    assert.deepEqual((await request(`${url}/probe/page`)).body, { limit: 5 });
+    assert.deepEqual(writes, []);
+  });
+
+  it('a JSON null is not an absent body, and a type of several names them all', async () => {
+    const nul = await request(`${url}/probe/maps`, {
+      method: 'PUT',
+      raw: 'null',
+      headers: { 'content-type': 'application/json' },
+    });
+    assertShape(nul, 422, 'validation_failed');
+    assert.deepEqual(nul.body.details, [{ field: '', problem: 'must be object' }]);
+    const several = await request(`${url}/probe/maps`, { method: 'PUT', body: { policy: [] } });
+    assert.deepEqual(several.body.details, [{ field: 'policy', problem: 'must be object or null' }]);
+  });
+
+  it("a request Node's parser refuses is answered in the error shape too (400, 431), and closed", async () => {
+    const raw = async (text: string) => {
+      const socket = connect(Number(new URL(url).port), '127.0.0.1');
+      socket.end(text);
+      const chunks: Buffer[] = [];
+      for await (const c of socket) chunks.push(c as Buffer);
+      const answer = Buffer.concat(chunks).toString();
+      const [head, body] = answer.split('\r\n\r\n') as [string, string];
+      return { status: Number(head.split(' ')[1]), head, body: JSON.parse(body) };
+    };
+    const malformed = await raw('GET /probe/page HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n');
+    assert.equal(malformed.status, 400);
+    assert.match(malformed.head, /content-type: application\/json/i);
+    assert.equal(malformed.body.error, 'bad_request');
+    assert.equal(malformed.body.code, 400);
+    assert.match(malformed.body.request_id, /^req_/);
+    assert.match(malformed.head, new RegExp(`X-Request-Id: ${malformed.body.request_id}`));
+    const huge = await raw(`GET /probe/page HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    assert.equal(huge.status, 431);
+    assert.equal(huge.body.error, 'headers_too_large');
   });
 
   it('accepts a valid body', async () => {
