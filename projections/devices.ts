@@ -7,7 +7,7 @@ import type { Projection } from './runner.ts';
 
 export const deviceList: Projection = {
   name: 'devices',
-  version: 2, // 2: records carry ovmode
+  version: 3, // 2: records carry ovmode; 3: deleted devices leave the index by nick
   description: "Device records, their metadata maps, owners' indexes and an index by nick.",
   project(e) {
     const d = e.data as Record<string, unknown>;
@@ -77,6 +77,8 @@ export const deviceList: Projection = {
         return [
           { op: 'patch', key, doc: { garbage: true, ...modified } },
           { op: 'zrem', key: `devices-of:${d.owner_prn}`, member: id },
+          // Recorded since deleting gives the nick back; a garbage device is named by its id.
+          ...(d.nick ? [{ op: 'zrem' as const, key: nickIndex(d.nick as string), member: id }] : []),
         ];
       case 'DeviceMetaUpdated':
         return [

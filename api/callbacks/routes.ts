@@ -9,24 +9,15 @@ import {
   DEVICE_PRN,
   deviceStream,
   devices,
+  REV,
   stepBookkeeping,
   trailStream,
   trails,
 } from '../devices/devices.ts';
 import { carryPublicity } from '../devices/publicity.ts';
 import { HttpError, notFound, unprocessable } from '../errors.ts';
+import { parseRfc3339 } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
-
-const RFC3339 = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$/i;
-
-/** RFC 3339 with up to nanoseconds, as nanoseconds since the epoch; a space stands for an unencoded `+`. */
-export function parseTimeModified(raw: string): bigint | undefined {
-  const m = RFC3339.exec(raw.replace(' ', '+'));
-  if (!m) return undefined;
-  const ms = Date.parse(`${m[1]}${m[3]!.toUpperCase()}`);
-  if (Number.isNaN(ms)) return undefined;
-  return BigInt(ms) * 1_000_000n + BigInt((m[2] ?? '').padEnd(9, '0'));
-}
 
 const sha = (s: string) => createHash('sha256').update(s).digest();
 
@@ -63,7 +54,7 @@ export function callbackRoutes(hub: HubContext) {
 
   function stale(raw: string | undefined, modifiedMs: number): void {
     if (raw === undefined) return;
-    const at = parseTimeModified(raw);
+    const at = parseRfc3339(raw);
     if (at === undefined)
       throw unprocessable('timemodified is not an RFC 3339 timestamp.', [
         { field: 'timemodified', problem: 'is not RFC 3339' },
@@ -159,7 +150,7 @@ export function callbackRoutes(hub: HubContext) {
       },
       handler: async (ctx, { query }) => {
         const m = /^([a-f0-9]{24})-(\d+)$/.exec(ctx.params.id!);
-        if (!m) throw notFound('No such step.');
+        if (!m || !REV.test(m[2]!)) throw notFound('No such step.');
         const [, id, revText] = m;
         const rev = Number(revText);
         const { state: device } = await load(store, deviceStream(id!), devices);

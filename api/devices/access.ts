@@ -35,7 +35,8 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
         const cached = cache.get(deviceStream(id))?.state;
         if (cached?.prn === claims.sub) return { device: cached, viewer: 'device', unverified: true };
       }
-      if (!id && claims.type === 'USER') {
+      const byNick = !id;
+      if (byNick && claims.type === 'USER') {
         const ownerId = await nameOwner(store, 'prn', claims.sub);
         if (ownerId) id = (await nameOwner(store, `devnick-${ownerId}`, ref.toLowerCase())) ?? '';
       }
@@ -43,6 +44,9 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
         ? await load(store, deviceStream(id), devices, cache)
         : { state: devices.initial() };
       if (!state.id) throw notFound('No such device.');
+      // A deleted device gave up its nick, and its own token reaches nothing (as its login): only
+      // its owner and admins still read it, by id or PRN. Mutations refuse it (the routes' update).
+      if (state.garbage && (byNick || claims.type === 'DEVICE')) throw notFound('No such device.');
       if (claims.type === 'DEVICE' && claims.sub === state.prn) return { device: state, viewer: 'device' };
       if (claims.type === 'USER' && state.ownerPrn && claims.sub === state.ownerPrn)
         return { device: state, viewer: 'owner' };

@@ -52,6 +52,8 @@ export const deviceStream = (id: string) => `device-${id}`;
 export const trailStream = (id: string) => `trail-${id}`;
 export const devicePrn = (id: string) => `prn:::devices:/${id}`;
 export const DEVICE_PRN = /^prn:::devices:\/([a-f0-9]{24})$/;
+/** A step's rev as paths spell it: decimal, no sign, no leading zero (`01`, `1e0` name no step). */
+export const REV = /^(?:0|[1-9]\d{0,8})$/;
 
 type Ev = Pick<RecordedEvent, 'type' | 'data' | 'created'>;
 

@@ -165,12 +165,18 @@ export function deviceRoutes(hub: HubContext) {
   ): Promise<string> {
     if (asked) {
       refuseReserved(asked, field);
-      try {
-        await claimName(store, `devnick-${ownerId}`, asked.toLowerCase(), deviceId);
-        return asked;
-      } catch (err) {
-        if (err instanceof NameTakenError) throw conflict('You have a device with this nick already.');
-        throw err;
+      for (let attempt = 0; ; attempt++) {
+        try {
+          await claimName(store, `devnick-${ownerId}`, asked.toLowerCase(), deviceId);
+          return asked;
+        } catch (err) {
+          if (!(err instanceof NameTakenError)) throw err;
+          // Devices deleted before deletion gave nicks back still hold theirs: such a nick is free.
+          const holder = await nameOwner(store, `devnick-${ownerId}`, asked.toLowerCase());
+          const held = holder ? (await load(store, deviceStream(holder), devices, cache)).state : undefined;
+          if (attempt > 0 || !held?.garbage) throw conflict('You have a device with this nick already.');
+          await releaseName(store, `devnick-${ownerId}`, asked.toLowerCase(), held.id);
+        }
       }
     }
     for (let i = 0; ; i++) {
@@ -184,18 +190,23 @@ export function deviceRoutes(hub: HubContext) {
     }
   }
 
+  /** Appends what `decide` makes of the device's state. A deleted (garbage) device is 404 to every
+   * command but DELETE itself, decided on the state the append checks. */
   async function update(
     ctx: Context,
     id: string,
     decide: (d: DeviceState) => { type: string; data: unknown }[],
-    loaded?: DeviceState,
+    options: { loaded?: DeviceState; garbage?: 'allowed' } = {},
   ) {
     const { appended, after } = await handle(
       store,
       deviceStream(id),
       devices,
-      (d) => ({ events: decide(d), result: undefined }),
-      { cache, loaded: loaded ? cache.get(deviceStream(id)) : undefined },
+      (d) => {
+        if (d.garbage && options.garbage !== 'allowed') throw notFound('No such device.');
+        return { events: decide(d), result: undefined };
+      },
+      { cache, loaded: options.loaded ? cache.get(deviceStream(id)) : undefined },
     );
     if (appended) await hub.consistency.written(ctx, appended.position);
     return after;
@@ -412,19 +423,28 @@ export function deviceRoutes(hub: HubContext) {
       handler: async (ctx, { body }) => {
         const { device, viewer } = await resolve(ctx, ctx.params.id!);
         ownerOnly(viewer);
-        if (body.nick.toLowerCase() !== device.nick.toLowerCase())
-          await takeNick(device.ownerId, device.id, body.nick);
-        const updated = await update(ctx, device.id, (d) =>
-          d.nick === body.nick
-            ? []
-            : [
-                {
-                  type: 'DeviceRenamed',
-                  data: { device_id: d.id, owner_prn: d.ownerPrn, nick: body.nick, previous_nick: d.nick },
-                },
-              ],
-        );
-        if (body.nick.toLowerCase() !== device.nick.toLowerCase())
+        if (device.garbage) throw notFound('No such device.'); // before its new nick is taken
+        const renamed = body.nick.toLowerCase() !== device.nick.toLowerCase();
+        if (renamed) await takeNick(device.ownerId, device.id, body.nick);
+        let updated: DeviceState;
+        try {
+          updated = await update(ctx, device.id, (d) =>
+            d.nick === body.nick
+              ? []
+              : [
+                  {
+                    type: 'DeviceRenamed',
+                    data: { device_id: d.id, owner_prn: d.ownerPrn, nick: body.nick, previous_nick: d.nick },
+                  },
+                ],
+          );
+        } catch (err) {
+          // Deleted meanwhile: the nick just taken is given back.
+          if (renamed)
+            await releaseName(store, `devnick-${device.ownerId}`, body.nick.toLowerCase(), device.id);
+          throw err;
+        }
+        if (renamed)
           await releaseName(store, `devnick-${device.ownerId}`, device.nick.toLowerCase(), device.id);
         ctx.body = deviceRecord(updated, viewer, secretOf(updated));
       },
@@ -475,11 +495,22 @@ export function deviceRoutes(hub: HubContext) {
       handler: async (ctx) => {
         const { device, viewer } = await resolve(ctx, ctx.params.id!);
         ownerOnly(viewer);
-        const updated = await update(ctx, device.id, (d) =>
-          d.garbage
-            ? []
-            : [{ type: 'DeviceMarkedGarbage', data: { device_id: d.id, owner_prn: d.ownerPrn } }],
+        const updated = await update(
+          ctx,
+          device.id,
+          (d) =>
+            d.garbage
+              ? []
+              : [
+                  {
+                    type: 'DeviceMarkedGarbage',
+                    data: { device_id: d.id, owner_prn: d.ownerPrn, nick: d.nick },
+                  },
+                ],
+          { garbage: 'allowed' }, // deleting again changes nothing and answers the same
         );
+        // Its nick is free for another of the owner's devices.
+        await releaseName(store, `devnick-${updated.ownerId}`, updated.nick.toLowerCase(), updated.id);
         ctx.body = deviceRecord(updated, viewer);
       },
     });
@@ -551,7 +582,6 @@ export function deviceRoutes(hub: HubContext) {
           ctx,
           device.id,
           (d) => {
-            if (d.garbage) throw notFound('No such device.'); // decided here: the state may be a cached one
             const { changed, removed } = metaPatch(d.deviceMeta, body);
             if (Object.keys(changed).length === 0 && removed.length === 0) return [];
             const merged = { ...d.deviceMeta, ...changed };
@@ -564,7 +594,7 @@ export function deviceRoutes(hub: HubContext) {
               },
             ];
           },
-          unverified ? undefined : device,
+          { loaded: unverified ? undefined : device },
         );
         ctx.body = deviceRecord(updated, 'device', secretOf(updated));
       },

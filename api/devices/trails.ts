@@ -8,6 +8,7 @@ import { conflict, forbidden, notFound } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
 import { deviceAccess } from './access.ts';
 import {
+  REV,
   referencedObjects,
   STEP_STATUSES,
   type StepStatus,
@@ -143,7 +144,7 @@ export function trailRoutes(hub: HubContext) {
       handler: async (ctx) => {
         const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
         const { state } = await load(store, trailStream(device.id), trails);
-        const step = state.steps.get(Number(ctx.params.rev));
+        const step = REV.test(ctx.params.rev!) ? state.steps.get(Number(ctx.params.rev)) : undefined;
         if (!step || (viewer === 'public' && !step.public)) throw notFound('No such step.');
         ctx.body = stepRecord(device, step);
       },
@@ -174,6 +175,7 @@ export function trailRoutes(hub: HubContext) {
           throw viewer === 'public'
             ? notFound('No such device.')
             : forbidden('Only the device itself reports progress.');
+        if (!REV.test(ctx.params.rev!)) throw notFound('No such step.');
         const rev = Number(ctx.params.rev);
         const { appended } = await handle(store, trailStream(device.id), trails, (t) => {
           const step = t.steps.get(rev);

@@ -13,6 +13,7 @@ import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal } from '../auth/secrets.ts';
 import { type HubContext, PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
+import { parseRfc3339 } from '../http.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import {
   EVENT_TYPE_NAMES,
@@ -182,15 +183,13 @@ const TIME = {
 export function parseTime(name: string, raw: string | undefined): number | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (/^\d{1,12}$/.test(raw)) return Number(raw) * 1000;
-  const ms =
-    /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$/i.test(raw) &&
-    Date.parse(raw.replace(/(\.\d{3})\d+/, '$1'));
-  if (!ms && ms !== 0) {
+  const ns = parseRfc3339(raw);
+  if (ns === undefined) {
     throw unprocessable(`${name} must be an RFC 3339 timestamp or Unix seconds.`, [
       { field: name, problem: 'not an RFC 3339 timestamp or Unix seconds' },
     ]);
   }
-  return ms;
+  return Number(ns / 1_000_000n);
 }
 
 const publicEvent = ({ source_position: _p, sequence: _s, created_ms: _c, ...e }: WebhookEvent) => e;

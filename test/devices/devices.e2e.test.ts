@@ -8,7 +8,7 @@ import { webcrypto } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
-import { trails } from '../../api/devices/devices.ts';
+import { devices, trails } from '../../api/devices/devices.ts';
 import { handle } from '../../infra/eventstore/aggregate.ts';
 import {
   createDevice as createDeviceOf,
@@ -547,10 +547,12 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         ).status,
         200,
       );
-      const bad = await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=yesterday`, {
-        headers: basic('sa-secret'),
-      });
-      assert.equal(bad.status, 422);
+      for (const when of ['yesterday', '2026-11-31T00:00:00Z', '2030-01-01T24:00:00Z']) {
+        const bad = await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=${when}`, {
+          headers: basic('sa-secret'),
+        });
+        assert.equal(bad.status, 422, `${when} does not exist`);
+      }
     });
 
     it("answers the step's bookkeeping record; stale and unknown steps refused", async () => {
@@ -609,6 +611,99 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
     );
     const list = await hub.call('GET', '/devices', { token: alice.token });
     assert.ok(!list.body.items.some((d: { id: string }) => d.id === gone.id));
+  });
+
+  it('a deleted device is gone: its token, its nick and every owner change answer 404; its nick is free again', async () => {
+    const gone = await createDevice(alice, { nick: 'retired' });
+    const pushed = await hub.call('POST', `/trails/${gone.id}/steps`, {
+      token: gone.token,
+      body: { state: {} },
+    });
+    assert.equal(pushed.status, 200);
+    assert.equal((await hub.call('DELETE', `/devices/${gone.id}`, { token: alice.token })).status, 200);
+    const again = await hub.call('DELETE', `/devices/${gone.id}`, { token: alice.token });
+    assert.equal(again.status, 200, 'deleting again changes nothing and answers the same');
+    assert.equal(again.body.garbage, true);
+    // Every change of the owner's is refused, and appends nothing.
+    const before = (await hub.call('GET', `/devices/${gone.id}`, { token: alice.token })).body;
+    assert.equal(before.garbage, true, 'the owner still reads it by id');
+    for (const [method, path, body] of [
+      ['PATCH', `/devices/${gone.id}`, { nick: 'revived' }],
+      ['PUT', `/devices/${gone.id}/public`, undefined],
+      ['DELETE', `/devices/${gone.id}/public`, undefined],
+      ['PUT', `/devices/${gone.id}/user-meta`, { q: '1' }],
+      ['POST', `/trails/${gone.id}/steps`, { state: {} }],
+    ] as const) {
+      const r = await hub.call(method, path, { token: alice.token, body });
+      assert.equal(r.status, 404, `${method} ${path}: ${JSON.stringify(r.body)}`);
+    }
+    // Its own token, still unexpired, reaches nothing.
+    for (const [method, path, body] of [
+      ['GET', `/devices/${gone.id}`, undefined],
+      ['PATCH', `/devices/${gone.id}/device-meta`, { a: '1' }],
+      ['PUT', `/trails/${gone.id}/steps/0/progress`, { progress: 1, status: 'STARTED' }],
+      ['POST', `/trails/${gone.id}/steps`, { state: {} }],
+    ] as const) {
+      const r = await hub.call(method, path, { token: gone.token, body });
+      assert.equal(r.status, 404, `device token, ${method} ${path}: ${JSON.stringify(r.body)}`);
+      assert.ok(!JSON.stringify(r.body).includes(gone.secret));
+    }
+    const after = (await hub.call('GET', `/devices/${gone.id}`, { token: alice.token })).body;
+    assert.deepEqual(after, before, 'nothing changed');
+    const step = (await hub.call('GET', `/trails/${gone.id}/steps/0`, { token: alice.token })).body;
+    assert.equal(step.progress.status, 'NEW');
+    // The nick names nothing now, and another device may take it.
+    assert.equal((await hub.call('GET', '/devices/retired', { token: alice.token })).status, 404);
+    const successor = await createDevice(alice, { nick: 'retired' });
+    const byNick = await hub.call('GET', '/devices/retired', { token: alice.token });
+    assert.equal(byNick.body.id, successor.id);
+    // The operators' index by nick left the deleted device: the nick is not ambiguous.
+    let named = await hub.call('PUT', '/callbacks/devices/retired', { headers: basic('sa-secret') });
+    for (let i = 0; i < 50 && named.body.device_id !== successor.id; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      named = await hub.call('PUT', '/callbacks/devices/retired', { headers: basic('sa-secret') });
+    }
+    assert.equal(named.status, 200, JSON.stringify(named.body));
+    assert.equal(named.body.device_id, successor.id);
+  });
+
+  it('a nick still held by a device deleted before deletion gave nicks back is free', async () => {
+    const old = await createDevice(alice, { nick: 'legacy' });
+    // The event as it was written then: without the nick, which stayed claimed.
+    await handle(hub.node.store, `device-${old.id}`, devices, () => ({
+      events: [{ type: 'DeviceMarkedGarbage', data: { device_id: old.id, owner_prn: alice.prn } }],
+      result: undefined,
+    }));
+    const fresh = await createDevice(alice, { nick: 'legacy' });
+    assert.notEqual(fresh.id, old.id);
+    assert.equal((await hub.call('GET', '/devices/legacy', { token: alice.token })).body.id, fresh.id);
+    const taken = await hub.call('POST', '/devices', { token: alice.token, body: { nick: 'legacy' } });
+    assert.equal(taken.status, 409, 'a live device still holds its nick');
+  });
+
+  it('a step is named by its rev in decimal only', async () => {
+    const d = await createDevice(alice);
+    for (const _ of [0, 1])
+      assert.equal(
+        (await hub.call('POST', `/trails/${d.id}/steps`, { token: d.token, body: { state: {} } })).status,
+        200,
+      );
+    for (const rev of ['00', '01', '1e0', '%2B1', '0x1', '1.0']) {
+      const r = await hub.call('GET', `/trails/${d.id}/steps/${rev}`, { token: alice.token });
+      assert.equal(r.status, 404, rev);
+      const p = await hub.call('PUT', `/trails/${d.id}/steps/${rev}/progress`, {
+        token: d.token,
+        body: { progress: 1, status: 'STARTED' },
+      });
+      assert.equal(p.status, 404, `progress ${rev}`);
+      const c = await hub.call('PUT', `/callbacks/steps/${d.id}-${rev}`, { headers: basic('sa-secret') });
+      assert.equal(c.status, 404, `callback ${rev}`);
+    }
+    assert.equal((await hub.call('GET', `/trails/${d.id}/steps/1`, { token: alice.token })).body.rev, 1);
+    assert.equal(
+      (await hub.call('PUT', `/callbacks/steps/${d.id}-1`, { headers: basic('sa-secret') })).status,
+      200,
+    );
   });
 
   describe("leaks (last: mocha runs a suite's own tests before its nested suites)", () => {

@@ -1,6 +1,5 @@
 // The device domain's pure decisions, and the callbacks' timestamp parsing, without I/O.
 import assert from 'node:assert/strict';
-import { parseTimeModified } from '../../api/callbacks/routes.ts';
 import {
   deviceRecord,
   devices,
@@ -10,6 +9,7 @@ import {
   stepsToMark,
   trails,
 } from '../../api/devices/devices.ts';
+import { parseRfc3339 } from '../../api/http.ts';
 
 describe('device domain (unit)', () => {
   it('metaPatch records only real changes; null removes existing keys only', () => {
@@ -120,16 +120,41 @@ describe('device domain (unit)', () => {
     assert.equal(device.publicProcessed, false);
   });
 
-  it('parseTimeModified reads RFC 3339 with nanoseconds and offsets, and refuses anything else', () => {
-    assert.equal(parseTimeModified('1970-01-01T00:00:01.000000002Z'), 1_000_000_002n);
-    assert.equal(parseTimeModified('1970-01-01T02:00:00+02:00'), 0n);
-    assert.equal(parseTimeModified('1970-01-01T02:00:00 02:00'), 0n, 'an unencoded + arrives as a space');
+  it('parseRfc3339 reads RFC 3339 with nanoseconds and offsets, and refuses anything else', () => {
+    assert.equal(parseRfc3339('1970-01-01T00:00:01.000000002Z'), 1_000_000_002n);
+    assert.equal(parseRfc3339('1970-01-01T02:00:00+02:00'), 0n);
+    assert.equal(parseRfc3339('1970-01-01T02:00:00 02:00'), 0n, 'an unencoded + arrives as a space');
     assert.equal(
-      parseTimeModified('2026-11-21T10:00:00.5Z')! - parseTimeModified('2026-11-21T10:00:00Z')!,
+      parseRfc3339('2026-11-21T10:00:00.5Z')! - parseRfc3339('2026-11-21T10:00:00Z')!,
       500_000_000n,
     );
-    for (const bad of ['yesterday', '2026-11-21', '2026-11-21T10:00:00', '2026-11-21T10:00:00.1234567890Z']) {
-      assert.equal(parseTimeModified(bad), undefined, bad);
+    assert.equal(parseRfc3339('1970-01-01T00:00:00-01:30'), 5_400_000_000_000n);
+    assert.equal(parseRfc3339('2024-02-29T00:00:00Z'), BigInt(Date.UTC(2024, 1, 29)) * 1_000_000n);
+    assert.equal(parseRfc3339('0001-01-01T00:00:00Z'), -62_135_596_800_000_000_000n, 'year 1, not 1901');
+    assert.equal(
+      parseRfc3339('2016-12-31T23:59:60Z'),
+      parseRfc3339('2016-12-31T23:59:59.999999999Z'),
+      'a leap second is the last instant of the second before',
+    );
+    for (const bad of [
+      'yesterday',
+      '2026-11-21',
+      '2026-11-21T10:00:00',
+      '2026-11-21T10:00:00.1234567890Z',
+      // Dates and times that do not exist are refused, not rolled over.
+      '2026-11-31T00:00:00Z',
+      '2026-02-31T00:00:00Z',
+      '2025-02-29T00:00:00Z',
+      '2026-13-01T00:00:00Z',
+      '2026-00-10T00:00:00Z',
+      '2026-11-00T00:00:00Z',
+      '2030-01-01T24:00:00Z',
+      '2030-01-01T23:60:00Z',
+      '2030-01-01T23:59:61Z',
+      '2030-01-01T23:00:00+24:00',
+      '2030-01-01T23:00:00+01:60',
+    ]) {
+      assert.equal(parseRfc3339(bad), undefined, bad);
     }
   });
 });

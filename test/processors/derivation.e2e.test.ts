@@ -92,9 +92,23 @@ describe('stream processor on the embedded profile (e2e)', function () {
       token: alice.token,
     });
     assert.equal(before.body.total, total);
-    const bad = await hub.call('GET', '/webhooks/events?since=yesterday', { token: alice.token });
-    assert.equal(bad.status, 422);
-    assert.equal(bad.body.details[0].field, 'since');
+    for (const [name, when] of [
+      ['since', 'yesterday'],
+      ['since', '2026-02-30T00:00:00Z'], // a day the month lacks is refused, not rolled over
+      ['until', '2026-11-31T00:00:00Z'],
+    ]) {
+      const bad = await hub.call('GET', `/webhooks/events?${name}=${when}`, { token: alice.token });
+      assert.equal(bad.status, 422, when);
+      assert.equal(bad.body.details[0].field, name);
+    }
+    const offset = await hub.call(
+      'GET',
+      `/webhooks/events?until=${encodeURIComponent(future.replace('Z', '+00:00'))}`,
+      {
+        token: alice.token,
+      },
+    );
+    assert.equal(offset.body.total, total);
     const badType = await hub.call('GET', '/webhooks/events?type=device.exploded', { token: alice.token });
     assert.equal(badType.status, 422);
     assert.equal((await hub.call('GET', '/webhooks/events')).status, 401);
