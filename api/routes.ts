@@ -32,7 +32,8 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>> {
   tag: string;
   description?: string;
   security?: 'bearer' | 'basic' | 'none';
-  /** Scopes of which the bearer token needs one (documented; enforced by the route's own middleware). */
+  /** Scopes of which the bearer token needs one, published as alternatives (`grantingScopes`, which
+   * the route's own middleware enforces). */
   scopes?: string[];
   body?: Schema<B>;
   query?: Schema<Q>;
@@ -210,7 +211,9 @@ export class Routes {
     };
     const security =
       spec.security === 'bearer'
-        ? [{ bearer: spec.scopes ?? [] }]
+        ? spec.scopes?.length
+          ? spec.scopes.map((scope) => ({ bearer: [scope] })) // any one of them will do
+          : [{ bearer: [] }]
         : spec.security === 'basic'
           ? [{ basic: [] }]
           : undefined;

@@ -12,6 +12,7 @@ import {
 import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { secretToken, sha256 } from '../auth/secrets.ts';
+import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { conflict, notFound, unprocessable } from '../errors.ts';
@@ -116,7 +117,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'Register a third-party app.',
       security: 'bearer',
-      scopes: ['apps', 'apps.write'],
+      scopes: grantingScopes('apps', 'write'),
       middleware: [auth, requireScope('apps', 'write')],
       body: APP_BODY,
       responses: {
@@ -165,7 +166,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'Your apps, newest first.',
       security: 'bearer',
-      scopes: ['apps.readonly'],
+      scopes: grantingScopes('apps', 'read'),
       middleware: [auth, requireScope('apps', 'read')],
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of apps.', schema: pageSchema(APP_RECORD) } },
@@ -197,7 +198,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'One of your apps, by id, nick or PRN.',
       security: 'bearer',
-      scopes: ['apps.readonly'],
+      scopes: grantingScopes('apps', 'read'),
       middleware: [auth, requireScope('apps', 'read')],
       responses: { 200: { description: 'The app.', schema: APP_RECORD } },
       handler: async (ctx) => {
@@ -211,7 +212,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: "Replace an app's fields (id, nick or PRN). Its type cannot change.",
       security: 'bearer',
-      scopes: ['apps', 'apps.write'],
+      scopes: grantingScopes('apps', 'write'),
       middleware: [auth, requireScope('apps', 'write')],
       body: APP_BODY,
       responses: { 200: { description: 'The app record.', schema: APP_RECORD } },
@@ -252,7 +253,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'Delete an app (id, nick or PRN); answers its record with deleted-at.',
       security: 'bearer',
-      scopes: ['apps', 'apps.write'],
+      scopes: grantingScopes('apps', 'write'),
       middleware: [auth, requireScope('apps', 'write')],
       responses: { 200: { description: 'The deleted app.', schema: APP_RECORD } },
       handler: async (ctx) => {

@@ -58,9 +58,15 @@ export async function signToken(
  * Reads accept any of them; writes need `*`, `api`, `<service>` or `<service>.write`.
  */
 export function grants(scopes: string[], service: string, mode: 'read' | 'write'): boolean {
+  const granting = grantingScopes(service, mode);
+  return scopes.some((s) => granting.includes(s));
+}
+
+/** The scopes of which a token needs one to read or write `service`: what `grants` checks and
+ * what /openapi.json publishes as each operation's alternatives. */
+export function grantingScopes(service: string, mode: 'read' | 'write'): string[] {
   const write = ['*', 'api', service, `${service}.write`];
-  if (mode === 'write') return scopes.some((s) => write.includes(s));
-  return scopes.some((s) => write.includes(s) || s === 'api.readonly' || s === `${service}.readonly`);
+  return mode === 'write' ? write : [...write, 'api.readonly', `${service}.readonly`];
 }
 
 export const SCOPE_SERVICES = ['auth', 'apps', 'devices', 'profiles', 'trails', 'webhooks'] as const;

@@ -43,10 +43,27 @@ const QUERY = schema<{ timemodified?: string }>({
   properties: {
     timemodified: {
       type: 'string',
-      description: 'RFC 3339 with nanoseconds, URL-encoded (Z for UTC, %2B for +).',
+      description:
+        'When the notification was made: RFC 3339 with up to nine fractional digits, URL-encoded (Z for UTC, %2B for +; an unencoded + is read too). A date or time that does not exist is 422.',
     },
   },
 });
+
+const ERROR = { $ref: '#/components/schemas/Error' };
+/** The answers every callback shares besides its 200. */
+const REFUSALS = {
+  401: {
+    description: 'Not the operator (HTTP Basic `saadmin`), or HUB_SA_ADMIN_SECRET is empty.',
+    schema: ERROR,
+  },
+  404: { description: 'No such entity.', schema: ERROR },
+  409: {
+    description:
+      '`stale_notification`: the entity changed after `timemodified`, and the notification is ignored (nothing is changed).',
+    schema: ERROR,
+  },
+  422: { description: '`timemodified` is not an RFC 3339 timestamp.', schema: ERROR },
+};
 
 export function callbackRoutes(hub: HubContext) {
   const { store } = hub;
@@ -87,6 +104,8 @@ export function callbackRoutes(hub: HubContext) {
       path: '/callbacks/devices/{id}',
       tag: 'callbacks',
       summary: 'A device changed: mark its steps public or non-public to match it, and count them.',
+      description:
+        "`id`: the device id, its PRN, or a nick that names one device (several: 409 `ambiguous`). Its steps' public and garbage flags are set to the device's. `timemodified` is compared with the last change of the device's ownership, public flag or garbage mark (not its metadata).",
       security: 'basic',
       middleware: [basic],
       query: QUERY,
@@ -102,6 +121,11 @@ export function callbackRoutes(hub: HubContext) {
               steps_marked_as_non_public: { type: 'integer' },
             },
           },
+        },
+        ...REFUSALS,
+        409: {
+          description: `${REFUSALS[409].description} \`ambiguous\`: several devices have this nick; use the id.`,
+          schema: ERROR,
         },
       },
       handler: async (ctx, { query }) => {
@@ -125,6 +149,8 @@ export function callbackRoutes(hub: HubContext) {
       tag: 'callbacks',
       summary:
         'A step changed: bring its public and garbage flags in line with its device, and answer its bookkeeping record.',
+      description:
+        "`id`: `<device id>-<rev>`, the rev in decimal. `timemodified` is compared with the step's push or the last setting of its flags.",
       security: 'basic',
       middleware: [basic],
       query: QUERY,
@@ -147,6 +173,7 @@ export function callbackRoutes(hub: HubContext) {
             },
           },
         },
+        ...REFUSALS,
       },
       handler: async (ctx, { query }) => {
         const m = /^([a-f0-9]{24})-(\d+)$/.exec(ctx.params.id!);

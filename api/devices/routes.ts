@@ -14,6 +14,7 @@ import {
 import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal, secretToken, unseal } from '../auth/secrets.ts';
+import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { conflict, forbidden, HttpError, notFound, unprocessable } from '../errors.ts';
@@ -313,7 +314,7 @@ export function deviceRoutes(hub: HubContext) {
       description:
         '`csr` is a PKCS#10 request (PEM); its signature must verify (422 naming the problem otherwise). `device-name` becomes the device nick, `name` the user-meta `name`. The answer is the Device record plus `certificate`.',
       security: 'bearer',
-      scopes: ['devices', 'devices.write'],
+      scopes: grantingScopes('devices', 'write'),
       middleware: [auth, requireScope('devices', 'write')],
       body: schema({
         type: 'object',
@@ -361,7 +362,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Your devices, newest first (garbage ones left out).',
       security: 'bearer',
-      scopes: ['devices.readonly'],
+      scopes: grantingScopes('devices', 'read'),
       middleware: [auth, requireScope('devices', 'read')],
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: {
@@ -392,9 +393,9 @@ export function deviceRoutes(hub: HubContext) {
       method: 'get',
       path: '/devices/{id}',
       tag: 'devices',
-      summary: 'A device by id, PRN or nick: yours, yourself (a device), or a public one.',
+      summary: 'A device by id, PRN or nick: yours, yourself (a device), any for an admin, or a public one.',
       security: 'bearer',
-      scopes: ['devices.readonly'],
+      scopes: grantingScopes('devices', 'read'),
       middleware: [auth, requireScope('devices', 'read')],
       responses: {
         200: { description: 'The device; the secret only for its owner and itself.', schema: DEVICE_RECORD },
@@ -411,7 +412,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Rename a device (owner).',
       security: 'bearer',
-      scopes: ['devices', 'devices.write'],
+      scopes: grantingScopes('devices', 'write'),
       middleware: [auth, requireScope('devices', 'write')],
       body: schema({
         type: 'object',
@@ -462,7 +463,7 @@ export function deviceRoutes(hub: HubContext) {
           ? 'Make a device (and its steps) public (owner).'
           : 'Make a device (and its steps) private (owner).',
         security: 'bearer',
-        scopes: ['devices', 'devices.write'],
+        scopes: grantingScopes('devices', 'write'),
         middleware: [auth, requireScope('devices', 'write')],
         responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
         handler: async (ctx) => {
@@ -489,7 +490,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Delete a device (owner): it is marked garbage, leaves your list and can no longer log in.',
       security: 'bearer',
-      scopes: ['devices', 'devices.write'],
+      scopes: grantingScopes('devices', 'write'),
       middleware: [auth, requireScope('devices', 'write')],
       responses: { 200: { description: 'The device, garbage.', schema: DEVICE_RECORD } },
       handler: async (ctx) => {
@@ -521,7 +522,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Claim an unowned device with the challenge it registered with.',
       security: 'bearer',
-      scopes: ['devices', 'devices.write'],
+      scopes: grantingScopes('devices', 'write'),
       middleware: [auth, requireScope('devices', 'write')],
       body: schema({
         type: 'object',
@@ -569,7 +570,7 @@ export function deviceRoutes(hub: HubContext) {
       description:
         "Only the device's own token. Keys and values are strings (limits: HUB_META_MAX_KEY_LENGTH and HUB_META_MAX_VALUE_LENGTH, 422; HUB_META_MAX_KEYS keys in the merged map, 413). A patch that changes nothing appends nothing. Answers the Device record.",
       security: 'bearer',
-      scopes: ['devices', 'devices.write'],
+      scopes: grantingScopes('devices', 'write'),
       middleware: [auth, requireScope('devices', 'write')],
       body: schema(metaMap(true)),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
@@ -606,7 +607,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Replace the user metadata of your device (owner): tags, labels.',
       security: 'bearer',
-      scopes: ['devices', 'devices.write'],
+      scopes: grantingScopes('devices', 'write'),
       middleware: [auth, requireScope('devices', 'write')],
       body: schema(metaMap(false)),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },

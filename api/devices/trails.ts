@@ -2,6 +2,7 @@
 // with progress that the device reports.
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
+import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { conflict, forbidden, notFound } from '../errors.ts';
@@ -60,7 +61,7 @@ export function trailRoutes(hub: HubContext) {
       description:
         "`rev` defaults to the next one and must be it (409 otherwise). `objects` lists every sha256 (64 hex digits) found among the state's string values.",
       security: 'bearer',
-      scopes: ['trails', 'trails.write'],
+      scopes: grantingScopes('trails', 'write'),
       middleware: [auth, requireScope('trails', 'write')],
       body: schema({
         type: 'object',
@@ -113,7 +114,7 @@ export function trailRoutes(hub: HubContext) {
       tag: 'trails',
       summary: "The steps of a device's trail, by rev.",
       security: 'bearer',
-      scopes: ['trails.readonly'],
+      scopes: grantingScopes('trails', 'read'),
       middleware: [auth, requireScope('trails', 'read')],
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of steps.', schema: pageSchema(STEP) } },
@@ -138,7 +139,7 @@ export function trailRoutes(hub: HubContext) {
       tag: 'trails',
       summary: 'One step.',
       security: 'bearer',
-      scopes: ['trails.readonly'],
+      scopes: grantingScopes('trails', 'read'),
       middleware: [auth, requireScope('trails', 'read')],
       responses: { 200: { description: 'The step.', schema: STEP } },
       handler: async (ctx) => {
@@ -156,7 +157,7 @@ export function trailRoutes(hub: HubContext) {
       tag: 'trails',
       summary: 'The device reports progress on a step: progress (0–100), status and a message.',
       security: 'bearer',
-      scopes: ['trails', 'trails.write'],
+      scopes: grantingScopes('trails', 'write'),
       middleware: [auth, requireScope('trails', 'write')],
       body: schema({
         type: 'object',

@@ -2,6 +2,7 @@
 import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { type AccountState, accountStream, accounts, PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
+import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
@@ -58,7 +59,7 @@ export function profileRoutes(hub: HubContext) {
       tag: 'profiles',
       summary: 'Your profile.',
       security: 'bearer',
-      scopes: ['profiles.readonly'],
+      scopes: grantingScopes('profiles', 'read'),
       middleware: [auth, requireScope('profiles', 'read')],
       responses: { 200: { description: 'The profile.', schema: PROFILE } },
       handler: async (ctx) => {
@@ -72,7 +73,7 @@ export function profileRoutes(hub: HubContext) {
       tag: 'profiles',
       summary: 'Replace your profile (fields not sent become empty).',
       security: 'bearer',
-      scopes: ['profiles', 'profiles.write'],
+      scopes: grantingScopes('profiles', 'write'),
       middleware: [auth, requireScope('profiles', 'write')],
       body: schema(PROFILE),
       responses: { 200: { description: 'The profile.', schema: PROFILE } },

@@ -11,6 +11,7 @@ import { matches, projectedSubscriptions } from '../../processors/processor.ts';
 import { newSigningSecret } from '../../processors/signing.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal } from '../auth/secrets.ts';
+import { grantingScopes } from '../auth/tokens.ts';
 import { type HubContext, PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
@@ -297,7 +298,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'The catalog of event types, each with a description.',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       responses: {
         200: {
@@ -335,7 +336,7 @@ export function webhookRoutes(hub: HubContext) {
       description:
         'Events are kept for HUB_EVENT_LOG_RETENTION_DAYS (30 by default). `since` is inclusive, `until` exclusive; both compare with `created`.',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       query: schema({
         type: 'object',
@@ -375,7 +376,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'One event with its full payload: 404 for an unknown id or another account’s.',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       responses: { 200: { description: 'The event.', schema: EVENT } },
       handler: async (ctx) => {
@@ -393,7 +394,7 @@ export function webhookRoutes(hub: HubContext) {
       description:
         'Paged like every list: an event redelivered or replayed again and again has as many attempts.',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       query: schema({ type: 'object', additionalProperties: false, properties: PAGE_QUERY }),
       responses: {
@@ -419,7 +420,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Sends a fresh attempt of the event to every subscription that matches it now.',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       responses: { 202: { description: 'The jobs queued (one per matching subscription).', schema: QUEUED } },
       handler: async (ctx) => {
@@ -440,7 +441,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Your subscriptions, newest first (no secrets).',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       query: schema({ type: 'object', additionalProperties: false, properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
@@ -470,7 +471,7 @@ export function webhookRoutes(hub: HubContext) {
       summary:
         'Create a subscription; the answer carries its signing secret (shown only here and on rotation).',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       body: schema(SUBSCRIPTION_BODY),
       responses: { 201: { description: 'The subscription, with `secret`.', schema: SUBSCRIPTION } },
@@ -504,7 +505,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'One subscription (no secret).',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       handler: async (ctx) => {
@@ -518,7 +519,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Replace a subscription wholesale (fields left out take their defaults).',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       body: schema(SUBSCRIPTION_BODY),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
@@ -535,7 +536,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Merge the fields sent into the subscription.',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       body: schema({ type: 'object', additionalProperties: false, minProperties: 1, properties: FIELDS }),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
@@ -558,7 +559,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Delete a subscription: its deliveries stop at once, scheduled retries included.',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx) => {
@@ -580,7 +581,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'A new signing secret; the previous one keeps signing beside it until the next rotation.',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       responses: { 200: { description: 'The subscription, with the new `secret`.', schema: SUBSCRIPTION } },
       handler: async (ctx) => {
@@ -611,7 +612,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Sends a synthetic event (livemode false) through the full signing and retry path.',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       responses: { 202: { description: 'The job queued.', schema: QUEUED } },
       handler: async (ctx) => {
@@ -644,7 +645,7 @@ export function webhookRoutes(hub: HubContext) {
         description:
           '`status`: `succeeded`, `failed` (every attempt that did not succeed, dead-lettered ones included) or `dead_lettered` (failed, no attempt follows).',
         security: 'bearer',
-        scopes: ['webhooks.readonly'],
+        scopes: grantingScopes('webhooks', 'read'),
         middleware: read,
         query: schema({
           type: 'object',
@@ -671,7 +672,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'One attempt with the request sent and the response received (body cut at 4 KiB).',
       security: 'bearer',
-      scopes: ['webhooks.readonly'],
+      scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
       responses: { 200: { description: 'The attempt.', schema: ATTEMPT_DETAIL } },
       handler: async (ctx) => {
@@ -685,7 +686,7 @@ export function webhookRoutes(hub: HubContext) {
       tag: 'webhooks',
       summary: 'Resends the event of one attempt to this subscription, as a new job with fresh attempts.',
       security: 'bearer',
-      scopes: ['webhooks.write'],
+      scopes: grantingScopes('webhooks', 'write'),
       middleware: write,
       responses: { 202: { description: 'The job queued.', schema: QUEUED } },
       handler: async (ctx) => {

@@ -584,6 +584,17 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       );
     });
 
+    it('/openapi.json publishes what the callbacks answer: 401, 404, 409 (stale, ambiguous), 422', async () => {
+      const doc = (await hub.call('GET', '/openapi.json')).body;
+      for (const path of ['/callbacks/devices/{id}', '/callbacks/steps/{id}']) {
+        const op = doc.paths[path].put;
+        assert.deepEqual(Object.keys(op.responses).sort(), ['200', '401', '404', '409', '422', 'default'], path);
+        assert.match(op.responses['409'].description, /stale_notification/);
+        assert.ok(op.description, path);
+      }
+      assert.match(doc.paths['/callbacks/devices/{id}'].put.responses['409'].description, /ambiguous/);
+    });
+
     it('with an empty HUB_SA_ADMIN_SECRET, nobody gets in', async () => {
       const closed = await startHub({ HUB_SA_ADMIN_SECRET: '' });
       try {

@@ -3,7 +3,7 @@
 // (for writes) by her token delegated with read-only scopes. Each is refused, leaks no secret, and
 // changes nothing; her own token, on the same paths, is answered.
 import assert from 'node:assert/strict';
-import { buildWorld, documentedOperations, type Operation, saBasic, type World } from './world.ts';
+import { buildWorld, delegated, documentedOperations, type Operation, saBasic, type World } from './world.ts';
 
 describe('tenancy (e2e)', function () {
   this.timeout(120_000);
@@ -114,6 +114,23 @@ describe('tenancy (e2e)', function () {
       w.readOnly,
       operations.filter((o) => o.method !== 'GET'),
     );
+    assert.deepEqual(await snapshot(), before);
+  });
+
+  it("the scopes /openapi.json publishes are the hub's: a token with one of them gets past the check, without any 403", async () => {
+    const before = await snapshot();
+    for (const scopes of ['api.readonly', 'trails.readonly webhooks.readonly']) {
+      const token = await delegated(w, scopes);
+      const held = scopes.split(' ');
+      for (const o of operations) {
+        const granted = o.scopes.some((s) => held.includes(s));
+        const r = await w.hub.call(o.method, target(o), { token, body: body(o) });
+        const what = `${scopes}: ${o.method} ${o.path} (published ${o.scopes.join(' | ')}) answered ${r.status}`;
+        if (granted) assert.notEqual(r.status, 403, what);
+        else assert.equal(r.status, 403, what);
+        if (granted && o.method === 'GET') assert.equal(r.status, 200, what);
+      }
+    }
     assert.deepEqual(await snapshot(), before);
   });
 

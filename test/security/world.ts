@@ -39,8 +39,25 @@ export interface Operation {
   path: string;
   bearer: boolean;
   basic: boolean;
+  /** The scopes the document publishes for it, of which a token needs one. */
+  scopes: string[];
   /** The JSON request body's schema, when it takes one. */
   body?: Schema;
+}
+
+/** Alice's token delegated to the service with these scopes. */
+export async function delegated(w: Pick<World, 'hub' | 'alice' | 'svc'>, scopes: string): Promise<string> {
+  const code = await w.hub.call('POST', '/auth/code', {
+    token: w.alice.token,
+    body: { service: w.svc.prn, scopes },
+  });
+  assert.equal(code.status, 200, JSON.stringify(code.body));
+  const swapped = await w.hub.call('POST', '/auth/token', {
+    token: w.svc.token,
+    body: { 'access-code': code.body.code },
+  });
+  assert.equal(swapped.status, 200, JSON.stringify(swapped.body));
+  return swapped.body.token;
 }
 
 /** Every operation the hub documents in /openapi.json. */
@@ -55,6 +72,7 @@ export async function documentedOperations(w: World): Promise<Operation[]> {
         path,
         bearer: security.some((s) => 'bearer' in s),
         basic: security.some((s) => 'basic' in s),
+        scopes: security.flatMap((s) => (s as { bearer?: string[] }).bearer ?? []),
         body: op.requestBody?.content?.['application/json']?.schema,
       });
     }
@@ -102,16 +120,10 @@ export async function buildWorld(env: Record<string, string> = {}): Promise<Worl
   const d1 = await device(hub, alice);
   const d2 = await device(hub, alice);
 
-  const code = await hub.call('POST', '/auth/code', {
-    token: alice.token,
-    body: { service: svc.prn, scopes: 'devices.readonly profiles.readonly apps.readonly webhooks.readonly' },
-  });
-  assert.equal(code.status, 200, JSON.stringify(code.body));
-  const swapped = await hub.call('POST', '/auth/token', {
-    token: svc.token,
-    body: { 'access-code': code.body.code },
-  });
-  assert.equal(swapped.status, 200, JSON.stringify(swapped.body));
+  const readOnly = await delegated(
+    { hub, alice, svc },
+    'devices.readonly profiles.readonly apps.readonly webhooks.readonly',
+  );
 
   const app = await hub.call('POST', '/apps', {
     token: alice.token,
@@ -161,7 +173,7 @@ export async function buildWorld(env: Record<string, string> = {}): Promise<Worl
     svc,
     d1,
     d2,
-    readOnly: swapped.body.token,
+    readOnly,
     ids: {
       app: app.body.id,
       webhook: aliceHook.id,
