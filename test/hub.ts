@@ -149,6 +149,21 @@ export async function createDevice(
 }
 
 /** An admin-made SERVICE account, logged in. */
+/** A user's token delegated to a service (POST /auth/code, then /auth/token) with these scopes. */
+export async function delegated(hub: TestHub, user: User, service: User, scopes: string): Promise<string> {
+  const code = await hub.call('POST', '/auth/code', {
+    token: user.token,
+    body: { service: service.prn, scopes },
+  });
+  assert.equal(code.status, 200, JSON.stringify(code.body));
+  const swapped = await hub.call('POST', '/auth/token', {
+    token: service.token,
+    body: { 'access-code': code.body.code },
+  });
+  assert.equal(swapped.status, 200, JSON.stringify(swapped.body));
+  return swapped.body.token;
+}
+
 export async function serviceAccount(hub: TestHub, adminToken: string, nick: string): Promise<User> {
   const password = `pw-${nick}-secret`;
   const r = await hub.call('POST', '/auth/accounts', {

@@ -11,7 +11,7 @@ import { matches, projectedSubscriptions } from '../../processors/processor.ts';
 import { newSigningSecret } from '../../processors/signing.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal } from '../auth/secrets.ts';
-import { grantingScopes } from '../auth/tokens.ts';
+import { grantingScopes, grants } from '../auth/tokens.ts';
 import { type HubContext, PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
@@ -52,7 +52,7 @@ const FIELDS = {
     // Visible Latin-1 and tabs only: what HTTP/1.1 (and undici) can send as a header value.
     additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[\\t\\x20-\\x7e\\x80-\\xff]*$' },
     description:
-      'Header name → value, sent with every delivery. Webhook-*, Content-Type, User-Agent, Host and other framing headers are refused.',
+      'Header name → value, sent with every delivery. Webhook-*, Content-Type, User-Agent, Host and other framing headers are refused. Read-only tokens see each value as [redacted].',
   },
   retry_policy: {
     type: ['object', 'null'],
@@ -194,6 +194,38 @@ export function parseTime(name: string, raw: string | undefined): number | undef
 }
 
 const publicEvent = ({ source_position: _p, sequence: _s, created_ms: _c, ...e }: WebhookEvent) => e;
+
+/**
+ * Custom header values are as often as not the receiver's credentials (`Authorization: Bearer …`):
+ * a token that may change the subscription sees them, a read-only one (a delegated reader, an app)
+ * sees each value as REDACTED, in the subscription and in the recorded requests alike (where every
+ * header but the protocol's own is masked: custom headers may have been renamed since).
+ */
+export const REDACTED = '[redacted]';
+const PROTOCOL_HEADERS = new Set([
+  'content-type',
+  'user-agent',
+  'webhook-id',
+  'webhook-timestamp',
+  'webhook-signature',
+]);
+const mayWrite = (ctx: Context) => grants(ctx.state.auth!.scopes, 'webhooks', 'write');
+const masked = (headers: Record<string, string>, keep: (name: string) => boolean) =>
+  Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, keep(k.toLowerCase()) ? v : REDACTED]));
+
+function subscriptionFor(ctx: Context, sub: Subscription) {
+  const record = subscriptionRecord(sub);
+  return mayWrite(ctx) ? record : { ...record, custom_headers: masked(record.custom_headers, () => false) };
+}
+
+function attemptFor(ctx: Context, attempt: AttemptRecord): AttemptRecord {
+  if (mayWrite(ctx)) return attempt;
+  const request = {
+    ...attempt.request,
+    headers: masked(attempt.request.headers, (k) => PROTOCOL_HEADERS.has(k)),
+  };
+  return { ...attempt, request };
+}
 
 export function webhookRoutes(hub: HubContext) {
   const auth = authenticate(hub.keys, hub.store);
@@ -457,7 +489,7 @@ export function webhookRoutes(hub: HubContext) {
         ]);
         const items = await Promise.all(
           ids.map(async (id) =>
-            subscriptionRecord((await load(hub.store, webhookStream(id), subscriptions)).state),
+            subscriptionFor(ctx, (await load(hub.store, webhookStream(id), subscriptions)).state),
           ),
         );
         ctx.body = { items, total, limit: q.limit, skip: q.skip };
@@ -509,7 +541,7 @@ export function webhookRoutes(hub: HubContext) {
       middleware: read,
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       handler: async (ctx) => {
-        ctx.body = subscriptionRecord(await owned(ctx));
+        ctx.body = subscriptionFor(ctx, await owned(ctx));
       },
     });
 
@@ -676,7 +708,7 @@ export function webhookRoutes(hub: HubContext) {
       middleware: read,
       responses: { 200: { description: 'The attempt.', schema: ATTEMPT_DETAIL } },
       handler: async (ctx) => {
-        ctx.body = (await ownedAttempt(ctx)).attempt;
+        ctx.body = attemptFor(ctx, (await ownedAttempt(ctx)).attempt);
       },
     });
 

@@ -588,7 +588,11 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       const doc = (await hub.call('GET', '/openapi.json')).body;
       for (const path of ['/callbacks/devices/{id}', '/callbacks/steps/{id}']) {
         const op = doc.paths[path].put;
-        assert.deepEqual(Object.keys(op.responses).sort(), ['200', '401', '404', '409', '422', 'default'], path);
+        assert.deepEqual(
+          Object.keys(op.responses).sort(),
+          ['200', '401', '404', '409', '422', 'default'],
+          path,
+        );
         assert.match(op.responses['409'].description, /stale_notification/);
         assert.ok(op.description, path);
       }

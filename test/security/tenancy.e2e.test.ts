@@ -3,7 +3,8 @@
 // (for writes) by her token delegated with read-only scopes. Each is refused, leaks no secret, and
 // changes nothing; her own token, on the same paths, is answered.
 import assert from 'node:assert/strict';
-import { buildWorld, delegated, documentedOperations, type Operation, saBasic, type World } from './world.ts';
+import { delegated } from '../hub.ts';
+import { buildWorld, documentedOperations, type Operation, saBasic, type World } from './world.ts';
 
 describe('tenancy (e2e)', function () {
   this.timeout(120_000);
@@ -120,7 +121,7 @@ describe('tenancy (e2e)', function () {
   it("the scopes /openapi.json publishes are the hub's: a token with one of them gets past the check, without any 403", async () => {
     const before = await snapshot();
     for (const scopes of ['api.readonly', 'trails.readonly webhooks.readonly']) {
-      const token = await delegated(w, scopes);
+      const token = await delegated(w.hub, w.alice, w.svc, scopes);
       const held = scopes.split(' ');
       for (const o of operations) {
         const granted = o.scopes.some((s) => held.includes(s));

@@ -2,7 +2,7 @@
 // of every resource of the first user (devices, a step, an app, a webhook with an event and a
 // delivery), plus every secret handed out, for the leak checks.
 import assert from 'node:assert/strict';
-import { serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
+import { delegated, serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
 import { Receiver } from '../webhooks/receiver.ts';
 
 export interface Device {
@@ -43,21 +43,6 @@ export interface Operation {
   scopes: string[];
   /** The JSON request body's schema, when it takes one. */
   body?: Schema;
-}
-
-/** Alice's token delegated to the service with these scopes. */
-export async function delegated(w: Pick<World, 'hub' | 'alice' | 'svc'>, scopes: string): Promise<string> {
-  const code = await w.hub.call('POST', '/auth/code', {
-    token: w.alice.token,
-    body: { service: w.svc.prn, scopes },
-  });
-  assert.equal(code.status, 200, JSON.stringify(code.body));
-  const swapped = await w.hub.call('POST', '/auth/token', {
-    token: w.svc.token,
-    body: { 'access-code': code.body.code },
-  });
-  assert.equal(swapped.status, 200, JSON.stringify(swapped.body));
-  return swapped.body.token;
 }
 
 /** Every operation the hub documents in /openapi.json. */
@@ -121,7 +106,9 @@ export async function buildWorld(env: Record<string, string> = {}): Promise<Worl
   const d2 = await device(hub, alice);
 
   const readOnly = await delegated(
-    { hub, alice, svc },
+    hub,
+    alice,
+    svc,
     'devices.readonly profiles.readonly apps.readonly webhooks.readonly',
   );
 

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { createServer } from 'node:net';
 import { verifyWebhook, WebhookVerificationError } from '../../processors/signing.ts';
-import { signup, startHub, type TestHub, type User } from '../hub.ts';
+import { delegated, serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
 import { Receiver } from './receiver.ts';
 
 /** The signature as a receiver computes it from the specification alone. */
@@ -255,6 +255,44 @@ describe('webhooks (e2e)', function () {
             now: Number(h['webhook-timestamp']) + 301,
           }),
         /stale/,
+      );
+    });
+
+    it('custom header values are masked for a read-only token, in the subscription and the recorded request', async () => {
+      const s = await create('/ok/masked', {
+        custom_headers: { Authorization: 'Bearer receiver-secret-123' },
+      });
+      await test(s.id);
+      const [a] = await attempts(s.id, 1);
+      const root = await signup(hub, 'root');
+      const reader = await delegated(
+        hub,
+        alice,
+        await serviceAccount(hub, root.token, 'reader'),
+        'webhooks.readonly',
+      );
+      const seen: string[] = [];
+      for (const path of [`/webhooks/${s.id}`, '/webhooks/', `/webhooks/${s.id}/deliveries/${a.id}`]) {
+        const r = await hub.call('GET', path, { token: reader });
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        seen.push(JSON.stringify(r.body));
+      }
+      assert.ok(!seen.join().includes('receiver-secret-123'), 'a read-only token saw the value');
+      assert.deepEqual(JSON.parse(seen[0]!).custom_headers, { Authorization: '[redacted]' });
+      const detail = JSON.parse(seen[2]!);
+      assert.equal(
+        detail.request.headers.authorization ?? detail.request.headers.Authorization,
+        '[redacted]',
+      );
+      assert.match(detail.request.headers['webhook-id'] ?? detail.request.headers['Webhook-Id'], /^del_/);
+      // Its owner's own token (a write scope) sees the values it set.
+      const own = await hub.call('GET', `/webhooks/${s.id}/deliveries/${a.id}`, { token: alice.token });
+      assert.ok(JSON.stringify(own.body).includes('receiver-secret-123'));
+      assert.deepEqual(
+        (await hub.call('GET', `/webhooks/${s.id}`, { token: alice.token })).body.custom_headers,
+        {
+          Authorization: 'Bearer receiver-secret-123',
+        },
       );
     });
 
