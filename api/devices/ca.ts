@@ -38,7 +38,7 @@ async function fromPem(certPem: string, keyPem: string): Promise<DeviceCa> {
         valid = await csr.verify();
       } catch {
         throw new CsrError(
-          'csr uses a key or signature algorithm that is not supported (use ECDSA P-256 or RSA)',
+          'csr uses a key or signature algorithm that is not supported (use ECDSA on P-256, P-384 or P-521, or RSA)',
         );
       }
       if (!valid) throw new CsrError('csr signature does not verify against its public key');
