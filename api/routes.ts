@@ -159,7 +159,7 @@ export class Routes {
       ...(spec.middleware ?? []),
       handle,
     );
-    this.document(spec);
+    this.document(spec, !bodyOptional);
   }
 
   /** The routes as one middleware: the router of the request's first segment. A path that is
@@ -183,7 +183,7 @@ export class Routes {
     return segment;
   }
 
-  private document<B, Q>(spec: RouteSpec<B, Q>): void {
+  private document<B, Q>(spec: RouteSpec<B, Q>, bodyRequired: boolean): void {
     const params = [...spec.path.matchAll(/\{(\w+)\}/g)].map((m) => ({
       name: m[1],
       in: 'path',
@@ -227,7 +227,7 @@ export class Routes {
     if (spec.description) op.description = spec.description;
     if (security) op.security = security;
     if (spec.body)
-      op.requestBody = { required: true, content: { 'application/json': { schema: spec.body } } };
+      op.requestBody = { required: bodyRequired, content: { 'application/json': { schema: spec.body } } };
     this.paths[spec.path] ??= {};
     this.paths[spec.path]![spec.method] = op;
   }

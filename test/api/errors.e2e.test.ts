@@ -295,6 +295,9 @@ describe('error model (e2e)', () => {
     const none = await request(`${url}/probe/items`, { method: 'POST' });
     assertShape(none, 422, 'validation_failed');
     assert.equal(none.body.message, 'A JSON body is required.');
+    const doc = (await request(`${url}/openapi.json`)).body;
+    assert.equal(doc.paths['/probe/maps'].put.requestBody.required, false, 'published as optional');
+    assert.equal(doc.paths['/probe/items'].post.requestBody.required, true);
   });
 
   it('a route that declares no body takes none: {} or nothing, else 422 (400, 415) and nothing done', async () => {
