@@ -128,8 +128,14 @@ export class Routes {
       .filter(([, s]) => s.type === 'integer')
       .map(([name]) => name);
     const bodyLimit = this.bodyLimit;
+    // No body reads as {} on an operation that takes none, or a POST whose schema requires nothing
+    // (POST /devices). Never on PUT or PATCH: a bodiless replace would wipe what it replaces.
     const bodyOptional =
-      !spec.body || (spec.body.type === 'object' && !(spec.body.required as string[] | undefined)?.length);
+      !spec.body ||
+      (spec.method === 'post' &&
+        spec.body.type === 'object' &&
+        !(spec.body.required as string[] | undefined)?.length &&
+        !spec.body.minProperties);
     const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1');
     const handle: RouterMiddleware = async (ctx: Context) => {
       let body = await readJsonBody(ctx, bodyLimit);

@@ -121,6 +121,9 @@ export function derive(state: DeviceActor, change: Change): { state: DeviceActor
   const events: WebhookEvent[] = [];
   const emit = (type: EventType, data: Record<string, unknown>, owner = s.owner) => {
     if (!owner) return; // an unowned device has nobody to tell
+    // device.deleted is a device's last event: a step pushed or reported in a race with the
+    // deletion (its trail is a stream of its own) is recorded, marked garbage, and told nobody.
+    if (state.garbage) return;
     events.push({
       id: eventId(change.id, type, change.created),
       type,

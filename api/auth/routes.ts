@@ -411,6 +411,8 @@ document.getElementById('send').onclick = async () => {
       query: schema({
         type: 'object',
         required: ['token'],
+        // An emailed link: mail link-trackers append parameters of their own (utm_*); ignored.
+        additionalProperties: true,
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
       responses: { 200: { description: 'Verified (also when it was already).' } },
@@ -1001,6 +1003,8 @@ document.getElementById('send').onclick = async () => {
       query: schema({
         type: 'object',
         required: ['token'],
+        // An emailed link: mail link-trackers append parameters of their own (utm_*); ignored.
+        additionalProperties: true,
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
       responses: { 200: { description: 'An HTML form.' } },

@@ -91,7 +91,11 @@ export function callbackRoutes(hub: HubContext) {
     if (/^[a-f0-9]{24}$/.test(id)) return id;
     const rs = hub.readStore;
     const g = await rs.activeGeneration('devices');
-    const ids = await rs.range('devices', g, `by-nick:${ref.toLowerCase()}`);
+    const named = await rs.range('devices', g, `by-nick:${ref.toLowerCase()}`);
+    // Deleted devices give their nick back; those deleted before their event said which nick
+    // are still in the index, and are skipped here.
+    const records = await Promise.all(named.map((id) => rs.get('devices', g, `device:${id}`)));
+    const ids = named.filter((_, i) => records[i] && !(records[i] as { garbage?: boolean }).garbage);
     if (ids.length > 1)
       throw new HttpError(409, 'ambiguous', `Several devices have the nick ${ref}; use the device id.`);
     if (ids.length === 0) throw notFound('No such device.');

@@ -542,6 +542,8 @@ export function deviceRoutes(hub: HubContext) {
           throw notFound('No unowned device with this id and challenge.');
         }
         const nick = await takeNick(owner.id, id, body.nick ?? state.nick);
+        const giveBack = (err: unknown) =>
+          releaseName(store, `devnick-${owner.id}`, nick.toLowerCase(), id).then(() => Promise.reject(err));
         const updated = await update(ctx, id, (d) => {
           if (d.ownerId) throw conflict('The device was claimed meanwhile.');
           return [
@@ -557,7 +559,7 @@ export function deviceRoutes(hub: HubContext) {
               },
             },
           ];
-        });
+        }).catch(giveBack); // claimed or deleted meanwhile: the nick just taken is given back
         ctx.body = deviceRecord(updated, 'owner', secretOf(updated));
       },
     });

@@ -1,6 +1,7 @@
 // The one error shape, over real HTTP, for every status the API uses.
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import { PassThrough } from 'node:stream';
 import { createApp } from '../../api/app.ts';
 import { conflict, forbidden, unauthorized } from '../../api/errors.ts';
 import { NOT_PROTO, schema } from '../../api/routes.ts';
@@ -96,6 +97,35 @@ describe('error model (e2e)', () => {
             responses: { 200: { description: 'ok' } },
             handler: (ctx) => {
               ctx.body = { ok: true };
+            },
+          });
+          routes.add({
+            method: 'get',
+            path: '/probe/stream',
+            tag: 'probe',
+            summary: 'An answer that streams for a while.',
+            responses: { 200: { description: 'text' } },
+            handler: (ctx) => {
+              const body = new PassThrough();
+              ctx.type = 'text/plain';
+              ctx.body = body;
+              body.write('part1-');
+              setTimeout(() => body.end('part2'), 300);
+            },
+          });
+          routes.add({
+            method: 'post',
+            path: '/probe/options',
+            tag: 'probe',
+            summary: 'A POST whose body has no required field.',
+            body: schema({
+              type: 'object',
+              additionalProperties: false,
+              properties: { a: { type: 'string' } },
+            }),
+            responses: { 200: { description: 'ok' } },
+            handler: (ctx, { body }) => {
+              ctx.body = body;
             },
           });
           routes.add({
@@ -290,13 +320,18 @@ describe('error model (e2e)', () => {
     assert.deepEqual(writes, []);
   });
 
-  it('no body is {} where the schema requires no field, and still a 422 where it requires one', async () => {
-    assert.equal((await request(`${url}/probe/maps`, { method: 'PUT' })).status, 200);
+  it('no body is {} on a POST whose schema requires no field; a 422 where it requires one, and on PUT', async () => {
+    const options = await request(`${url}/probe/options`, { method: 'POST' });
+    assert.equal(options.status, 200);
+    assert.deepEqual(options.body, {});
+    const replace = await request(`${url}/probe/maps`, { method: 'PUT' });
+    assertShape(replace, 422, 'validation_failed'); // a bodiless replace would wipe what it replaces
     const none = await request(`${url}/probe/items`, { method: 'POST' });
     assertShape(none, 422, 'validation_failed');
     assert.equal(none.body.message, 'A JSON body is required.');
     const doc = (await request(`${url}/openapi.json`)).body;
-    assert.equal(doc.paths['/probe/maps'].put.requestBody.required, false, 'published as optional');
+    assert.equal(doc.paths['/probe/options'].post.requestBody.required, false, 'published as optional');
+    assert.equal(doc.paths['/probe/maps'].put.requestBody.required, true);
     assert.equal(doc.paths['/probe/items'].post.requestBody.required, true);
   });
 
@@ -365,6 +400,20 @@ describe('error model (e2e)', () => {
     assert.equal(malformed.body.code, 400);
     assert.match(malformed.body.request_id, /^req_/);
     assert.match(malformed.head, new RegExp(`X-Request-Id: ${malformed.body.request_id}`));
+    // On a keep-alive connection whose answer is still streaming, nothing is written into it.
+    const socket = connect(Number(new URL(url).port), '127.0.0.1');
+    let streamed = '';
+    socket.on('data', (d) => {
+      streamed += d;
+    });
+    socket.on('error', () => {});
+    socket.write('GET /probe/stream HTTP/1.1\r\nHost: x\r\n\r\n');
+    await new Promise((r) => setTimeout(r, 100));
+    socket.write('GET /probe/page HTTP/1.1\r\nBad Header\r\n\r\n');
+    await new Promise((r) => setTimeout(r, 500));
+    socket.destroy();
+    assert.match(streamed, /part1-/);
+    assert.doesNotMatch(streamed, /HTTP\/1\.1 400/, 'an error answer was written into a streaming body');
     const huge = await raw(`GET /probe/page HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
     assert.equal(huge.status, 431);
     assert.equal(huge.body.error, 'headers_too_large');

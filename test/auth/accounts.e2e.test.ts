@@ -115,6 +115,12 @@ describe('/auth accounts (e2e)', function () {
 
     it('an unknown or forged verification link is refused', async () => {
       assert.equal((await hub.call('GET', '/auth/verify?token=abc.def.ghi')).status, 401);
+      // Emailed links: parameters a mail link-tracker appends are ignored, not refused.
+      assert.equal((await hub.call('GET', '/auth/verify?token=abc.def.ghi&utm_source=email')).status, 401);
+      const page = await fetch(`${hub.url}/auth/reset?token=t&utm_source=email&utm_medium=mail`);
+      assert.equal(page.status, 200);
+      // The API's own routes refuse a parameter they do not declare.
+      assert.equal((await hub.call('GET', '/auth/accounts?utm_source=x', { token: root.token })).status, 422);
       assert.equal((await hub.call('GET', '/auth/challenge/nope.nope')).status, 404);
     });
   });

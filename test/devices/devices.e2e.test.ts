@@ -694,6 +694,43 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
     assert.equal((await hub.call('GET', '/devices/legacy', { token: alice.token })).body.id, fresh.id);
     const taken = await hub.call('POST', '/devices', { token: alice.token, body: { nick: 'legacy' } });
     assert.equal(taken.status, 409, 'a live device still holds its nick');
+    // The operators' index still lists the old device under the nick; the callbacks skip it.
+    let named = await hub.call('PUT', '/callbacks/devices/legacy', { headers: basic('sa-secret') });
+    for (let i = 0; i < 50 && named.body.device_id !== fresh.id; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      named = await hub.call('PUT', '/callbacks/devices/legacy', { headers: basic('sa-secret') });
+    }
+    assert.equal(named.status, 200, JSON.stringify(named.body));
+    assert.equal(named.body.device_id, fresh.id);
+  });
+
+  it('a claim lost to another claimant gives back the nick it took', async () => {
+    const [carol, dave] = [await signup(hub, 'carol'), await signup(hub, 'dave')];
+    for (let round = 0; round < 5; round++) {
+      const made = await hub.call('POST', '/devices', { body: {} });
+      assert.equal(made.status, 200, JSON.stringify(made.body));
+      const nick = `contested-${round}`;
+      const claims = await Promise.all(
+        [carol, dave].map((u) =>
+          hub.call('POST', `/devices/${made.body.id}/claim`, {
+            token: u.token,
+            body: { challenge: made.body.challenge, nick },
+          }),
+        ),
+      );
+      assert.deepEqual(
+        claims.map((c) => c.status).sort(),
+        [200, claims[1]!.status === 200 ? claims[0]!.status : claims[1]!.status].sort(),
+      );
+      const loser = claims[0]!.status === 200 ? dave : carol;
+      assert.equal(claims.filter((c) => c.status === 200).length, 1);
+      const own = await hub.call('POST', '/devices', { token: loser.token, body: { nick } });
+      assert.equal(
+        own.status,
+        200,
+        `round ${round}: the loser's nick stayed taken: ${JSON.stringify(own.body)}`,
+      );
+    }
   });
 
   it('a step is named by its rev in decimal only', async () => {

@@ -176,6 +176,28 @@ describe('webhook event derivation (unit)', () => {
     );
   });
 
+  it('device.deleted is the last event: a step pushed or reported in a race with the deletion tells nobody', () => {
+    const { state, events } = run([
+      created,
+      change('StepPushed', { rev: 0, state: '{}', commit_msg: '', objects: [], public: false }),
+      change('DeviceMarkedGarbage', { nick: 'sensor' }),
+      change('StepPushed', { rev: 1, state: '{}', commit_msg: '', objects: [], public: false }),
+      change('StepProgressReported', {
+        rev: 0,
+        progress: 5,
+        status: 'STARTED',
+        status_msg: '',
+        prev_progress: 0,
+        prev_status: 'NEW',
+      }),
+    ]);
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['device.created', 'step.created', 'device.deleted'],
+    );
+    assert.equal(state.garbage, true);
+  });
+
   it('an unowned device tells nobody; its claim is device.created for the new owner', () => {
     const unowned = change('DeviceCreated', { ...created.data, owner_prn: '', owner_id: '' });
     const { state, events } = run([unowned]);
