@@ -102,11 +102,32 @@ export interface Consistency {
 /** Waits until the projections have applied `position` (see waitForPosition). */
 export type WaitForPosition = (projections: string[], position: number) => Promise<void>;
 
-export function consistency(lastWrites: LastWrites, waitFor: WaitForPosition): Consistency {
+/** How long a command's answer waits for its write to be remembered, ms. */
+const RECORD_WAIT_MS = 1000;
+
+export function consistency(
+  lastWrites: LastWrites,
+  waitFor: WaitForPosition,
+  recordFailed: (err: unknown) => void = () => {},
+): Consistency {
   return {
     async written(ctx, position) {
       ctx.set('X-Hub-Position', String(position));
-      if (ctx.state.caller) await lastWrites.record(ctx.state.caller, position);
+      if (!ctx.state.caller) return;
+      // The write is stored: remembering it (Redis, distributed) neither fails its answer nor holds
+      // it past a bound. Unremembered, the caller's next read may not wait for it; the answer's
+      // X-Hub-Position, sent back as X-Hub-Min-Position, still makes it wait.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        lastWrites.record(ctx.state.caller, position).catch(recordFailed),
+        new Promise<void>((resolve) => {
+          timer = setTimeout(() => {
+            recordFailed(new Error(`the write was not remembered within ${RECORD_WAIT_MS} ms`));
+            resolve();
+          }, RECORD_WAIT_MS);
+        }),
+      ]);
+      clearTimeout(timer);
     },
     async readable(ctx, projections) {
       const asked = Number(ctx.get('X-Hub-Min-Position') || 0);

@@ -67,6 +67,36 @@ const CODE_BY_STATUS: Record<number, string> = {
 
 const SAFE_HEADERS = new Set(['allow', 'retry-after', 'www-authenticate']);
 
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
+
+/**
+ * Whether an error says a dependency (Redis, PostgreSQL, the broker) could not be reached, rather
+ * than that something is wrong with the request or with us: answered 503 with Retry-After, so that
+ * clients retry, and logged as a warning. A write answered so may have been stored: the hub's
+ * commands are safe to repeat (metadata merges, creations are checked for uniqueness).
+ */
+export function dependencyDown(err: unknown): boolean {
+  const e = err as { name?: unknown; code?: unknown; message?: unknown } | undefined;
+  if (!e || typeof e !== 'object') return false;
+  if (e.name === 'MaxRetriesPerRequestError') return true; // ioredis, the connection lost
+  if (typeof e.code === 'string' && (NETWORK_CODES.has(e.code) || /^(08|57P0[1-3])/.test(e.code)))
+    return true; // + PostgreSQL's connection classes
+  return (
+    typeof e.message === 'string' &&
+    /^(Connection is closed\.|Connection terminated|Client has encountered a connection error)/.test(
+      e.message,
+    )
+  );
+}
+
 export interface ErrorBody {
   error: string;
   message: string;
@@ -92,6 +122,12 @@ export function renderError(
   if (err instanceof ProjectionLagError) {
     return renderError(
       new HttpError(503, 'stale_read', err.message, { headers: { 'Retry-After': '1' } }),
+      requestId,
+    );
+  }
+  if (dependencyDown(err)) {
+    return renderError(
+      unavailable('A service the hub depends on does not answer; retry shortly.'),
       requestId,
     );
   }

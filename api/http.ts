@@ -79,7 +79,14 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
       }
     } catch (err) {
       const { status, body, headers } = renderError(err, requestId);
-      if (status >= 500)
+      // A fault of ours (500) is logged with its stack; an unavailable dependency or a read that
+      // could not catch up (503) is expected in operation, and any client can cause the latter.
+      if (status === 503)
+        logger.warn(
+          { request_id: requestId, method: ctx.method, path: ctx.path, error: (err as Error).message },
+          'request answered 503',
+        );
+      else if (status >= 500)
         logger.error({ err, request_id: requestId, method: ctx.method, path: ctx.path }, 'request failed');
       ctx.status = status;
       ctx.set(headers);

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // `hub`: one command whose roles run together (start) or apart, plus the operator commands.
 import { parseArgs } from 'node:util';
+import { dependencyDown } from '../api/errors.ts';
 import { type Config, ConfigError, loadConfig } from '../infra/config.ts';
 import { runDoctor } from '../infra/doctor.ts';
 import { forRoles, openStores, type Role, startNode } from '../infra/node.ts';
@@ -242,6 +243,18 @@ main(process.argv.slice(2)).then(
   },
   (err) => {
     process.stderr.write(`hub: ${(err as Error).stack ?? err}\n`);
+    // The libraries' words name neither the knob nor the address: point at what does.
+    const e = err as { name?: string; message?: string };
+    const hint =
+      e.name === 'MaxRetriesPerRequestError'
+        ? 'Redis does not answer (HUB_REDIS_URL).'
+        : e.name?.startsWith('KafkaJS')
+          ? 'Kafka does not answer (HUB_KAFKA_BROKERS).'
+          : dependencyDown(err)
+            ? 'a dependency does not answer (HUB_POSTGRES_URL, HUB_REDIS_URL, HUB_KAFKA_BROKERS).'
+            : undefined;
+    if (hint)
+      process.stderr.write(`hub: ${hint} \`hub doctor\` checks the configuration and every dependency.\n`);
     process.exit(1);
   },
 );

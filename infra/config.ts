@@ -130,7 +130,7 @@ export const knobs = {
   logLevel: knob(
     'HUB_LOG_LEVEL',
     'info',
-    'Log level of the JSON logs on stdout.',
+    'Log level of the JSON logs on stdout (one JSON object a line; besides them each role prints one plain line when it starts, `Device Hub (<profile>) <roles>: listening on <url>`, which scripts wait for; a fatal start error goes to stderr as text).',
     oneOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
   ),
   eventStore: knob(

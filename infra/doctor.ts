@@ -16,6 +16,7 @@ import { fromPem, jwtKeyFile } from '../api/auth/keys.ts';
 import { deviceCaFile } from '../api/devices/ca.ts';
 import { TOPICS } from './bus/port.ts';
 import { type Config, ConfigError, knobs, loadConfig } from './config.ts';
+import { databaseProblem } from './readstore/redis.ts';
 
 export type Level = 'ok' | 'warn' | 'fail';
 
@@ -345,6 +346,8 @@ async function redisCheck(config: Config, timeoutMs: number): Promise<CheckResul
     const info = await redis.info().catch(() => '');
     const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(info)?.[1]?.trim();
     const what = `Redis ${field('redis_version') ?? '(version unknown)'} at ${shown}`;
+    const unusable = await databaseProblem(redis);
+    if (unusable) return result('redis', 'fail', `${what}: ${unusable}; check HUB_REDIS_URL`);
     if (field('role') === 'slave')
       return result('redis', 'fail', `${what} is a read-only replica: point HUB_REDIS_URL at the primary`);
     const policy = field('maxmemory_policy');

@@ -54,7 +54,7 @@ import { type Limiter, MemoryLimiter, RedisLimiter } from './limits.ts';
 import { createMailer } from './mail.ts';
 import { MemoryReadStore } from './readstore/memory.ts';
 import type { ReadStore } from './readstore/port.ts';
-import { RedisReadStore } from './readstore/redis.ts';
+import { databaseProblem, RedisReadStore } from './readstore/redis.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from './telemetry.ts';
 
 export type Role = 'api' | 'projector' | 'processor' | 'dispatcher';
@@ -133,6 +133,8 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
   // command (at 1,000 changes/s, the dispatcher's writes to Redis were a sixth of its CPU).
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 3, enableAutoPipelining: true });
   redis.on('error', () => {});
+  const unusable = await databaseProblem(redis);
+  if (unusable) throw new Error(`Redis at HUB_REDIS_URL: ${unusable}`);
   return {
     store,
     readStore,
@@ -213,7 +215,12 @@ export async function startNode(
 
   const waitFor: WaitForPosition = (names, position) =>
     waitForPosition(readStore, names, position, config.readWaitMs);
-  const reads = consistency(stores.lastWrites, waitFor);
+  let warned = 0; // once per 10 s: at ingestion rates an outage would be a line per write
+  const reads = consistency(stores.lastWrites, waitFor, (err) => {
+    if (Date.now() - warned < 10_000) return;
+    warned = Date.now();
+    logger.warn({ error: (err as Error).message }, 'writes are not remembered for read-your-writes');
+  });
   const keys = await loadKeys(
     {
       configured: config.jwtPrivateKey,

@@ -52,6 +52,8 @@ const WAIT_SHARE = 0.75;
 const ROOM_WAIT_MS = 250;
 /** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
 const TAKE_WAIT_MS = 2000;
+/** How long a /metrics scrape waits for the schedule (Redis) before reporting its gauges as NaN, ms. */
+const SCRAPE_WAIT_MS = 2000;
 
 /** A job this process holds: running or waiting for its subscription's slot. */
 interface Held {
@@ -816,7 +818,7 @@ export class Dispatcher {
   }
 }
 
-function dispatcherMetrics(
+export function dispatcherMetrics(
   registry: Registry,
   deliveries: DeliveryStore,
   now: { held: () => number; inFlight: () => number },
@@ -845,21 +847,33 @@ function dispatcherMetrics(
   });
   // Each outcome's series, looked up once rather than by its labels at every attempt.
   const byOutcome = new Map<Outcome, ReturnType<typeof attempts.labels>>();
+  // The schedule as a scrape sees it, bounded: with Redis down a scrape must still answer within
+  // Prometheus's timeout, and say unknown (NaN), not empty (0), so that no alert reads it as fine.
+  const schedule = async () => {
+    let timer: NodeJS.Timeout | undefined;
+    const unknown = new Promise<undefined>((resolve) => {
+      timer = setTimeout(resolve, SCRAPE_WAIT_MS, undefined);
+    });
+    const seen = await Promise.race([deliveries.pending().catch(() => undefined), unknown]);
+    clearTimeout(timer);
+    return seen;
+  };
   new Gauge({
     name: 'hub_webhook_retry_backlog',
-    help: 'Jobs pending in the schedule (new and retries), all dispatchers together.',
+    help: 'Jobs pending in the schedule (new and retries), all dispatchers together; NaN when the schedule does not answer.',
     registers: [registry],
     async collect() {
-      this.set((await deliveries.pending().catch(() => ({ count: 0 }))).count);
+      this.set((await schedule())?.count ?? Number.NaN);
     },
   });
   new Gauge({
     name: 'hub_webhook_retry_backlog_oldest_due_age_seconds',
-    help: 'How long the most overdue pending job has been due (0 when none is overdue).',
+    help: 'How long the most overdue pending job has been due (0 when none is overdue); NaN when the schedule does not answer.',
     registers: [registry],
     async collect() {
-      const { oldestDue } = await deliveries.pending().catch(() => ({ oldestDue: undefined }));
-      this.set(oldestDue === undefined ? 0 : Math.max(0, (Date.now() - oldestDue) / 1000));
+      const seen = await schedule();
+      if (!seen) this.set(Number.NaN);
+      else this.set(seen.oldestDue === undefined ? 0 : Math.max(0, (Date.now() - seen.oldestDue) / 1000));
     },
   });
   return {

@@ -9,9 +9,30 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import type { ApplyOutcome, Checkpoint, Doc, RangeOptions, ReadStore, Write } from './port.ts';
 
-const CHECKPOINTS = 'hub:rm:checkpoints';
-const SWITCHES = 'hub:rm:switches';
+// Pub/sub channels belong to the server, not to a database: each name carries the database index,
+// so that hubs in other databases of one Redis (a replay there included) are not heard.
+const channelsOf = (db: number) => ({
+  checkpoints: `hub:rm:checkpoints:${db}`,
+  switches: `hub:rm:switches:${db}`,
+});
 const ACTIVE_CACHE_MS = 1000;
+
+/**
+ * Why the database HUB_REDIS_URL names cannot be used, or undefined. ioredis selects it on
+ * connecting but, refused (`/99` where the server has 16), carries on in database 0: a typo would
+ * put the hub in a database others share. Asked once at start and by `hub doctor`.
+ */
+export async function databaseProblem(redis: Redis): Promise<string | undefined> {
+  const db = redis.options.db ?? 0;
+  if (!db) return undefined;
+  try {
+    await redis.select(db);
+    return undefined;
+  } catch (err) {
+    if (/DB index/i.test((err as Error).message)) return `it has no database ${db}`;
+    throw err;
+  }
+}
 
 const APPLY = `
 if ARGV[5] == '1' and tonumber(redis.call('GET', KEYS[2]) or '1') ~= tonumber(ARGV[1]) then return 'inactive' end
@@ -95,12 +116,14 @@ export class RedisReadStore implements ReadStore {
   /** Whether the checkpoint channel is subscribed: see onCheckpoint. */
   private checkpointsHeard = false;
   private readonly url: string;
+  private readonly channels: ReturnType<typeof channelsOf>;
   private readonly activeCache = new Map<string, { generation: number; at: number }>();
   private readonly listeners = new Set<(projection: string, generation: number, position: number) => void>();
 
   constructor(url: string) {
     this.url = url;
     this.redis = new Redis(url, { maxRetriesPerRequest: 3, enableAutoPipelining: true }) as Scripted;
+    this.channels = channelsOf(this.redis.options.db ?? 0);
     this.redis.on('error', () => {}); // reconnects by itself; callers see failed commands
     this.redis.defineCommand('hubApply', { numberOfKeys: 2, lua: APPLY });
     this.redis.defineCommand('hubLock', { numberOfKeys: 1, lua: LOCK });
@@ -114,13 +137,13 @@ export class RedisReadStore implements ReadStore {
     sub.on('error', () => {});
     sub.on('message', (channel: string, message: string) => {
       const [projection, generation, position] = message.split(' ');
-      if (channel === SWITCHES) {
+      if (channel === this.channels.switches) {
         this.activeCache.set(projection!, { generation: Number(generation), at: Date.now() });
       } else {
         for (const l of this.listeners) l(projection!, Number(generation), Number(position));
       }
     });
-    void sub.subscribe(SWITCHES).catch(() => {});
+    void sub.subscribe(this.channels.switches).catch(() => {});
     this.subscriber = sub;
   }
 
@@ -136,7 +159,7 @@ export class RedisReadStore implements ReadStore {
     await this.redis
       .multi()
       .set(`${base(projection)}:active`, generation)
-      .publish(SWITCHES, `${projection} ${generation}`)
+      .publish(this.channels.switches, `${projection} ${generation}`)
       .exec();
     this.activeCache.set(projection, { generation, at: Date.now() });
   }
@@ -163,7 +186,7 @@ export class RedisReadStore implements ReadStore {
       to.created,
       onlyIfActive ? '1' : '0',
       dataPrefix(projection, generation),
-      CHECKPOINTS,
+      this.channels.checkpoints,
       projection,
       encode(writes),
     );
@@ -268,7 +291,7 @@ export class RedisReadStore implements ReadStore {
   onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
     if (!this.checkpointsHeard && this.subscriber) {
       this.checkpointsHeard = true;
-      void this.subscriber.subscribe(CHECKPOINTS).catch(() => {
+      void this.subscriber.subscribe(this.channels.checkpoints).catch(() => {
         this.checkpointsHeard = false; // the next listener tries again
       });
     }

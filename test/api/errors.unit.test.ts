@@ -2,6 +2,27 @@ import assert from 'node:assert/strict';
 import { renderError, unauthorized } from '../../api/errors.ts';
 
 describe('error rendering (unit)', () => {
+  it('a dependency that cannot be reached is 503 with Retry-After, not a 500', () => {
+    const lost = Object.assign(new Error('Reached the max retries per request limit (which is 3).'), {
+      name: 'MaxRetriesPerRequestError',
+    });
+    for (const err of [
+      lost,
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5433'), { code: 'ECONNREFUSED' }),
+      Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' }),
+      new Error('Connection terminated unexpectedly'),
+      new Error('Connection is closed.'),
+    ]) {
+      const r = renderError(err, 'req_2');
+      assert.equal(r.status, 503, err.message);
+      assert.equal(r.body.error, 'unavailable');
+      assert.equal(r.headers['Retry-After'], '1');
+      assert.ok(!r.body.message.includes('127.0.0.1'), 'nothing internal');
+    }
+    assert.equal(renderError(new Error('a bug'), 'req_3').status, 500);
+    assert.equal(renderError(Object.assign(new Error('x'), { code: '23505' }), 'req_4').status, 500);
+  });
+
   it('renders our errors with their status, code and headers', () => {
     const r = renderError(unauthorized('Token expired.'), 'req_1');
     assert.equal(r.status, 401);

@@ -96,6 +96,14 @@ describe('hub doctor (e2e)', function () {
     assert.ok(r.ms < 15_000, `took ${r.ms} ms`);
   });
 
+  it('a Redis database the server does not have is a FAIL line (ioredis would use database 0)', async () => {
+    const url = new URL(process.env.HUB_REDIS_URL ?? 'redis://127.0.0.1:6380');
+    url.pathname = '/99';
+    const r = await doctor({ HUB_PROFILE: 'distributed', HUB_REDIS_URL: url.toString() });
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.match(line(r.stdout, 'FAIL', 'redis') ?? '', /no database 99.*HUB_REDIS_URL/);
+  });
+
   it('an invalid knob is a FAIL line naming it (every invalid one is listed), exit 1', async () => {
     const r = await doctor({ HUB_PORT: 'eighty', HUB_LOG_LEVEL: 'loud', HUB_REDIS_URI: 'redis://x' });
     assert.equal(r.status, 1, r.stdout + r.stderr);

@@ -45,6 +45,16 @@ describe('hub binary (e2e)', () => {
     assert.match(r.stderr, /HUB_PROFILE must be one of embedded, distributed/);
   });
 
+  it('a dependency that does not answer at start is named with its variable, and doctor is suggested', () => {
+    const r = spawnSync(process.execPath, [HUB, 'projections', 'status'], {
+      env: { ...process.env, HUB_PROFILE: 'distributed', HUB_REDIS_URL: 'redis://127.0.0.1:1/7' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /Redis does not answer \(HUB_REDIS_URL\)\. `hub doctor` checks/);
+  });
+
   it('--help lists the commands', () => {
     const r = spawnSync(process.execPath, [HUB, '--help'], { encoding: 'utf8' });
     assert.equal(r.status, 0);

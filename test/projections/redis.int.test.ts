@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { RedisReadStore } from '../../infra/readstore/redis.ts';
+import { databaseProblem, RedisReadStore } from '../../infra/readstore/redis.ts';
 import { testConfig } from '../harness.ts';
 import { readStoreContract } from './contract.ts';
 
@@ -50,6 +50,50 @@ describe('Redis read store: checkpoint notices (int)', () => {
     } finally {
       await Promise.all([writer.close(), reader.close()]);
       admin.disconnect();
+    }
+  });
+});
+
+describe('Redis read store: databases of one server (int)', () => {
+  const inDb = (db: number) => {
+    const url = new URL(redisUrl);
+    url.pathname = `/${db}`;
+    return url.toString();
+  };
+
+  it('a generation switch in another database of the same server is not heard', async () => {
+    const here = new RedisReadStore(inDb(5));
+    const there = new RedisReadStore(inDb(6));
+    const projection = `switch-${randomUUID().slice(0, 8)}`;
+    try {
+      await new Promise((r) => setTimeout(r, 200)); // both subscribers connected
+      assert.equal(await here.activeGeneration(projection, true), 1);
+      await there.activate(projection, 9);
+      await here.activate(projection, 2);
+      await there.activate(projection, 9);
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(
+        await here.activeGeneration(projection),
+        2,
+        'a switch published in database 6 moved database 5',
+      );
+      assert.equal(await there.activeGeneration(projection), 9);
+    } finally {
+      await here.close();
+      await there.close();
+    }
+  });
+
+  it('a database the server does not have is refused by name, not replaced by database 0', async () => {
+    const redis = new Redis(inDb(99), { maxRetriesPerRequest: 1 });
+    redis.on('error', () => {});
+    try {
+      assert.equal(await databaseProblem(redis), 'it has no database 99');
+      const fine = new Redis(inDb(3));
+      assert.equal(await databaseProblem(fine), undefined);
+      fine.disconnect();
+    } finally {
+      redis.disconnect();
     }
   });
 });

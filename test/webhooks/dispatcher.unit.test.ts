@@ -1,7 +1,10 @@
 // The dispatcher's pure parts: the attempt record's times, and how a failed POST is classified.
 import assert from 'node:assert/strict';
+import { Registry } from 'prom-client';
 import { errors } from 'undici';
+import type { DeliveryStore } from '../../processors/deliveries.ts';
 import { isoTime } from '../../processors/deliveries.ts';
+import { dispatcherMetrics } from '../../processors/dispatcher.ts';
 import { EgressError } from '../../processors/egress.ts';
 import { classify } from '../../processors/webhook-http.ts';
 
@@ -42,5 +45,32 @@ describe('failed POSTs (unit)', () => {
     ];
     for (const [err, outcome, error] of cases)
       assert.deepEqual(classify(err, 1500), { outcome, error }, String((err as Error).message));
+  });
+});
+
+describe('dispatcher metrics (unit)', () => {
+  it('a schedule that does not answer makes a scrape answer within its bound, the backlog NaN, not 0', async () => {
+    for (const pending of [
+      () => new Promise<never>(() => {}),
+      () => Promise.reject(new Error('Connection is closed.')),
+    ]) {
+      const registry = new Registry();
+      dispatcherMetrics(registry, { pending } as unknown as DeliveryStore, {
+        held: () => 0,
+        inFlight: () => 0,
+      });
+      const started = Date.now();
+      const text = await registry.metrics();
+      assert.ok(Date.now() - started < 3000, `the scrape took ${Date.now() - started} ms`);
+      assert.match(text, /^hub_webhook_retry_backlog NaN$/im);
+      assert.match(text, /^hub_webhook_retry_backlog_oldest_due_age_seconds NaN$/im);
+    }
+    const registry = new Registry();
+    const due = Date.now() - 5000;
+    const store = { pending: async () => ({ count: 3, oldestDue: due }) };
+    dispatcherMetrics(registry, store as unknown as DeliveryStore, { held: () => 0, inFlight: () => 0 });
+    const text = await registry.metrics();
+    assert.match(text, /^hub_webhook_retry_backlog 3$/m);
+    assert.ok(Number(/^hub_webhook_retry_backlog_oldest_due_age_seconds (\S+)$/m.exec(text)![1]) >= 5);
   });
 });
