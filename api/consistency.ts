@@ -9,6 +9,8 @@ import type { Context } from 'koa';
 export interface LastWrites {
   get(caller: string): Promise<number>;
   record(caller: string, position: number): Promise<void>;
+  /** Kept elsewhere (Redis): a record may fail or hang, and a command's answer bounds its wait. */
+  readonly remote?: boolean;
 }
 
 const REMEMBER_MS = 5 * 60_000;
@@ -48,6 +50,7 @@ return 1
  * trip per request was the API's largest share of Redis traffic.
  */
 export class RedisLastWrites implements LastWrites {
+  readonly remote = true;
   private readonly redis: Redis & { hubLastWrites(...args: (string | number)[]): Promise<number> };
   private pending: { positions: Map<string, number>; recorded: Promise<void> } | undefined;
   constructor(redis: Redis) {
@@ -114,6 +117,8 @@ export function consistency(
     async written(ctx, position) {
       ctx.set('X-Hub-Position', String(position));
       if (!ctx.state.caller) return;
+      // In memory, or not recorded at all (API threads): nothing to bound, no timer per write.
+      if (!lastWrites.remote) return lastWrites.record(ctx.state.caller, position);
       // The write is stored: remembering it (Redis, distributed) neither fails its answer nor holds
       // it past a bound. Unremembered, the caller's next read may not wait for it; the answer's
       // X-Hub-Position, sent back as X-Hub-Min-Position, still makes it wait.

@@ -30,8 +30,8 @@ describe('read-your-writes (unit)', () => {
   it('a store of last writes that fails or hangs neither fails the answer nor holds it past a second', async () => {
     const failures: string[] = [];
     for (const lastWrites of [
-      { get: async () => 0, record: () => Promise.reject(new Error('Connection is closed.')) },
-      { get: async () => 0, record: () => new Promise<void>(() => {}) },
+      { remote: true, get: async () => 0, record: () => Promise.reject(new Error('Connection is closed.')) },
+      { remote: true, get: async () => 0, record: () => new Promise<void>(() => {}) },
     ] satisfies LastWrites[]) {
       const c = consistency(
         lastWrites,
