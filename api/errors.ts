@@ -79,21 +79,22 @@ const NETWORK_CODES = new Set([
 
 /**
  * Whether an error says a dependency (Redis, PostgreSQL, the broker) could not be reached, rather
- * than that something is wrong with the request or with us: answered 503 with Retry-After, so that
- * clients retry, and logged as a warning. A write answered so may have been stored: the hub's
- * commands are safe to repeat (metadata merges, creations are checked for uniqueness).
+ * than that something is wrong with the request or with us: answered 503 and logged as a warning.
  */
 export function dependencyDown(err: unknown): boolean {
   const e = err as { name?: unknown; code?: unknown; message?: unknown } | undefined;
   if (!e || typeof e !== 'object') return false;
   if (e.name === 'MaxRetriesPerRequestError') return true; // ioredis, the connection lost
-  if (typeof e.code === 'string' && (NETWORK_CODES.has(e.code) || /^(08|57P0[1-3])/.test(e.code)))
-    return true; // + PostgreSQL's connection classes
+  // PostgreSQL: connection failures (class 08 but a protocol violation, which is a bug), the
+  // server shutting down or idle-closing the session, too many connections.
+  if (
+    typeof e.code === 'string' &&
+    (NETWORK_CODES.has(e.code) || /^(0800[0-6]|57P0[1-35]|53300)$/.test(e.code))
+  )
+    return true;
   return (
     typeof e.message === 'string' &&
-    /^(Connection is closed\.|Connection terminated|Client has encountered a connection error)/.test(
-      e.message,
-    )
+    /^(Connection terminated|Client has encountered a connection error)/.test(e.message) // pg
   );
 }
 
@@ -112,6 +113,8 @@ export interface ErrorBody {
 export function renderError(
   err: unknown,
   requestId: string,
+  /** The request's method: a write cut off by an outage may have been stored. */
+  method = 'GET',
 ): { status: number; body: ErrorBody; headers: Record<string, string> } {
   if (err instanceof WrongExpectedRevisionError || err instanceof DuplicateEventIdError) {
     return renderError(
@@ -126,8 +129,17 @@ export function renderError(
     );
   }
   if (dependencyDown(err)) {
+    // A read is safe to retry. A write may have been stored before the connection went (not every
+    // command is safe to repeat: a device created twice, a refresh token presented twice): no
+    // Retry-After, and the message says to look before trying again.
     return renderError(
-      unavailable('A service the hub depends on does not answer; retry shortly.'),
+      method === 'GET' || method === 'HEAD'
+        ? unavailable('A service the hub depends on does not answer; retry shortly.')
+        : new HttpError(
+            503,
+            'unavailable',
+            'A service the hub depends on does not answer; the change may or may not have been made: read it before trying again.',
+          ),
       requestId,
     );
   }

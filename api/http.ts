@@ -78,12 +78,18 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
         );
       }
     } catch (err) {
-      const { status, body, headers } = renderError(err, requestId);
+      const { status, body, headers } = renderError(err, requestId, ctx.method);
       // A fault of ours (500) is logged with its stack; an unavailable dependency or a read that
       // could not catch up (503) is expected in operation, and any client can cause the latter.
       if (status === 503)
         logger.warn(
-          { request_id: requestId, method: ctx.method, path: ctx.path, error: (err as Error).message },
+          {
+            request_id: requestId,
+            method: ctx.method,
+            path: ctx.path,
+            error: (err as Error).message,
+            code: (err as { code?: unknown }).code,
+          },
           'request answered 503',
         );
       else if (status >= 500)

@@ -193,6 +193,19 @@ export function deviceRoutes(hub: HubContext) {
 
   /** Appends what `decide` makes of the device's state. A deleted (garbage) device is 404 to every
    * command but DELETE itself, decided on the state the append checks. */
+  /**
+   * After a command that took a nick failed: gives it back, unless the device holds it now. A nick is
+   * reserved for the device, not the request, so a concurrent request for the same device and nick
+   * (a double-click on claim) shares the reservation, and may be the one that succeeded; so may
+   * this one, if only its answer was lost.
+   */
+  async function giveNickBack(ownerId: string, nick: string, deviceId: string): Promise<void> {
+    const { state } = await load(store, deviceStream(deviceId), devices);
+    if (!state.garbage && state.ownerId === ownerId && state.nick.toLowerCase() === nick.toLowerCase())
+      return;
+    await releaseName(store, `devnick-${ownerId}`, nick.toLowerCase(), deviceId);
+  }
+
   async function update(
     ctx: Context,
     id: string,
@@ -440,9 +453,7 @@ export function deviceRoutes(hub: HubContext) {
                 ],
           );
         } catch (err) {
-          // Deleted meanwhile: the nick just taken is given back.
-          if (renamed)
-            await releaseName(store, `devnick-${device.ownerId}`, body.nick.toLowerCase(), device.id);
+          if (renamed) await giveNickBack(device.ownerId, body.nick, device.id); // deleted meanwhile
           throw err;
         }
         if (renamed)
@@ -542,8 +553,7 @@ export function deviceRoutes(hub: HubContext) {
           throw notFound('No unowned device with this id and challenge.');
         }
         const nick = await takeNick(owner.id, id, body.nick ?? state.nick);
-        const giveBack = (err: unknown) =>
-          releaseName(store, `devnick-${owner.id}`, nick.toLowerCase(), id).then(() => Promise.reject(err));
+        const giveBack = (err: unknown) => giveNickBack(owner.id, nick, id).then(() => Promise.reject(err));
         const updated = await update(ctx, id, (d) => {
           if (d.ownerId) throw conflict('The device was claimed meanwhile.');
           return [

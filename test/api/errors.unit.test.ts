@@ -11,7 +11,7 @@ describe('error rendering (unit)', () => {
       Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5433'), { code: 'ECONNREFUSED' }),
       Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' }),
       new Error('Connection terminated unexpectedly'),
-      new Error('Connection is closed.'),
+      Object.assign(new Error('sorry, too many clients already'), { code: '53300' }),
     ]) {
       const r = renderError(err, 'req_2');
       assert.equal(r.status, 503, err.message);
@@ -19,7 +19,18 @@ describe('error rendering (unit)', () => {
       assert.equal(r.headers['Retry-After'], '1');
       assert.ok(!r.body.message.includes('127.0.0.1'), 'nothing internal');
     }
+    // A write cut off may have been stored: not an invitation to repeat it blindly.
+    const write = renderError(lost, 'req_5', 'POST');
+    assert.equal(write.status, 503);
+    assert.equal(write.headers['Retry-After'], undefined);
+    assert.match(write.body.message, /may or may not have been made/);
     assert.equal(renderError(new Error('a bug'), 'req_3').status, 500);
+    assert.equal(renderError(Object.assign(new Error('protocol'), { code: '08P01' }), 'req_6').status, 500);
+    assert.equal(
+      renderError(new Error('Connection is closed.'), 'req_7').status,
+      500,
+      'a closed client is our bug',
+    );
     assert.equal(renderError(Object.assign(new Error('x'), { code: '23505' }), 'req_4').status, 500);
   });
 

@@ -730,6 +730,23 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         200,
         `round ${round}: the loser's nick stayed taken: ${JSON.stringify(own.body)}`,
       );
+      // One owner claiming twice at once (a double-click): the failed request shares the nick's
+      // reservation with the one that won, and must not give it back.
+      const twice = await hub.call('POST', '/devices', { body: {} });
+      const doubled = await Promise.all(
+        [0, 1].map(() =>
+          hub.call('POST', `/devices/${twice.body.id}/claim`, {
+            token: carol.token,
+            body: { challenge: twice.body.challenge, nick: `twice-${round}` },
+          }),
+        ),
+      );
+      assert.ok(doubled.some((c) => c.status === 200));
+      const same = await hub.call('POST', '/devices', {
+        token: carol.token,
+        body: { nick: `twice-${round}` },
+      });
+      assert.equal(same.status, 409, `round ${round}: the claimed device's nick was given away`);
     }
   });
 
