@@ -120,10 +120,12 @@ export async function closeServer(server: Server, timeoutMs: number): Promise<vo
   clearTimeout(timer);
 }
 
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+/** `p`, or a rejection (`<what> within <ms> ms`) if it has not settled by then: a bounded wait on a
+ * dependency (readiness checks, remembering a write, a scrape of the delivery schedule). */
+export function withTimeout<T>(p: Promise<T>, ms: number, what = 'no answer'): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms);
   });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }

@@ -5,6 +5,7 @@
 
 import type { Redis } from 'ioredis';
 import type { Context } from 'koa';
+import { withTimeout } from './app.ts';
 
 export interface LastWrites {
   get(caller: string): Promise<number>;
@@ -122,17 +123,11 @@ export function consistency(
       // The write is stored: remembering it (Redis, distributed) neither fails its answer nor holds
       // it past a bound. Unremembered, the caller's next read may not wait for it; the answer's
       // X-Hub-Position, sent back as X-Hub-Min-Position, still makes it wait.
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        lastWrites.record(ctx.state.caller, position).catch(recordFailed),
-        new Promise<void>((resolve) => {
-          timer = setTimeout(() => {
-            recordFailed(new Error(`the write was not remembered within ${RECORD_WAIT_MS} ms`));
-            resolve();
-          }, RECORD_WAIT_MS);
-        }),
-      ]);
-      clearTimeout(timer);
+      await withTimeout(
+        lastWrites.record(ctx.state.caller, position),
+        RECORD_WAIT_MS,
+        'the write was not remembered',
+      ).catch(recordFailed);
     },
     async readable(ctx, projections) {
       const asked = Number(ctx.get('X-Hub-Min-Position') || 0);

@@ -139,8 +139,6 @@ export class Routes {
     const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1');
     const handle: RouterMiddleware = async (ctx: Context) => {
       let body = await readJsonBody(ctx, bodyLimit);
-      // No body is an empty object where the schema requires no field (POST /devices), and still
-      // meets its other rules (an empty PATCH is refused as {} is).
       if (body === undefined && !bodyOptional)
         throw unprocessable('A JSON body is required.', [{ field: '', problem: 'missing' }]);
       if (body === undefined) body = {}; // a JSON null stays null, refused as not an object

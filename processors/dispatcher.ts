@@ -6,6 +6,7 @@
 // schedule until its queue drains. Connections are pooled per origin (undici).
 import { randomBytes } from 'node:crypto';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { withTimeout } from '../api/app.ts';
 import { unseal } from '../api/auth/secrets.ts';
 import {
   nextDelayS,
@@ -849,15 +850,7 @@ export function dispatcherMetrics(
   const byOutcome = new Map<Outcome, ReturnType<typeof attempts.labels>>();
   // The schedule as a scrape sees it, bounded: with Redis down a scrape must still answer within
   // Prometheus's timeout, and say unknown (NaN), not empty (0), so that no alert reads it as fine.
-  const schedule = async () => {
-    let timer: NodeJS.Timeout | undefined;
-    const unknown = new Promise<undefined>((resolve) => {
-      timer = setTimeout(resolve, SCRAPE_WAIT_MS, undefined);
-    });
-    const seen = await Promise.race([deliveries.pending().catch(() => undefined), unknown]);
-    clearTimeout(timer);
-    return seen;
-  };
+  const schedule = () => withTimeout(deliveries.pending(), SCRAPE_WAIT_MS).catch(() => undefined);
   new Gauge({
     name: 'hub_webhook_retry_backlog',
     help: 'Jobs pending in the schedule (new and retries), all dispatchers together; NaN when the schedule does not answer.',

@@ -191,21 +191,22 @@ export function deviceRoutes(hub: HubContext) {
     }
   }
 
-  /** Appends what `decide` makes of the device's state. A deleted (garbage) device is 404 to every
-   * command but DELETE itself, decided on the state the append checks. */
   /**
-   * After a command that took a nick failed: gives it back, unless the device holds it now. A nick is
-   * reserved for the device, not the request, so a concurrent request for the same device and nick
-   * (a double-click on claim) shares the reservation, and may be the one that succeeded; so may
-   * this one, if only its answer was lost.
+   * After a command that took a nick failed with `err`: gives the nick back, unless the device holds
+   * it now, and throws `err`. A nick is reserved for the device, not the request, so a concurrent
+   * request for the same device and nick (a double-click on claim) shares the reservation, and may
+   * be the one that succeeded; so may this one, if only its answer was lost.
    */
-  async function giveNickBack(ownerId: string, nick: string, deviceId: string): Promise<void> {
+  async function giveNickBack(err: unknown, ownerId: string, nick: string, deviceId: string): Promise<never> {
     const { state } = await load(store, deviceStream(deviceId), devices);
-    if (!state.garbage && state.ownerId === ownerId && state.nick.toLowerCase() === nick.toLowerCase())
-      return;
-    await releaseName(store, `devnick-${ownerId}`, nick.toLowerCase(), deviceId);
+    const holds =
+      !state.garbage && state.ownerId === ownerId && state.nick.toLowerCase() === nick.toLowerCase();
+    if (!holds) await releaseName(store, `devnick-${ownerId}`, nick.toLowerCase(), deviceId);
+    throw err;
   }
 
+  /** Appends what `decide` makes of the device's state. A deleted (garbage) device is 404 to every
+   * command but DELETE itself, decided on the state the append checks. */
   async function update(
     ctx: Context,
     id: string,
@@ -440,22 +441,18 @@ export function deviceRoutes(hub: HubContext) {
         if (device.garbage) throw notFound('No such device.'); // before its new nick is taken
         const renamed = body.nick.toLowerCase() !== device.nick.toLowerCase();
         if (renamed) await takeNick(device.ownerId, device.id, body.nick);
-        let updated: DeviceState;
-        try {
-          updated = await update(ctx, device.id, (d) =>
-            d.nick === body.nick
-              ? []
-              : [
-                  {
-                    type: 'DeviceRenamed',
-                    data: { device_id: d.id, owner_prn: d.ownerPrn, nick: body.nick, previous_nick: d.nick },
-                  },
-                ],
-          );
-        } catch (err) {
-          if (renamed) await giveNickBack(device.ownerId, body.nick, device.id); // deleted meanwhile
-          throw err;
-        }
+        const updated = await update(ctx, device.id, (d) =>
+          d.nick === body.nick
+            ? []
+            : [
+                {
+                  type: 'DeviceRenamed',
+                  data: { device_id: d.id, owner_prn: d.ownerPrn, nick: body.nick, previous_nick: d.nick },
+                },
+              ],
+        ).catch((err) =>
+          renamed ? giveNickBack(err, device.ownerId, body.nick, device.id) : Promise.reject(err),
+        ); // deleted meanwhile
         if (renamed)
           await releaseName(store, `devnick-${device.ownerId}`, device.nick.toLowerCase(), device.id);
         ctx.body = deviceRecord(updated, viewer, secretOf(updated));
@@ -553,7 +550,6 @@ export function deviceRoutes(hub: HubContext) {
           throw notFound('No unowned device with this id and challenge.');
         }
         const nick = await takeNick(owner.id, id, body.nick ?? state.nick);
-        const giveBack = (err: unknown) => giveNickBack(owner.id, nick, id).then(() => Promise.reject(err));
         const updated = await update(ctx, id, (d) => {
           if (d.ownerId) throw conflict('The device was claimed meanwhile.');
           return [
@@ -569,7 +565,7 @@ export function deviceRoutes(hub: HubContext) {
               },
             },
           ];
-        }).catch(giveBack); // claimed or deleted meanwhile: the nick just taken is given back
+        }).catch((err) => giveNickBack(err, owner.id, nick, id)); // claimed or deleted meanwhile
         ctx.body = deviceRecord(updated, 'owner', secretOf(updated));
       },
     });

@@ -372,7 +372,6 @@ export function webhookRoutes(hub: HubContext) {
       middleware: read,
       query: schema({
         type: 'object',
-        additionalProperties: false,
         properties: {
           type: { enum: Object.keys(EVENT_TYPES), description: 'Only events of this type.' },
           resource_prn: { type: 'string', maxLength: 256, description: 'Only events about this device PRN.' },
@@ -428,7 +427,7 @@ export function webhookRoutes(hub: HubContext) {
       security: 'bearer',
       scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
-      query: schema({ type: 'object', additionalProperties: false, properties: PAGE_QUERY }),
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of the attempts, oldest first.', schema: pageSchema(ATTEMPT) },
       },
@@ -475,7 +474,7 @@ export function webhookRoutes(hub: HubContext) {
       security: 'bearer',
       scopes: grantingScopes('webhooks', 'read'),
       middleware: read,
-      query: schema({ type: 'object', additionalProperties: false, properties: PAGE_QUERY }),
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
       handler: async (ctx, { query }) => {
         const q = query as unknown as { limit: number; skip: number };
@@ -681,7 +680,6 @@ export function webhookRoutes(hub: HubContext) {
         middleware: read,
         query: schema({
           type: 'object',
-          additionalProperties: false,
           properties: { status: { enum: ['succeeded', 'failed', 'dead_lettered'] }, ...PAGE_QUERY },
         }),
         responses: { 200: { description: 'A page of attempts.', schema: pageSchema(ATTEMPT) } },

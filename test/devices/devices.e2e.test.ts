@@ -54,6 +54,16 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
   });
 
   const createDevice = (owner: User, body: Record<string, unknown> = {}) => createDeviceOf(hub, owner, body);
+  /** The operator callback by nick, asked again (5 s at most) until it names `expected`: the index
+   * by nick is a read model, updated after the write. */
+  const callbackByNick = async (nick: string, expected: string) => {
+    let named = await hub.call('PUT', `/callbacks/devices/${nick}`, { headers: basic('sa-secret') });
+    for (let i = 0; i < 50 && named.body.device_id !== expected; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      named = await hub.call('PUT', `/callbacks/devices/${nick}`, { headers: basic('sa-secret') });
+    }
+    return named;
+  };
 
   before(async () => {
     hub = await startHub({
@@ -673,11 +683,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
     const byNick = await hub.call('GET', '/devices/retired', { token: alice.token });
     assert.equal(byNick.body.id, successor.id);
     // The operators' index by nick left the deleted device: the nick is not ambiguous.
-    let named = await hub.call('PUT', '/callbacks/devices/retired', { headers: basic('sa-secret') });
-    for (let i = 0; i < 50 && named.body.device_id !== successor.id; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      named = await hub.call('PUT', '/callbacks/devices/retired', { headers: basic('sa-secret') });
-    }
+    const named = await callbackByNick('retired', successor.id);
     assert.equal(named.status, 200, JSON.stringify(named.body));
     assert.equal(named.body.device_id, successor.id);
   });
@@ -695,11 +701,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
     const taken = await hub.call('POST', '/devices', { token: alice.token, body: { nick: 'legacy' } });
     assert.equal(taken.status, 409, 'a live device still holds its nick');
     // The operators' index still lists the old device under the nick; the callbacks skip it.
-    let named = await hub.call('PUT', '/callbacks/devices/legacy', { headers: basic('sa-secret') });
-    for (let i = 0; i < 50 && named.body.device_id !== fresh.id; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      named = await hub.call('PUT', '/callbacks/devices/legacy', { headers: basic('sa-secret') });
-    }
+    const named = await callbackByNick('legacy', fresh.id);
     assert.equal(named.status, 200, JSON.stringify(named.body));
     assert.equal(named.body.device_id, fresh.id);
   });
