@@ -267,6 +267,8 @@ export async function startNode(
       const bus = await openBus(config, logger);
       closers.push(() => bus.close());
       pipelineBus = bus;
+      // The in-process bus answers while the process does: only Kafka is worth asking.
+      if (bus.kind === 'kafka') readiness.kafka = () => bus.ping();
     }
     return pipelineBus;
   };

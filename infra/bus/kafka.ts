@@ -5,6 +5,7 @@
 
 import { createRequire } from 'node:module';
 import {
+  type Admin,
   Kafka,
   type KafkaConfig,
   type Consumer as KafkaConsumer,
@@ -192,6 +193,10 @@ interface GroupMember {
 export class KafkaBus implements Bus {
   readonly kind = 'kafka';
   private readonly kafka: Kafka;
+  private readonly pingKafka: Kafka;
+  /** The admin client pings ask through: one connection, kept while it answers. */
+  private pingAdmin: Promise<Admin> | undefined;
+  private pinging: Promise<void> | undefined;
   private readonly orderedLane: Lane = { ordered: true, producer: undefined, busy: false, waiting: [] };
   private readonly unorderedLane: Lane = { ordered: false, producer: undefined, busy: false, waiting: [] };
   private readonly consumers = new Set<Consumer>();
@@ -222,7 +227,7 @@ export class KafkaBus implements Bus {
     this.commitIntervalMs = o.commitIntervalMs ?? 1000;
     const log = o.logger.child({ component: 'kafka' });
     this.log = log;
-    this.kafka = new Kafka({
+    const config: KafkaConfig = {
       clientId: o.clientId,
       brokers: o.brokers,
       logLevel: logLevel.WARN,
@@ -235,7 +240,10 @@ export class KafkaBus implements Bus {
           else log.warn(rest, message);
         },
       ...o.config,
-    });
+    };
+    this.kafka = new Kafka(config);
+    // Pings go without retries, their connection too (a client's retries cover its connects).
+    this.pingKafka = new Kafka({ ...config, retry: { retries: 0 } });
   }
 
   async ensureTopics(topics: { topic: string; partitions: number }[]): Promise<void> {
@@ -480,7 +488,36 @@ export class KafkaBus implements Bus {
     };
   }
 
+  /**
+   * A metadata request to the cluster, without retries: a probe wants the answer of now, and
+   * probes that come while one is out share it.
+   */
+  ping(): Promise<void> {
+    this.pinging ??= (async () => {
+      try {
+        this.pingAdmin ??= (async () => {
+          const admin = this.pingKafka.admin();
+          await admin.connect();
+          return admin;
+        })();
+        await (await this.pingAdmin).describeCluster();
+      } catch (err) {
+        // The next ping connects anew.
+        const failed = this.pingAdmin;
+        this.pingAdmin = undefined;
+        failed?.then((admin) => admin.disconnect()).catch(() => {});
+        throw err;
+      } finally {
+        this.pinging = undefined;
+      }
+    })();
+    return this.pinging;
+  }
+
   async close(): Promise<void> {
+    const admin = this.pingAdmin;
+    this.pingAdmin = undefined;
+    await admin?.then((a) => a.disconnect()).catch(() => {});
     await Promise.all([...this.consumers].map((c) => c.stop()));
     for (const lane of [this.orderedLane, this.unorderedLane]) {
       const producer = await lane.producer?.catch(() => undefined);

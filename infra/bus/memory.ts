@@ -139,6 +139,9 @@ export class MemoryBus implements Bus {
     }
   }
 
+  /** In this process: it answers while the process does. */
+  async ping(): Promise<void> {}
+
   async close(): Promise<void> {
     for (const resolve of this.room) resolve();
     this.room.clear();

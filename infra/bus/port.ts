@@ -55,6 +55,8 @@ export interface Bus {
    */
   send(topic: string, messages: OutMessage[], options?: { ordered?: boolean }): Promise<void>;
   consume(options: ConsumeOptions): Promise<Consumer>;
+  /** Rejects when the bus does not answer now (a process's /readyz asks it). */
+  ping(): Promise<void>;
   close(): Promise<void>;
 }
 

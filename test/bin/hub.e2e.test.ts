@@ -91,4 +91,21 @@ describe('embedded profile start (e2e)', () => {
       await node.stop();
     }
   });
+
+  it('a distributed processor and dispatcher report Kafka readiness', async () => {
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const prefix = `ready-${Date.now().toString(36)}-`;
+    const node = await startNode(testConfig({ HUB_PROFILE: 'distributed', HUB_KAFKA_PREFIX: prefix }), [
+      'processor',
+      'dispatcher',
+    ]);
+    try {
+      const ready = await request(`${node.url}/readyz`);
+      assert.equal(ready.status, 200);
+      assert.equal(ready.body.checks.kafka, 'ok');
+    } finally {
+      await node.stop();
+    }
+  });
 });

@@ -67,6 +67,22 @@ describe('Kafka bus consumer groups (int)', function () {
   };
   const newGroup = () => `g-${randomBytes(4).toString('hex')}`;
 
+  it('ping answers from the broker, and rejects within seconds for one that does not answer', async () => {
+    await bus.ping();
+    // Probes that come while one is out share its answer.
+    assert.equal(bus.ping(), bus.ping());
+    await bus.ping();
+    const silent = createLogger('silent');
+    const closed = new KafkaBus({ brokers: ['127.0.0.1:1'], clientId: 'bus-test', logger: silent, prefix });
+    const started = Date.now();
+    try {
+      await assert.rejects(closed.ping());
+      assert.ok(Date.now() - started < 5000, `refused in ${Date.now() - started} ms`);
+    } finally {
+      await closed.close();
+    }
+  });
+
   it('a connection whose requests are answered checks its queue no more (no 1-ms timer while idle)', async () => {
     await send('wake');
     await sleep(200); // the send's answers are in
