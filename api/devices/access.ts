@@ -57,9 +57,8 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
   };
 }
 
-/** Mutations are the owner's: the device itself gets 403, anyone else 404 (they must not learn it exists). */
+/** Mutations are the owner's. Whoever else sees the device (itself, an admin, anyone when it is
+ * public) gets 403; the others were answered 404 by resolve: they must not learn it exists. */
 export function ownerOnly(viewer: Viewer): void {
-  if (viewer === 'owner') return;
-  if (viewer === 'device') throw forbidden('Only the owner may do this.');
-  throw notFound('No such device.');
+  if (viewer !== 'owner') throw forbidden('Only the owner may do this.');
 }

@@ -74,12 +74,17 @@ const NICK = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' };
 /** Nicks that are path segments under /devices (compared lower-cased, as paths are). */
 const RESERVED_NICKS = new Set(['register']);
 
-/** /devices/{id} takes a nick, and /devices/register is a path of its own: that nick would name no
- * device there. */
+/** /devices/{id} takes an id, a PRN or a nick, in that order, and /devices/register is a path of
+ * its own: a nick of 24 hex digits would be read as an id (another device's, or none), and
+ * "register" would name no device. */
 function refuseReserved(nick: string, field: string): void {
   if (RESERVED_NICKS.has(nick.toLowerCase()))
     throw unprocessable(`The nick "${nick}" is reserved: it names a path.`, [
       { field, problem: 'is reserved' },
+    ]);
+  if (/^[a-f0-9]{24}$/i.test(nick))
+    throw unprocessable(`The nick "${nick}" has the form of a device id, which /devices/{id} reads first.`, [
+      { field, problem: 'has the form of a device id' },
     ]);
 }
 const ADJECTIVES = [

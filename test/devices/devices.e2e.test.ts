@@ -360,6 +360,24 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(get.headers.get('allow'), 'POST');
     });
 
+    it('a nick of 24 hex digits is refused: /devices/{id} reads it as an id, of another device or of none', async () => {
+      const other = await hub.call('POST', '/devices', { token: alice.token, body: {} });
+      const before = await hub.call('GET', `/devices/${other.body.id}`, { token: alice.token });
+      for (const [method, path, body] of [
+        ['POST', '/devices', { nick: other.body.id }],
+        ['POST', '/devices', { nick: 'ABCDEFABCDEFABCDEFABCDEF' }],
+        ['PATCH', `/devices/${dev.id}`, { nick: other.body.id }],
+      ] as const) {
+        const r = await hub.call(method, path, { token: alice.token, body });
+        assert.equal(r.status, 422, `${method} ${path}`);
+        assert.equal(r.body.details[0].problem, 'has the form of a device id');
+      }
+      const unowned = await hub.call('POST', '/devices', { body: { nick: 'abcdefabcdefabcdefabcdef' } });
+      assert.equal(unowned.status, 422);
+      const after = await hub.call('GET', `/devices/${other.body.id}`, { token: alice.token });
+      assert.deepEqual(after.body, before.body, 'refused, nothing changed');
+    });
+
     it('public devices are readable by others, without secret; private again, they are 404', async () => {
       assert.equal(
         (await hub.call('PUT', `/devices/${dev.id}/public`, { token: alice.token })).body.public,
@@ -368,12 +386,19 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       const seen = await asMallory('GET', `/devices/${dev.id}`);
       assert.equal(seen.status, 200);
       assert.equal(seen.body.secret, undefined);
-      assert.equal((await asMallory('PUT', `/devices/${dev.id}/public`)).status, 404);
+      // Mallory sees it, so a change of hers is forbidden (403), not hidden (404).
+      assert.equal((await asMallory('PUT', `/devices/${dev.id}/public`)).status, 403);
+      const meta = await asMallory('PUT', `/devices/${dev.id}/user-meta`, { by: 'mallory' });
+      assert.equal(meta.status, 403);
+      assert.equal(meta.body.error, 'forbidden');
       assert.equal(
         (await hub.call('DELETE', `/devices/${dev.id}/public`, { token: alice.token })).body.public,
         false,
       );
       assert.equal((await asMallory('GET', `/devices/${dev.id}`)).status, 404);
+      assert.equal((await asMallory('PUT', `/devices/${dev.id}/user-meta`, { by: 'mallory' })).status, 404);
+      const kept = await hub.call('GET', `/devices/${dev.id}`, { token: alice.token });
+      assert.equal(kept.body['user-meta'].by, undefined, 'refused, nothing changed');
     });
   });
 
