@@ -314,7 +314,7 @@ export const knobs = {
   loginAccountLimitPerMinute: knob(
     'HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE',
     '10',
-    'Login attempts per account (username) per minute (429 above).',
+    'Login attempts (and guesses of the current password at POST /auth/password) per account, whichever name it is given by, per minute (429 above).',
     int(1, 1_000_000),
   ),
   captchaVerifyUrl: knob(

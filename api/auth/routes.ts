@@ -117,6 +117,11 @@ export function authRoutes(hub: HubContext) {
     return state.id ? state : undefined;
   }
 
+  /** The key of an account's attempts at its password (login, password change); an unknown name
+   * has one of its own. */
+  const loginBudget = (account: AccountState | undefined, name: string) =>
+    `login-account:${account ? account.id : lower(name)}`;
+
   /** Finds an account by nick, email or PRN; read from the store, so it is never stale. */
   async function findAccount(name: string): Promise<AccountState | undefined> {
     const kind = name.includes('@') ? 'email' : name.startsWith('prn:') ? 'prn' : 'nick';
@@ -125,13 +130,14 @@ export function authRoutes(hub: HubContext) {
   }
 
   /** The claims of a first-party login token (from login or refresh), `act` when an admin acts. */
-  const loginClaims = (subject: AccountState, actor?: AccountState) => ({
+  const loginClaims = (sid: string, subject: AccountState, actor?: AccountState) => ({
     sub: subject.prn,
     aud: HUB_AUDIENCE,
     nick: subject.nick,
     type: subject.type,
     scopes: ['*'],
     ...(actor ? { act: { sub: actor.prn, nick: actor.nick } } : {}),
+    sid,
   });
 
   /** Records that an email with a fresh single-use token goes out; the mailer sends it. */
@@ -160,8 +166,8 @@ export function authRoutes(hub: HubContext) {
 
   /** A login session: an access token and the first refresh token of a new family. */
   async function session(ctx: Context, subject: AccountState, actor?: AccountState) {
-    const { token } = await signToken(keys, loginClaims(subject, actor), config.accessTokenTtl);
     const family = newId();
+    const { token } = await signToken(keys, loginClaims(family, subject, actor), config.accessTokenTtl);
     const secret = secretToken();
     const issued = await store.append(
       `refresh-${family}`,
@@ -454,11 +460,8 @@ document.getElementById('send').onclick = async () => {
       responses: { 200: { description: 'Logged in.', schema: TOKEN_RESPONSE } },
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
-        await limit(
-          `login-account:${lower(body.username.split('==>')[0]!)}`,
-          config.loginAccountLimitPerMinute,
-        );
         if (DEVICE_PRN.test(body.username)) {
+          await limit(`login-account:${lower(body.username)}`, config.loginAccountLimitPerMinute);
           ctx.body = await deviceSession(body.username, body.password);
           return;
         }
@@ -466,6 +469,8 @@ document.getElementById('send').onclick = async () => {
           ? body.username.split('==>', 2)
           : [body.username, undefined];
         const account = await findAccount(actorName!);
+        // One budget per account, whichever name it is given by (nick, email, PRN).
+        await limit(loginBudget(account, actorName!), config.loginAccountLimitPerMinute);
         const ok = await verifyPassword(body.password, account?.passwordHash || DUMMY_HASH);
         if (!account || !ok) throw invalidCredentials('Wrong username or password.');
         if (!account.active)
@@ -521,6 +526,9 @@ document.getElementById('send').onclick = async () => {
         // whole seconds: a login of the same second as the change stays (the change is ms-exact).
         if (Math.floor((admin ?? account).passwordChanged / 1000) > claims.orig_iat)
           throw unauthorized('The password changed since this login; log in again.');
+        // A login revoked (a spent refresh token presented again) is not kept alive this way either.
+        if (claims.sid && (await load(store, `refresh-${claims.sid}`, refreshFamilies)).state.revoked)
+          throw unauthorized('This login was revoked; log in again.');
         // A refreshed token lives as long as the one presented: an hour-long app token stays hour-long.
         const ttl = exp - iat;
         const { token } = await signToken(keys, claims, ttl);
@@ -538,7 +546,7 @@ document.getElementById('send').onclick = async () => {
       responses: {
         200: {
           description:
-            'Claims: iss, sub (the account PRN), aud (the service on delegated tokens), iat, exp, jti, nick, type, scopes, orig_iat, and act when an admin acts as the user.',
+            'Claims: iss, sub (the account PRN), aud (the service on delegated tokens), iat, exp, jti, nick, type, scopes, orig_iat, act when an admin acts as the user, azp on delegated and app tokens, and sid (the login) on login tokens.',
           schema: { type: 'object' },
         },
       },
@@ -607,7 +615,7 @@ document.getElementById('send').onclick = async () => {
         if ((actor ?? account).passwordChanged > f.issued) {
           throw unauthorized('The password changed since this login; log in again.');
         }
-        const { token } = await signToken(keys, loginClaims(account, actor), config.accessTokenTtl);
+        const { token } = await signToken(keys, loginClaims(family, account, actor), config.accessTokenTtl);
         ctx.body = {
           token,
           token_type: 'Bearer',
@@ -818,9 +826,8 @@ document.getElementById('send').onclick = async () => {
         }
         const declared = app.fields.scopes.map((s) => s.id);
         const asked = body.scope ? parseScopes(body.scope) : declared;
-        const extra = asked.find(
-          (s) => !declared.includes(s) && !(declared.length === 0 && SCOPE_NAME.test(s)),
-        );
+        // An app that declares no scopes gets none: what it may ask is what its owner declared.
+        const extra = asked.find((s) => !declared.includes(s));
         if (extra)
           throw unprocessable(`The app does not declare the scope ${extra}.`, [
             { field: 'scope', problem: `${extra} is not declared by the app` },
@@ -946,7 +953,6 @@ document.getElementById('send').onclick = async () => {
       }),
       responses: { 200: { description: 'The password is set.' } },
       handler: async (ctx, { body }) => {
-        const hash = await hashPassword(body.password);
         let accountId: string;
         let resetNonce: string | null = null;
         if (body.token) {
@@ -966,11 +972,15 @@ document.getElementById('send').onclick = async () => {
             ]);
           const account = await findAccount(ctx.state.auth!.sub);
           if (!account) throw unauthorized('The account of this token no longer exists.');
+          // Guesses of the current password share the login's budget: a stolen token is no way round it.
+          await limit(loginBudget(account, ''), config.loginAccountLimitPerMinute);
           if (!(await verifyPassword(body.current_password, account.passwordHash))) {
             throw invalidCredentials('The current password is wrong.');
           }
           accountId = account.id;
         }
+        // Hashed once the caller is known: scrypt's cost is not for anyone to spend.
+        const hash = await hashPassword(body.password);
         const { appended } = await handle(store, accountStream(accountId), accounts, (s) => {
           if (!s.id) throw unauthorized('This reset token is not valid.');
           if (resetNonce !== null) {

@@ -28,6 +28,9 @@ export interface Claims {
   act?: { sub: string; nick: string };
   /** The service or app holding a delegated token. */
   azp?: string;
+  /** The login (its refresh tokens' family) a login token belongs to: once that login is revoked,
+   * GET /auth/login refreshes the token no more. */
+  sid?: string;
 }
 
 export type ClaimsInput = Omit<Claims, 'iss' | 'iat' | 'exp' | 'jti' | 'orig_iat'> & { orig_iat?: number };

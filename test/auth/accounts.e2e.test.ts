@@ -469,6 +469,37 @@ describe('/auth rate limits (e2e)', function () {
     }
   });
 
+  it('one budget per account, whichever name it is given by, shared by guesses at POST /auth/password', async () => {
+    const hub = await startHub({ HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '5' });
+    try {
+      const erin = await signup(hub, 'erin'); // its login: 1
+      const statuses: number[] = [];
+      for (const username of ['erin', 'erin@example.com', erin.prn]) // 2, 3, 4
+        statuses.push(
+          (await hub.call('POST', '/auth/login', { body: { username, password: 'guess' } })).status,
+        );
+      const change = (current: string) =>
+        hub.call('POST', '/auth/password', {
+          token: erin.token,
+          body: { current_password: current, password: 'a-new-password-1' },
+        });
+      statuses.push((await change('guess')).status); // 5
+      statuses.push((await change(erin.password)).status);
+      statuses.push(
+        (
+          await hub.call('POST', '/auth/login', {
+            body: { username: 'ERIN@example.com', password: erin.password },
+          })
+        ).status,
+      );
+      assert.deepEqual(statuses, [401, 401, 401, 401, 429, 429]);
+      const other = await signup(hub, 'frank');
+      assert.ok(other.token, 'another account has its own budget');
+    } finally {
+      await hub.stop();
+    }
+  });
+
   it("counts `victim==>anyone` against the victim's own limit", async () => {
     const hub = await startHub({ HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '2' });
     try {

@@ -131,6 +131,21 @@ describe('/auth tokens (e2e)', function () {
       const afterRevoke = await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: second } });
       assert.equal(afterRevoke.status, 401);
       assert.match(afterRevoke.body.message, /revoked/);
+      // Nor do the login's access tokens keep it alive through GET /auth/login (they hold until they expire).
+      for (const token of [login.body.token, r1.body.token]) {
+        const refreshed = await hub.call('GET', '/auth/login', { token });
+        assert.equal(refreshed.status, 401);
+        assert.match(refreshed.body.message, /revoked/);
+        assert.equal((await hub.call('GET', '/auth/auth_status', { token })).status, 200);
+      }
+      const other = await hub.call('POST', '/auth/login', {
+        body: { username: 'bob', password: bob.password },
+      });
+      assert.equal(
+        (await hub.call('GET', '/auth/login', { token: other.body.token })).status,
+        200,
+        'another login holds',
+      );
       assert.equal(
         (await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: 'nonsense' } })).status,
         401,
@@ -301,6 +316,18 @@ describe('/auth tokens (e2e)', function () {
         body: { client_id: made.body.id, redirect_uri: 'https://short.example/cb' },
       });
       assert.equal((await status(r.body.token)).status, 200); // verified, and its verdict cached
+      assert.deepEqual((await status(r.body.token)).body.scopes, [], 'it declares none, so it gets none');
+      for (const scope of ['*', 'profiles.readonly', 'apps'])
+        assert.equal(
+          (
+            await hub.call('POST', '/auth/authorize', {
+              token: alice.token,
+              body: { client_id: made.body.id, redirect_uri: 'https://short.example/cb', scope },
+            })
+          ).status,
+          422,
+          `${scope}: not declared by the app`,
+        );
       assert.equal((await hub.call('DELETE', `/apps/${made.body.id}`, { token: bob.token })).status, 200);
       const after = await status(r.body.token);
       assert.equal(after.status, 401);
