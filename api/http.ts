@@ -79,6 +79,8 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
       }
     } catch (err) {
       const { status, body, headers } = renderError(err, requestId, ctx.method);
+      // The route's template, not the path: some paths carry a secret (/auth/challenge/{challenge}).
+      const route = (ctx as Context & { _matchedRoute?: string })._matchedRoute ?? 'unmatched';
       // A fault of ours (500) is logged with its stack; an unavailable dependency or a read that
       // could not catch up (503) is expected in operation, and any client can cause the latter.
       if (status === 503)
@@ -86,14 +88,14 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
           {
             request_id: requestId,
             method: ctx.method,
-            path: ctx.path,
+            route,
             error: (err as Error).message,
             code: (err as { code?: unknown }).code,
           },
           'request answered 503',
         );
       else if (status >= 500)
-        logger.error({ err, request_id: requestId, method: ctx.method, path: ctx.path }, 'request failed');
+        logger.error({ err, request_id: requestId, method: ctx.method, route }, 'request failed');
       ctx.status = status;
       ctx.set(headers);
       ctx.body = body;

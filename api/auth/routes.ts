@@ -3,6 +3,7 @@
 // validate (the schemas below are the ones /openapi.json publishes), run a command through the
 // event store, and shape the answer.
 import { randomBytes } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Context } from 'koa';
 import {
   claimName,
@@ -95,6 +96,8 @@ const TOKEN_RESPONSE = {
 };
 const VERIFY_EMAIL_MS = 48 * 3600_000;
 const RESET_MS = 3600_000;
+/** POST /auth/recover answers no sooner than this, known email or not. */
+const RECOVER_FLOOR_MS = 100;
 
 const lower = (s: string) => s.toLowerCase();
 const newId = () => randomBytes(12).toString('hex');
@@ -325,7 +328,8 @@ export function authRoutes(hub: HubContext) {
 
     const challengeAccount = async (challenge: string) => {
       const account = await loadAccount(challenge.split('.')[0] ?? '');
-      if (!account || account.challenge !== challenge) throw notFound('No registration with this challenge.');
+      if (!account || !sameSecret(challenge, account.challenge))
+        throw notFound('No registration with this challenge.');
       return account;
     };
 
@@ -910,7 +914,7 @@ document.getElementById('send').onclick = async () => {
       tag: 'auth',
       summary: 'Ask for a password reset link by email.',
       description:
-        'Always answers 202, whether or not an account has this email, so that it reveals nothing. The emailed token works once, for an hour.',
+        'Always answers 200 with the same body, no sooner than 100 ms after the request, whether or not an account has this email, so that it reveals nothing. The emailed token works once, for an hour.',
       security: 'none',
       body: schema({
         type: 'object',
@@ -918,14 +922,17 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { email: EMAIL },
       }),
-      responses: { 202: { description: 'If an account has this email, a reset link is on its way.' } },
+      responses: { 200: { description: 'If an account has this email, a reset link is on its way.' } },
       handler: async (ctx, { body }) => {
         await limit(`recover:${ctx.ip}`, config.loginLimitPerMinute);
+        // A known email costs an append the unknown one does not: both answer at the same floor,
+        // which the append stays well under, so the time tells nothing either.
+        const floor = delay(RECOVER_FLOOR_MS);
         const account = await findAccount(lower(body.email));
         if (account && account.type === 'USER') {
           await requestEmail(ctx, account, 'PasswordResetRequested', RESET_MS);
         }
-        ctx.status = 202;
+        await floor;
         ctx.body = {
           status: 'accepted',
           message: 'If an account has this email, a reset link is on its way.',

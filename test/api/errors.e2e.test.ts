@@ -163,6 +163,16 @@ describe('error model (e2e)', () => {
               throw new Error('secret database detail at /srv/db.sqlite');
             },
           });
+          routes.add({
+            method: 'get',
+            path: '/probe/challenge/{challenge}',
+            tag: 'probe',
+            summary: 'A path that carries a secret, and fails.',
+            responses: { 200: { description: 'ok' } },
+            handler: () => {
+              throw new Error('failed on the way');
+            },
+          });
         },
       ],
     });
@@ -433,6 +443,15 @@ describe('error model (e2e)', () => {
     assert.ok(
       logs.lines().some((l) => l.includes('secret database detail') && l.includes(res.body.request_id)),
     );
+  });
+
+  it("the log names a failed request's route, not its path, which may carry a secret", async () => {
+    const res = await request(`${url}/probe/challenge/a1b2c3.SeCrEtVaLuE`);
+    assertShape(res, 500, 'internal');
+    const line = logs.lines().find((l) => l.includes(res.body.request_id) && l.includes('failed on the way'));
+    assert.ok(line, 'logged');
+    assert.equal(JSON.parse(line).route, '/probe/challenge/:challenge');
+    assert.ok(!logs.lines().some((l) => l.includes('SeCrEtVaLuE')), 'the secret is in no log line');
   });
 
   it('503 from /readyz names the dependency that does not answer', async () => {

@@ -26,6 +26,9 @@ describe('registration with captcha and SMTP (e2e)', function () {
       req.on('end', () => {
         const form = new URLSearchParams(body);
         checks.push(form);
+        // Two answers that are no verdict: an error page, and a 200 that is not JSON.
+        if (form.get('response') === 'verifier down') return res.writeHead(502).end('Bad Gateway');
+        if (form.get('response') === 'verifier garbled') return res.end('<html>maintenance</html>');
         res.setHeader('content-type', 'application/json');
         res.end(
           JSON.stringify({
@@ -78,6 +81,13 @@ describe('registration with captcha and SMTP (e2e)', function () {
     assert.equal(wrong.status, 422);
     assert.equal(wrong.body.details[0].field, 'captcha');
     assert.equal((await hub.call('POST', challenge, { body: {} })).status, 422);
+    // A verifier that gives no verdict is not the user's fault: 503, try again; nothing sent.
+    for (const captcha of ['verifier down', 'verifier garbled']) {
+      const r = await hub.call('POST', challenge, { body: { captcha } });
+      assert.equal(r.status, 503, captcha);
+      assert.equal(r.body.error, 'unavailable');
+      assert.equal(r.headers.get('retry-after'), '5');
+    }
     const right = await hub.call('POST', challenge, { body: { captcha: 'I am human' } });
     assert.equal(right.status, 202);
     assert.equal(checks.at(-1)?.get('secret'), 'site-secret');
