@@ -10,6 +10,7 @@ import type { CaptchaCheck } from './auth/captcha.ts';
 import type { Keys } from './auth/keys.ts';
 import type { Consistency } from './consistency.ts';
 import type { DeviceCa } from './devices/ca.ts';
+import { unprocessable } from './errors.ts';
 
 export interface HubContext {
   config: Config;
@@ -63,3 +64,15 @@ export const pageSchema = (item: Record<string, unknown>) => ({
     skip: { type: 'integer' },
   },
 });
+
+/** The nick of a device or an app: unique among its owner's, one of the names its path's {id} takes. */
+export const NICK = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' } as const;
+
+/** A path's {id} is read as an id first when it is 24 hex digits: a nick of that form could not be
+ * reached by, or would reach the thing with that id. */
+export function refuseIdShapedNick(nick: string, field: string): void {
+  if (/^[a-f0-9]{24}$/i.test(nick))
+    throw unprocessable(`The nick "${nick}" has the form of an id, which a path's {id} is read as first.`, [
+      { field, problem: 'has the form of an id' },
+    ]);
+}

@@ -14,7 +14,7 @@ import { authenticate, requireScope } from '../auth/middleware.ts';
 import { secretToken, sha256 } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
-import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
 import { conflict, notFound, unprocessable } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
 import { type AppFields, type AppState, appPrn, appRecord, appStream, apps, type Scope } from './apps.ts';
@@ -35,11 +35,7 @@ const SCOPE = {
   },
 };
 const APP_FIELDS = {
-  nick: {
-    type: 'string',
-    pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$',
-    description: 'Unique among your apps.',
-  },
+  nick: { ...NICK, description: 'Unique among your apps; not of the form of an id (24 hex digits).' },
   name: { type: 'string', minLength: 1, maxLength: 256 },
   logo: { type: 'string', maxLength: 4096 },
   redirect_uris: {
@@ -128,6 +124,7 @@ export function appRoutes(hub: HubContext) {
         if (!ownerId) throw notFound('The account of this token no longer exists.');
         const { state: owner } = await load(store, accountStream(ownerId), accounts);
         const id = randomBytes(12).toString('hex');
+        refuseIdShapedNick(body.nick, 'nick');
         try {
           await claimName(store, `appnick-${ownerId}`, body.nick.toLowerCase(), id);
         } catch (err) {
@@ -225,6 +222,7 @@ export function appRoutes(hub: HubContext) {
         }
         const nickKind = `appnick-${app.ownerId}`;
         if (body.nick.toLowerCase() !== app.fields.nick.toLowerCase()) {
+          refuseIdShapedNick(body.nick, 'nick');
           try {
             await claimName(store, nickKind, body.nick.toLowerCase(), app.id);
           } catch (err) {

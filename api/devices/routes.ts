@@ -16,7 +16,7 @@ import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal, secretToken, unseal } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
-import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
 import { conflict, forbidden, HttpError, notFound, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import { deviceAccess, ownerOnly } from './access.ts';
@@ -70,7 +70,6 @@ const DEVICE_RECORD = {
     'time-modified': { type: 'string' },
   },
 };
-const NICK = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' };
 /** Nicks that are path segments under /devices (compared lower-cased, as paths are). */
 const RESERVED_NICKS = new Set(['register']);
 
@@ -82,10 +81,7 @@ function refuseReserved(nick: string, field: string): void {
     throw unprocessable(`The nick "${nick}" is reserved: it names a path.`, [
       { field, problem: 'is reserved' },
     ]);
-  if (/^[a-f0-9]{24}$/i.test(nick))
-    throw unprocessable(`The nick "${nick}" has the form of a device id, which /devices/{id} reads first.`, [
-      { field, problem: 'has the form of a device id' },
-    ]);
+  refuseIdShapedNick(nick, field);
 }
 const ADJECTIVES = [
   'amber',

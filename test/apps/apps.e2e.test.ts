@@ -122,12 +122,23 @@ describe('/apps and /profiles (e2e)', function () {
         [{ nick: 'ok-nick', name: 'x', type: 'secret' }, 'type'],
         [{ nick: 'ok-nick', name: 'x', secret: 'mine' }, 'secret'],
         [{ nick: 'ok-nick', name: 'x', redirect_uris: ['javascript:alert(1)'] }, 'redirect_uris.0'],
+        // /apps/{id} would read it as an id: the app could not be reached by its nick.
+        [{ nick: 'deadbeefdeadbeefdeadbeef', name: 'x' }, 'nick'],
       ];
       for (const [body, field] of cases) {
         const r = await hub.call('POST', '/apps', { token: alice.token, body });
         assert.equal(r.status, 422, JSON.stringify(body));
         assert.equal(r.body.details[0].field, field);
       }
+      const listed = await hub.call('GET', '/apps', { token: alice.token });
+      assert.ok(!listed.body.items.some((a: { nick: string }) => a.nick === 'deadbeefdeadbeefdeadbeef'));
+      const some = listed.body.items[0];
+      const renamed = await hub.call('PUT', `/apps/${some.id}`, {
+        token: alice.token,
+        body: { nick: 'DEADBEEFDEADBEEFDEADBEEF', name: 'x' },
+      });
+      assert.equal(renamed.status, 422);
+      assert.equal((await hub.call('GET', `/apps/${some.id}`, { token: alice.token })).body.nick, some.nick);
     });
 
     it('DELETE answers the record with deleted-at; then the app is gone and its nick free', async () => {

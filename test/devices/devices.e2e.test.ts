@@ -370,7 +370,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       ] as const) {
         const r = await hub.call(method, path, { token: alice.token, body });
         assert.equal(r.status, 422, `${method} ${path}`);
-        assert.equal(r.body.details[0].problem, 'has the form of a device id');
+        assert.equal(r.body.details[0].problem, 'has the form of an id');
       }
       const unowned = await hub.call('POST', '/devices', { body: { nick: 'abcdefabcdefabcdefabcdef' } });
       assert.equal(unowned.status, 422);
