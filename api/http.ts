@@ -212,11 +212,33 @@ export async function readJsonBody(ctx: Context, limitBytes: number): Promise<un
     }
     throw badRequest('The body could not be read.');
   }
+  let body: unknown;
   try {
-    return JSON.parse(raw);
+    body = JSON.parse(raw);
   } catch (err) {
     throw new HttpError(400, 'invalid_json', `The body is not valid JSON: ${(err as Error).message}`);
   }
+  // A \uD800-\uDFFF escape may stand alone: JSON.parse keeps such a string, which UTF-8 (the
+  // stores, the events) cannot hold; it would be stored as U+FFFD, not as answered. Bytes that are
+  // not UTF-8 were already read as U+FFFD, so only bodies with such an escape are walked.
+  if (SURROGATE_ESCAPE.test(raw) && !wellFormed(body))
+    throw new HttpError(
+      400,
+      'invalid_json',
+      'The body holds a string that is not well-formed Unicode: a \\uD800-\\uDFFF escape without its pair.',
+    );
+  return body;
+}
+
+const SURROGATE_ESCAPE = /\\u[dD][89a-fA-F]/;
+
+/** Whether every string of a parsed JSON value, keys included, is well-formed Unicode. */
+function wellFormed(value: unknown): boolean {
+  if (typeof value === 'string') return value.isWellFormed();
+  if (Array.isArray(value)) return value.every(wellFormed);
+  if (value !== null && typeof value === 'object')
+    return Object.entries(value).every(([k, v]) => k.isWellFormed() && wellFormed(v));
+  return true;
 }
 
 const RFC3339 =

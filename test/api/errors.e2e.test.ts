@@ -429,6 +429,22 @@ describe('error model (e2e)', () => {
     assert.equal(huge.body.error, 'headers_too_large');
   });
 
+  it('400 for a string that is not well-formed Unicode (a lone surrogate escape), key or value; a pair is fine', async () => {
+    for (const body of [{ name: 'a\ud800b' }, { name: 'ok', 'k\udc00': 'v' }, { name: ['\udbff'] }]) {
+      const res = await request(`${url}/probe/items`, { method: 'POST', body });
+      assertShape(res, 400, 'invalid_json');
+      assert.match(res.body.message, /well-formed Unicode/);
+    }
+    assert.deepEqual(writes, [], 'nothing written');
+    const paired = await request(`${url}/probe/items`, {
+      method: 'POST',
+      body: { name: 'smile \ud83d\ude00' },
+    });
+    assert.equal(paired.status, 200);
+    assert.deepEqual(writes, [{ name: 'smile 😀' }]);
+    writes.length = 0;
+  });
+
   it('accepts a valid body', async () => {
     const res = await request(`${url}/probe/items`, { method: 'POST', body: { name: 'ok', size: 3 } });
     assert.equal(res.status, 200);
