@@ -31,6 +31,11 @@ export const accountStream = (id: string) => `account-${id}`;
 export const accountPrn = (id: string) => `prn:::accounts:/${id}`;
 export const servicePrn = (nick: string, domain = '') => `prn:${domain}:auth:/${nick}`;
 
+/** Events that move no `time-modified`: asking for an email changes nothing the records show, and
+ * the accounts projection's listing moves on the other four (registered, verified, password
+ * changed, profile updated). */
+const EMAIL_REQUESTS = new Set(['VerificationEmailRequested', 'PasswordResetRequested']);
+
 export const accounts = {
   initial: (): AccountState => ({
     id: '',
@@ -54,7 +59,7 @@ export const accounts = {
   }),
   evolve(s: AccountState, e: RecordedEvent): AccountState {
     const d = e.data as Record<string, unknown>;
-    const next = { ...s, modified: e.created };
+    const next = EMAIL_REQUESTS.has(e.type) ? { ...s } : { ...s, modified: e.created };
     switch (e.type) {
       case 'AccountRegistered':
         return {

@@ -28,7 +28,7 @@ const PROFILE = {
       type: 'object',
       maxProperties: 100,
       additionalProperties: { type: 'string', maxLength: 1024 },
-      propertyNames: { ...NOT_PROTO, maxLength: 128 },
+      propertyNames: { ...NOT_PROTO, minLength: 1, maxLength: 128 },
     },
     ovmode: OVMODE,
     'time-created': { type: 'string', description: 'Ignored in requests.' },
@@ -40,6 +40,18 @@ type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'emai
   meta?: Record<string, string>;
   ovmode?: Record<string, string>;
 };
+
+/** Whether two maps of strings hold the same entries. */
+function sameMap(a: Record<string, string>, b: Record<string, string>): boolean {
+  const entries = Object.entries(a);
+  return (
+    entries.length === Object.keys(b).length && entries.every(([k, v]) => Object.hasOwn(b, k) && b[k] === v)
+  );
+}
+
+/** The text fields that are set: one set to '' reads as one not sent (both are shown as ''). */
+const setFields = (m: Record<string, string>) =>
+  Object.fromEntries(Object.entries(m).filter(([, v]) => v !== ''));
 
 export function profileRoutes(hub: HubContext) {
   const { store } = hub;
@@ -89,16 +101,19 @@ export function profileRoutes(hub: HubContext) {
         const profile = Object.fromEntries(
           PROFILE_TEXT.filter((f) => body[f] !== undefined).map((f) => [f, body[f]!]),
         );
+        const meta = body.meta ?? {};
+        const ovmode = body.ovmode ?? null;
         const { appended, after } = await handle(store, accountStream(account.id), accounts, (s) => ({
-          events: [
-            {
-              type: 'ProfileUpdated',
-              data: { account_id: s.id, profile, meta: body.meta ?? {}, ovmode: body.ovmode ?? null },
-            },
-          ],
+          // The same profile again appends nothing (as a metadata write that changes nothing).
+          events:
+            sameMap(setFields(s.profile), setFields(profile)) &&
+            sameMap(s.meta, meta) &&
+            sameMap(s.ovmode ?? {}, ovmode ?? {})
+              ? []
+              : [{ type: 'ProfileUpdated', data: { account_id: s.id, profile, meta, ovmode } }],
           result: undefined,
         }));
-        await hub.consistency.written(ctx, appended!.position);
+        if (appended) await hub.consistency.written(ctx, appended.position);
         ctx.body = profileRecord(after); // as stored: its time-modified is the event's, as GET shows
       },
     });

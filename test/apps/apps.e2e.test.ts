@@ -199,7 +199,35 @@ describe('/apps and /profiles (e2e)', function () {
       const meta = await hub.call('PUT', '/profiles/', { token: alice.token, body: { meta: { n: 1 } } });
       assert.equal(meta.status, 422);
       assert.equal(meta.body.details[0].field, 'meta.n');
+      const blankKey = await hub.call('PUT', '/profiles/', {
+        token: alice.token,
+        body: { meta: { '': 'x' } },
+      });
+      assert.equal(blankKey.status, 422, 'a meta key is not empty, as in the device maps');
       assert.equal((await hub.call('GET', '/profiles/')).status, 401);
+    });
+
+    it('the same profile again appends nothing; a reset link asked for moves no time-modified', async () => {
+      const body = { bio: 'same', company: '', meta: { k: '' }, ovmode: {} };
+      const first = await hub.call('PUT', '/profiles/', { token: alice.token, body });
+      assert.ok(first.headers.get('x-hub-position'), 'a change is stored');
+      const again = await hub.call('PUT', '/profiles/', {
+        token: alice.token,
+        body: { ...body, company: undefined },
+      });
+      assert.equal(again.status, 200);
+      assert.equal(again.headers.get('x-hub-position'), null, 'nothing stored');
+      assert.deepEqual(again.body, first.body);
+      // Anyone may ask for alice's reset link: that changes nothing her records show.
+      assert.equal(
+        (await hub.call('POST', '/auth/recover', { body: { email: 'alice@example.com' } })).status,
+        200,
+      );
+      const read = await hub.call('GET', '/profiles/', { token: alice.token });
+      assert.equal(read.body['time-modified'], first.body['time-modified']);
+      const meta = await hub.call('PUT', '/profiles/', { token: alice.token, body: { ...body, meta: {} } });
+      assert.ok(meta.headers.get('x-hub-position'), 'an empty value is not an absent key');
+      assert.deepEqual(meta.body.meta, {});
     });
   });
 
