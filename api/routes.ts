@@ -124,6 +124,8 @@ export class Routes {
       additionalProperties: false,
       ...(spec.query ?? NO_FIELDS),
     });
+    // A field the answer has and the request may not set (a Device's `public`, `prn`) is named so.
+    const answered = new Set(Object.keys((spec.responses[200]?.schema?.properties ?? {}) as object));
     const integerParams = Object.entries((spec.query?.properties ?? {}) as Record<string, { type?: unknown }>)
       .filter(([, s]) => s.type === 'integer')
       .map(([name]) => name);
@@ -142,7 +144,7 @@ export class Routes {
       if (body === undefined && !bodyOptional)
         throw unprocessable('A JSON body is required.', [{ field: '', problem: 'missing' }]);
       if (body === undefined) body = {}; // a JSON null stays null, refused as not an object
-      check(validateBody, body, 'body');
+      check(validateBody, body, 'body', answered);
       const query = { ...ctx.query } as Record<string, unknown>;
       // Integers are written in decimal: ajv would coerce `0x10` and `1e2` as JavaScript does.
       for (const name of integerParams) {
@@ -257,9 +259,14 @@ export class Routes {
   }
 }
 
-function check(validate: ValidateFunction, value: unknown, where: 'body' | 'query'): void {
+function check(
+  validate: ValidateFunction,
+  value: unknown,
+  where: 'body' | 'query',
+  answered = new Set<string>(),
+): void {
   if (validate(value)) return;
-  const details = describe(validate.errors ?? []);
+  const details = describe(validate.errors ?? [], answered);
   const first = details[0];
   const message = first
     ? `Invalid ${where}: ${first.field ? `${first.field} ` : ''}${first.problem}.`
@@ -270,7 +277,7 @@ function check(validate: ValidateFunction, value: unknown, where: 'body' | 'quer
 /** One detail per problem, each naming its field: a map's key by the key, and a value that matches
  * none of an anyOf's branches once, with what each branch wanted (ajv reports the branches, then
  * the anyOf, and a key's own error, then "property name must be valid"). */
-function describe(errors: ErrorObject[]): ErrorDetail[] {
+function describe(errors: ErrorObject[], answered: Set<string>): ErrorDetail[] {
   const branches = new Map<string, string[]>(); // an anyOf's schema path → its branches' problems
   for (const e of errors) if (e.keyword === 'anyOf') branches.set(`${e.schemaPath}/`, []);
   const details: ErrorDetail[] = [];
@@ -287,7 +294,11 @@ function describe(errors: ErrorObject[]): ErrorDetail[] {
       details.push({ field: base, problem: branches.get(`${e.schemaPath}/`)!.join(' or ') });
     else if (e.keyword === 'additionalProperties') {
       const extra = String((e.params as { additionalProperty: string }).additionalProperty);
-      details.push({ field: at(extra), problem: 'is not a known field' });
+      details.push({
+        field: at(extra),
+        problem:
+          !base && answered.has(extra) ? 'is set by the hub, not by a request' : 'is not a known field',
+      });
     } else if (e.keyword === 'required') {
       const missing = String((e.params as { missingProperty: string }).missingProperty);
       details.push({ field: at(missing), problem: 'is required' });

@@ -299,6 +299,11 @@ export function deviceRoutes(hub: HubContext) {
                 });
             });
         }
+        // user-meta is the owner's (the spec: "set by the user"): the one claiming it sets it.
+        if (!owner && body['user-meta'] && Object.keys(body['user-meta']).length > 0)
+          throw unprocessable('A device registering itself sets device-meta; user-meta is its owner’s.', [
+            { field: 'user-meta', problem: 'is set by the owner, not by a device registering itself' },
+          ]);
         checkSize(body['user-meta'] ?? {});
         checkSize(body['device-meta'] ?? {});
         const id = randomBytes(12).toString('hex');

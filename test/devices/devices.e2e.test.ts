@@ -94,7 +94,21 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
     });
 
     it('an unowned device registers itself; its owner claims it with the challenge, nobody else can', async () => {
-      const self = await hub.call('POST', '/devices', { body: { nick: 'bootstrapped' } });
+      // user-meta is its owner's: a device registering itself sets device-meta only.
+      const meddling = await hub.call('POST', '/devices', {
+        body: { nick: 'bootstrapped', 'user-meta': { 'owner-label': 'set by the device' } },
+      });
+      assert.equal(meddling.status, 422);
+      assert.equal(meddling.body.details[0].field, 'user-meta');
+      // A field of the record that only the hub sets is named as such, not as unknown.
+      const serverSet = await hub.call('POST', '/devices', { body: { nick: 'bootstrapped', public: true } });
+      assert.equal(serverSet.status, 422);
+      assert.deepEqual(serverSet.body.details, [
+        { field: 'public', problem: 'is set by the hub, not by a request' },
+      ]);
+      const self = await hub.call('POST', '/devices', {
+        body: { nick: 'bootstrapped', 'user-meta': {}, 'device-meta': { fw: '1.0' } },
+      });
       assert.equal(self.status, 200);
       assert.equal(self.body.ownership_unverified, true);
       assert.equal(self.body.owner, '');
