@@ -138,7 +138,9 @@ export class Routes {
         spec.body.type === 'object' &&
         !(spec.body.required as string[] | undefined)?.length &&
         !spec.body.minProperties);
-    const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1');
+    // Registered without its final slash, which the router then takes either way (/profiles/ of
+    // the spec, and /profiles), as it does for every other path.
+    const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1').replace(/(.)\/$/, '$1');
     const handle: RouterMiddleware = async (ctx: Context) => {
       let body = await readJsonBody(ctx, bodyLimit);
       if (body === undefined && !bodyOptional)

@@ -155,6 +155,17 @@ describe('/apps and /profiles (e2e)', function () {
     });
   });
 
+  it('a path is taken with or without its final slash: /profiles/ and /webhooks/ of the spec, /devices', async () => {
+    for (const path of ['/profiles/', '/profiles', '/webhooks/', '/webhooks', '/devices', '/devices/']) {
+      const r = await hub.call('GET', path, { token: alice.token });
+      assert.equal(r.status, 200, `${path}: ${JSON.stringify(r.body)}`);
+    }
+    assert.equal(
+      (await hub.call('PUT', '/profiles', { token: alice.token, body: { nick: 'queen' } })).status,
+      422,
+    );
+  });
+
   describe('profiles', () => {
     it('GET shows the profile; PUT replaces it', async () => {
       const empty = await hub.call('GET', '/profiles/', { token: alice.token });
