@@ -6,6 +6,7 @@
 import type { Redis } from 'ioredis';
 import type { Context } from 'koa';
 import { withTimeout } from './app.ts';
+import { badRequest } from './errors.ts';
 
 export interface LastWrites {
   get(caller: string): Promise<number>;
@@ -130,9 +131,15 @@ export function consistency(
       ).catch(recordFailed);
     },
     async readable(ctx, projections) {
-      const asked = Number(ctx.get('X-Hub-Min-Position') || 0);
+      const header = ctx.get('X-Hub-Min-Position');
+      // A position is what a command answered: a decimal integer. Anything else was being ignored.
+      if (header && !/^\d{1,15}$/.test(header))
+        throw badRequest('X-Hub-Min-Position is a decimal integer: an X-Hub-Position a command answered.', [
+          { field: 'X-Hub-Min-Position', problem: 'must be a decimal integer' },
+        ]);
+      const asked = header ? Number(header) : 0;
       const own = ctx.state.caller ? await lastWrites.get(ctx.state.caller) : 0;
-      const position = Math.max(Number.isSafeInteger(asked) && asked > 0 ? asked : 0, own);
+      const position = Math.max(asked, own);
       if (position > 0) await waitFor(projections, position);
     },
   };

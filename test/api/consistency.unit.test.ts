@@ -27,6 +27,30 @@ describe('read-your-writes (unit)', () => {
     assert.deepEqual(waited, [42]);
   });
 
+  it('X-Hub-Min-Position is a decimal integer: waited for when larger than the last write; anything else refused (400)', async () => {
+    const waited: number[] = [];
+    const c = consistency(new MemoryLastWrites(), async (_names, position) => {
+      waited.push(position);
+    });
+    const { ctx } = context();
+    await c.written(ctx, 5);
+    const reading = (header: string) => ({ ...ctx, get: () => header }) as unknown as Context;
+    await c.readable(reading('1000'), ['devices']);
+    await c.readable(reading('3'), ['devices']);
+    assert.deepEqual(waited, [1000, 5]);
+    for (const bad of ['abc', '-1', '1e3', '0x10', '1.5', '9'.repeat(16)]) {
+      await assert.rejects(
+        c.readable(reading(bad), ['devices']),
+        (err: { status?: number; code?: string }) => {
+          assert.equal(err.status, 400, bad);
+          assert.equal(err.code, 'bad_request');
+          return true;
+        },
+      );
+    }
+    assert.equal(waited.length, 2, 'a refused read waits for nothing');
+  });
+
   it('a store of last writes that fails or hangs neither fails the answer nor holds it past a second', async () => {
     const failures: string[] = [];
     for (const lastWrites of [
