@@ -996,15 +996,19 @@ document.getElementById('send').onclick = async () => {
             if (expires === undefined || expires < Date.now())
               throw unauthorized('This reset token has expired; ask for a new one.');
           }
-          return {
-            events: [
-              {
-                type: 'PasswordChanged',
-                data: { account_id: s.id, password_hash: hash, reset_nonce: resetNonce },
-              },
-            ],
-            result: undefined,
+          const changed = {
+            type: 'PasswordChanged',
+            data: { account_id: s.id, password_hash: hash, reset_nonce: resetNonce },
           };
+          // The reset link reached the mailbox, which is what verification proves: a pending
+          // account is verified by it (else whoever registered the address first, and never
+          // verified it, would keep its owner out for good).
+          if (resetNonce !== null && !s.active)
+            return {
+              events: [{ type: 'AccountVerified', data: { account_id: s.id, nonce: resetNonce } }, changed],
+              result: undefined,
+            };
+          return { events: [changed], result: undefined };
         });
         await hub.consistency.written(ctx, appended!.position);
         ctx.body = { status: 'changed', message: 'The password is set.' };

@@ -362,6 +362,32 @@ describe('/auth accounts (e2e)', function () {
       assert.equal(byDevice.status, 403);
     });
 
+    it('a reset link verifies a pending account: registered by someone else, never verified, its mailbox owner gets in', async () => {
+      const squatted = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'dana@example.com', nick: 'dana-squat', password: 'not-danas-password' },
+      });
+      assert.equal(squatted.body.status, 'pending');
+      const started = Date.now() - 1;
+      assert.equal(
+        (await hub.call('POST', '/auth/recover', { body: { email: 'dana@example.com' } })).status,
+        200,
+      );
+      const mail = await readMail(hub, 'dana@example.com', /Reset/, started);
+      const token = /"token": "([^"]+)"/.exec(mail.text)![1]!;
+      const set = await hub.call('POST', '/auth/password', {
+        body: { token, password: 'danas-own-password' },
+      });
+      assert.equal(set.status, 200);
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: 'dana@example.com', password: 'danas-own-password' },
+      });
+      assert.equal(login.status, 200, JSON.stringify(login.body));
+      const old = await hub.call('POST', '/auth/login', {
+        body: { username: 'dana-squat', password: 'not-danas-password' },
+      });
+      assert.equal(old.status, 401);
+    });
+
     it('a new password ends every reset link sent before it, not only the one used', async () => {
       const resetToken = async () => {
         const started = Date.now();
