@@ -7,6 +7,7 @@ import type { EventStore } from '../../infra/eventstore/port.ts';
 import { appStream, apps } from '../apps/apps.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
 import { chargeRateLimit } from '../http.ts';
+import { accountPrn, accountStream, accounts } from './accounts.ts';
 import type { Keys } from './keys.ts';
 import { APP_PRN, type Claims, grants, HUB_AUDIENCE, ISSUER, SERVICE_PRN } from './tokens.ts';
 
@@ -24,6 +25,8 @@ declare module 'koa' {
  */
 const verifiedByKey = new WeakMap<Keys, Map<string, Claims>>();
 const MAX_VERIFIED = 100_000;
+const USER_PRN_PREFIX = accountPrn('');
+const GRANT_ENDED = "The user's password changed since this token was granted: ask for a new grant.";
 
 /**
  * Verifies the bearer token; 401 (in the error shape, with WWW-Authenticate) when it does not hold.
@@ -44,6 +47,23 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
     if (!APP_PRN.test(aud)) return false;
     const { state } = await load(store, appStream(aud.slice('prn:::apps:/'.length)), apps);
     return !state.id || state.deleted !== 0;
+  };
+  /** When each account last changed its password (ms), read at most once a second each. */
+  const passwordChanges = new Map<string, { readAt: number; changed: number }>();
+  /** Whether a grant (a token delegated to a service or issued to an app) was issued before its
+   * user's last password change, which ends grants as it ends logins (within a second). */
+  const grantEnded = async (claims: Claims) => {
+    if (claims.aud === HUB_AUDIENCE || !claims.sub.startsWith(USER_PRN_PREFIX)) return false;
+    const id = claims.sub.slice(USER_PRN_PREFIX.length);
+    let known = passwordChanges.get(id);
+    if (!known || Date.now() - known.readAt > 1000) {
+      const { state } = await load(store, accountStream(id), accounts);
+      known = { readAt: Date.now(), changed: state.passwordChanged };
+      if (passwordChanges.size >= MAX_VERIFIED) passwordChanges.delete(passwordChanges.keys().next().value!);
+      passwordChanges.set(id, known);
+    }
+    // orig_iat is in whole seconds: a grant of the same second as the change stays (as for logins).
+    return Math.floor(known.changed / 1000) > claims.orig_iat;
   };
   const verify = koaJwt({
     secret: keys.publicPem,
@@ -67,6 +87,7 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
     const known = cache.get(token);
     if (known && known.exp * 1000 > Date.now()) {
       if (await appGone(known)) throw await refuse('The app this token was issued to was deleted.');
+      if (await grantEnded(known)) throw await refuse(GRANT_ENDED);
       ctx.state.auth = known;
       ctx.state.caller = known.sub;
       await chargeRateLimit(ctx, `account:${known.sub}`);
@@ -83,6 +104,7 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
     if (typeof claims?.sub !== 'string' || !Array.isArray(claims.scopes))
       throw await refuse('Invalid token: claims missing.');
     if (await appGone(claims)) throw await refuse('The app this token was issued to was deleted.');
+    if (await grantEnded(claims)) throw await refuse(GRANT_ENDED);
     if (cache.size >= MAX_VERIFIED) cache.delete(cache.keys().next().value as string);
     cache.set(token, claims);
     ctx.state.caller = claims.sub;

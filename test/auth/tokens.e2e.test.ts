@@ -188,6 +188,57 @@ describe('/auth tokens (e2e)', function () {
       );
     });
 
+    it("a password change ends the user's grants, delegated and app tokens (within a second), as it ends logins", async () => {
+      const grace = await signup(hub, 'grace');
+      const code = await hub.call('POST', '/auth/code', {
+        token: grace.token,
+        body: { service: svc.prn, scopes: 'profiles.readonly' },
+      });
+      const delegated = (
+        await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code.body.code } })
+      ).body.token;
+      const made = await hub.call('POST', '/apps', {
+        token: grace.token,
+        body: {
+          nick: 'grace-app',
+          name: 'G',
+          redirect_uris: ['https://g.example/cb'],
+          scopes: [{ id: 'profiles.readonly' }],
+        },
+      });
+      const appToken = (
+        await hub.call('POST', '/auth/authorize', {
+          token: grace.token,
+          body: { client_id: made.body.id, redirect_uri: 'https://g.example/cb' },
+        })
+      ).body.token;
+      for (const token of [delegated, appToken])
+        assert.equal((await hub.call('GET', '/profiles/', { token })).status, 200);
+      await new Promise((r) => setTimeout(r, 1100)); // a later second: orig_iat is in seconds
+      const changed = await hub.call('POST', '/auth/password', {
+        token: grace.token,
+        body: { current_password: grace.password, password: 'grace-new-password' },
+      });
+      assert.equal(changed.status, 200);
+      for (const token of [delegated, appToken]) {
+        let r = await hub.call('GET', '/profiles/', { token });
+        for (const end = Date.now() + 3000; r.status === 200 && Date.now() < end; )
+          r = await hub.call('GET', '/profiles/', { token });
+        assert.equal(r.status, 401);
+        assert.match(r.body.message, /password changed/);
+      }
+      // The first-party token of the login holds until it expires (as documented), and grants made now work.
+      assert.equal((await hub.call('GET', '/profiles/', { token: grace.token })).status, 200);
+      const again = await hub.call('POST', '/auth/code', {
+        token: grace.token,
+        body: { service: svc.prn, scopes: 'profiles.readonly' },
+      });
+      const fresh = (
+        await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': again.body.code } })
+      ).body.token;
+      assert.equal((await hub.call('GET', '/profiles/', { token: fresh })).status, 200);
+    });
+
     it('a reused code is 401, a code for another service 403, a user cannot swap codes', async () => {
       const code = (
         await hub.call('POST', '/auth/code', { token: alice.token, body: { service: svc.prn, scopes: '*' } })
