@@ -299,6 +299,12 @@ export const knobs = {
     'Lifetime of tokens from POST /auth/authorize, seconds.',
     int(60, 86_400),
   ),
+  verifyTtl: knob(
+    'HUB_VERIFY_TTL_S',
+    '172800',
+    'How long a verification link works, seconds; a registration still not verified that long after it and its last link gives its nick and email up to a new registration.',
+    int(1, 2_592_000),
+  ),
   accessCodeTtl: knob(
     'HUB_ACCESS_CODE_TTL_S',
     '600',

@@ -30,6 +30,12 @@ export const accountList: Projection = {
         ];
       case 'AccountVerified':
         return [{ op: 'patch', key, doc: { status: 'active', 'time-modified': modified } }];
+      // Its names went to a newer registration: the listing drops it (its stream keeps it).
+      case 'RegistrationExpired':
+        return [
+          { op: 'del', key },
+          { op: 'zrem', key: 'by-created', member: String(d.account_id) },
+        ];
       case 'PasswordChanged':
       case 'ProfileUpdated':
         return [{ op: 'patch', key, doc: { 'time-modified': modified } }];

@@ -25,6 +25,8 @@ export interface AccountState {
   profile: Record<string, string>;
   meta: Record<string, string>;
   ovmode: Record<string, string> | null;
+  /** Never verified, its names taken by a newer registration (RegistrationExpired). */
+  expired: boolean;
 }
 
 export const accountStream = (id: string) => `account-${id}`;
@@ -56,6 +58,7 @@ export const accounts = {
     profile: {},
     meta: {},
     ovmode: null,
+    expired: false,
   }),
   evolve(s: AccountState, e: RecordedEvent): AccountState {
     const d = e.data as Record<string, unknown>;
@@ -82,6 +85,9 @@ export const accounts = {
         };
       case 'AccountVerified':
         return { ...next, active: true, verifications: new Map() };
+      // Its names went to a newer registration: nothing reaches it by them, nor by its challenge.
+      case 'RegistrationExpired':
+        return { ...next, challenge: '', verifications: new Map(), expired: true };
       case 'PasswordResetRequested':
         return { ...next, resets: new Map(s.resets).set(d.nonce as string, d.expires as number) };
       case 'PasswordChanged': {

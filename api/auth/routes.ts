@@ -94,7 +94,6 @@ const TOKEN_RESPONSE = {
     scopes: { type: 'array', items: { type: 'string' } },
   },
 };
-const VERIFY_EMAIL_MS = 48 * 3600_000;
 const RESET_MS = 3600_000;
 /** POST /auth/recover answers no sooner than this, known email or not. */
 const RECOVER_FLOOR_MS = 100;
@@ -166,6 +165,33 @@ export function authRoutes(hub: HubContext) {
     }));
     await hub.consistency.written(ctx, appended!.position);
   }
+
+  /**
+   * Expires the registration holding a nick or an email when it is a USER's never verified
+   * within the verification window: its nick and email are released for a new registration, and
+   * its challenge works no more. Whether the name may now be claimed.
+   */
+  const expireStale = async (kind: string, value: string): Promise<boolean> => {
+    const holder = await nameOwner(store, kind, value);
+    const stale = (s: AccountState) =>
+      s.id !== '' &&
+      s.type === 'USER' &&
+      !s.active &&
+      s.created + config.verifyTtl * 1000 < Date.now() &&
+      [...s.verifications.values()].every((expires) => expires < Date.now());
+    if (!holder) return true;
+    const { after } = await handle(store, accountStream(holder), accounts, (s) => ({
+      events:
+        stale(s) && !s.expired
+          ? [{ type: 'RegistrationExpired', data: { account_id: s.id, nick: lower(s.nick), email: s.email } }]
+          : [],
+      result: undefined,
+    }));
+    if (!after.expired) return false;
+    await releaseName(store, 'nick', lower(after.nick), after.id);
+    await releaseName(store, 'email', after.email, after.id);
+    return true;
+  };
 
   /** A login session: an access token and the first refresh token of a new family. */
   async function session(ctx: Context, subject: AccountState, actor?: AccountState) {
@@ -280,7 +306,14 @@ export function authRoutes(hub: HubContext) {
             ['email', lower(body.email)],
             ['prn', prn],
           ] as [string, string][]) {
-            await claimName(store, kind, value, id);
+            try {
+              await claimName(store, kind, value, id);
+            } catch (err) {
+              // Held by a registration never verified in its window: that one gives its names up.
+              if (!(err instanceof NameTakenError) || kind === 'prn' || !(await expireStale(kind, value)))
+                throw err;
+              await claimName(store, kind, value, id);
+            }
             claimed.push([kind, value]);
           }
         } catch (err) {
@@ -384,7 +417,7 @@ document.getElementById('send').onclick = async () => {
             { field: 'captcha', problem: 'not accepted' },
           ]);
         }
-        await requestEmail(ctx, account, 'VerificationEmailRequested', VERIFY_EMAIL_MS);
+        await requestEmail(ctx, account, 'VerificationEmailRequested', config.verifyTtl * 1000);
         ctx.status = 202;
         ctx.body = { status: 'sent', message: `A verification email is on its way to ${account.email}.` };
       },
@@ -476,7 +509,7 @@ document.getElementById('send').onclick = async () => {
         // One budget per account, whichever name it is given by (nick, email, PRN).
         await limit(loginBudget(account, actorName!), config.loginAccountLimitPerMinute);
         const ok = await verifyPassword(body.password, account?.passwordHash || DUMMY_HASH);
-        if (!account || !ok) throw invalidCredentials('Wrong username or password.');
+        if (!account || !ok || account.expired) throw invalidCredentials('Wrong username or password.');
         if (!account.active)
           throw new HttpError(
             403,

@@ -472,6 +472,52 @@ describe('/auth accounts (e2e)', function () {
   });
 });
 
+describe('/auth registrations never verified (e2e)', function () {
+  this.timeout(60_000);
+  it('past HUB_VERIFY_TTL_S, one gives its nick and email up to a new registration, and is gone', async () => {
+    const hub = await startHub({ HUB_VERIFY_TTL_S: '1' });
+    try {
+      const root = await signup(hub, 'root');
+      const first = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'squat@example.com', nick: 'wanted', password: 'squatters-password' },
+      });
+      assert.equal(first.status, 200);
+      const young = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'owner@example.com', nick: 'Wanted', password: 'owners-password' },
+      });
+      assert.equal(young.status, 409, 'within its window a registration keeps its names');
+      await new Promise((r) => setTimeout(r, 1100));
+      let position = '';
+      for (const body of [
+        { email: 'owner@example.com', nick: 'Wanted', password: 'owners-password' },
+        { email: 'squat@example.com', nick: 'someone-else', password: 'owners-password' },
+      ]) {
+        const r = await hub.call('POST', '/auth/accounts', { body });
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        position = r.headers.get('x-hub-position')!;
+      }
+      const page = await hub.call('POST', new URL(first.body['redirect-uri']).pathname, { body: {} });
+      assert.equal(page.status, 404, 'its challenge works no more');
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: first.body.prn, password: 'squatters-password' },
+      });
+      assert.equal(login.status, 401);
+      const listed = await hub.call('GET', '/auth/accounts?asadmin=yes&limit=500', {
+        token: root.token,
+        headers: { 'X-Hub-Min-Position': position },
+      });
+      const prns = listed.body.items.map((a: { prn: string }) => a.prn);
+      assert.ok(!prns.includes(first.body.prn), 'the admin listing drops it');
+      assert.equal(
+        listed.body.items.filter((a: { nick: string }) => a.nick.toLowerCase() === 'wanted').length,
+        1,
+      );
+    } finally {
+      await hub.stop();
+    }
+  });
+});
+
 describe('/auth rate limits (e2e)', function () {
   this.timeout(60_000);
   it('limits login attempts per account and per address with 429 and Retry-After', async () => {
