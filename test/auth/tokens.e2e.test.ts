@@ -190,13 +190,17 @@ describe('/auth tokens (e2e)', function () {
 
     it("a password change ends the user's grants, delegated and app tokens (within a second), as it ends logins", async () => {
       const grace = await signup(hub, 'grace');
-      const code = await hub.call('POST', '/auth/code', {
-        token: grace.token,
-        body: { service: svc.prn, scopes: 'profiles.readonly' },
-      });
-      const delegated = (
-        await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code.body.code } })
-      ).body.token;
+      /** A token delegated by grace to the service (a code granted, then swapped). */
+      const delegate = async () => {
+        const code = await hub.call('POST', '/auth/code', {
+          token: grace.token,
+          body: { service: svc.prn, scopes: 'profiles.readonly' },
+        });
+        return (
+          await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code.body.code } })
+        ).body.token as string;
+      };
+      const delegated = await delegate();
       const made = await hub.call('POST', '/apps', {
         token: grace.token,
         body: {
@@ -229,14 +233,7 @@ describe('/auth tokens (e2e)', function () {
       }
       // The first-party token of the login holds until it expires (as documented), and grants made now work.
       assert.equal((await hub.call('GET', '/profiles/', { token: grace.token })).status, 200);
-      const again = await hub.call('POST', '/auth/code', {
-        token: grace.token,
-        body: { service: svc.prn, scopes: 'profiles.readonly' },
-      });
-      const fresh = (
-        await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': again.body.code } })
-      ).body.token;
-      assert.equal((await hub.call('GET', '/profiles/', { token: fresh })).status, 200);
+      assert.equal((await hub.call('GET', '/profiles/', { token: await delegate() })).status, 200);
     });
 
     it('a reused code is 401, a code for another service 403, a user cannot swap codes', async () => {
