@@ -31,7 +31,9 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>> {
   summary: string;
   tag: string;
   description?: string;
-  security?: 'bearer' | 'basic' | 'none';
+  /** `optional-bearer`: anonymous, or with a bearer token that changes what it does (POST
+   * /devices without one registers an unowned device; with one, the caller's). */
+  security?: 'bearer' | 'optional-bearer' | 'basic' | 'none';
   /** Scopes of which the bearer token needs one, published as alternatives (`grantingScopes`, which
    * the route's own middleware enforces). */
   scopes?: string[];
@@ -41,6 +43,68 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>> {
   middleware?: RouterMiddleware[];
   handler: (ctx: Context, input: Input<B, Q>) => Promise<void> | void;
 }
+
+/** Headers every operation takes (components.parameters of /openapi.json). */
+const PARAMETERS = {
+  RequestId: {
+    name: 'X-Request-Id',
+    in: 'header',
+    required: false,
+    description:
+      'Your id for the request, echoed in the answer and in the logs (1-128 letters, digits and `_.:-`; another is made when absent or not of this form).',
+    schema: { type: 'string', maxLength: 128 },
+  },
+  MinPosition: {
+    name: 'X-Hub-Min-Position',
+    in: 'header',
+    required: false,
+    description:
+      'A position a command answered (X-Hub-Position): a read served from read models waits until they have applied it (503 stale_read past HUB_READ_WAIT_MS). Reads from the event store are never stale and do not wait. A decimal integer (400 otherwise).',
+    schema: { type: 'string', pattern: '^[0-9]{1,15}$' },
+  },
+};
+
+const HEADERS = {
+  RequestId: { description: 'The request id (yours, or one made for it).', schema: { type: 'string' } },
+  Position: {
+    description:
+      "The event store's position of the command's last event: send it as X-Hub-Min-Position to read your write anywhere. Absent when the command changed nothing.",
+    schema: { type: 'string' },
+  },
+  RetryAfter: { description: 'Seconds to wait before trying again.', schema: { type: 'string' } },
+  WwwAuthenticate: { description: 'Bearer.', schema: { type: 'string' } },
+};
+const READ_HEADERS = { 'X-Request-Id': { $ref: '#/components/headers/RequestId' } };
+const WRITE_HEADERS = { ...READ_HEADERS, 'X-Hub-Position': { $ref: '#/components/headers/Position' } };
+
+const errorResponse = (description: string, headers?: Record<string, unknown>) => ({
+  description,
+  headers: { ...READ_HEADERS, ...headers },
+  content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+});
+/** The errors of /openapi.json's operations, each listed where the operation can answer it. */
+const ERROR_RESPONSES = {
+  BadRequest: errorResponse(
+    '`invalid_json`: the body is not JSON (or holds a string that is not well-formed Unicode); `bad_request`: a request or header that cannot be read.',
+  ),
+  Unauthorized: errorResponse('No token, or one that does not hold.', {
+    'WWW-Authenticate': { $ref: '#/components/headers/WwwAuthenticate' },
+  }),
+  Forbidden: errorResponse('The token lacks a scope (named), or is of a kind that may not do this.'),
+  NotFound: errorResponse('No such resource, or not one of yours.'),
+  PayloadTooLarge: errorResponse(
+    'The body is over HUB_BODY_LIMIT_BYTES, or a metadata map over HUB_META_MAX_KEYS keys.',
+  ),
+  UnsupportedMediaType: errorResponse('Send the body as application/json.'),
+  Unprocessable: errorResponse('A field or query parameter is invalid: `details` names each.'),
+  TooManyRequests: errorResponse('Over the rate limit (per account, or per address).', {
+    'Retry-After': { $ref: '#/components/headers/RetryAfter' },
+  }),
+  Unavailable: errorResponse(
+    '`unavailable`: a dependency does not answer (a read gets Retry-After; a write does not, as it may have been stored: read before trying again); `stale_read`: the read models did not catch up in time.',
+    { 'Retry-After': { $ref: '#/components/headers/RetryAfter' } },
+  ),
+};
 
 /** The body and query of a route that declares none: no fields. */
 const NO_FIELDS = { type: 'object', additionalProperties: false, properties: {} };
@@ -207,29 +271,60 @@ export class Routes {
       schema: s,
       ...(typeof s.description === 'string' ? { description: s.description } : {}),
     }));
+    const mutation = spec.method !== 'get';
     const responses: Record<string, unknown> = {};
     for (const [status, r] of Object.entries(spec.responses)) {
-      responses[status] = r.schema
-        ? { description: r.description, content: { 'application/json': { schema: r.schema } } }
-        : { description: r.description };
+      const success = Number(status) < 300;
+      responses[status] = {
+        description: r.description,
+        ...(success ? { headers: mutation ? WRITE_HEADERS : READ_HEADERS } : {}),
+        ...(r.schema ? { content: { 'application/json': { schema: r.schema } } } : {}),
+      };
     }
+    // The errors this operation can answer, from what it takes (each of the one error shape).
+    const bearer = spec.security === 'bearer' || spec.security === 'optional-bearer';
+    const errors: [number, string, boolean][] = [
+      [400, 'BadRequest', true],
+      [401, 'Unauthorized', bearer || spec.security === 'basic'],
+      [403, 'Forbidden', bearer],
+      [404, 'NotFound', spec.path.includes('{')],
+      [413, 'PayloadTooLarge', Boolean(spec.body)],
+      [415, 'UnsupportedMediaType', Boolean(spec.body)],
+      [422, 'Unprocessable', Boolean(spec.body || spec.query)],
+      [429, 'TooManyRequests', true],
+      [503, 'Unavailable', true],
+    ];
+    for (const [status, name, applies] of errors)
+      if (applies && !responses[status]) responses[status] = { $ref: `#/components/responses/${name}` };
     responses.default = {
-      description: 'Error (4xx, 5xx), always of this shape.',
+      description: 'Any other error (4xx, 5xx), always of this shape.',
       content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
     };
+    const alternatives = spec.scopes?.length
+      ? spec.scopes.map((scope) => ({ bearer: [scope] })) // any one of them will do
+      : [{ bearer: [] }];
     const security =
       spec.security === 'bearer'
-        ? spec.scopes?.length
-          ? spec.scopes.map((scope) => ({ bearer: [scope] })) // any one of them will do
-          : [{ bearer: [] }]
-        : spec.security === 'basic'
-          ? [{ basic: [] }]
-          : undefined;
+        ? alternatives
+        : spec.security === 'optional-bearer'
+          ? [{}, ...alternatives] // {}: without a token too
+          : spec.security === 'basic'
+            ? [{ basic: [] }]
+            : undefined;
+    const words = spec.path
+      .replace(/[{}]/g, '')
+      .split(/[^A-Za-z0-9]+/)
+      .filter(Boolean);
     const op: Record<string, unknown> = {
       summary: spec.summary,
       tags: [spec.tag],
-      operationId: `${spec.method}${spec.path.replace(/[{}]/g, '').replace(/[/_.-](\w)/g, (_, c: string) => c.toUpperCase())}`,
-      parameters: [...params, ...queryParams],
+      operationId: spec.method + words.map((w) => w[0]!.toUpperCase() + w.slice(1)).join(''),
+      parameters: [
+        ...params,
+        ...queryParams,
+        { $ref: '#/components/parameters/RequestId' },
+        ...(mutation ? [] : [{ $ref: '#/components/parameters/MinPosition' }]),
+      ],
       responses,
     };
     if (spec.description) op.description = spec.description;
@@ -252,6 +347,9 @@ export class Routes {
       paths: this.paths,
       components: {
         schemas: { Error: ERROR_SCHEMA },
+        parameters: PARAMETERS,
+        headers: HEADERS,
+        responses: ERROR_RESPONSES,
         securitySchemes: {
           bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT' },
           basic: { type: 'http', scheme: 'basic' },

@@ -267,7 +267,7 @@ export function authRoutes(hub: HubContext) {
       summary: 'Register an account (step one of two).',
       description:
         'Creates a pending USER account and answers its record with `redirect-uri`, the browser address where the challenge is passed (captcha, when configured) and the verification email is sent; verifying the email activates the account. `nick` and `email` are unique (409). A SERVICE account needs an admin token and is active at once. No response ever carries a password or a hash.',
-      security: 'none',
+      security: 'optional-bearer',
       body: schema({
         type: 'object',
         required: ['email', 'nick', 'password'],
@@ -980,7 +980,7 @@ document.getElementById('send').onclick = async () => {
       summary: 'Set a new password: with the emailed reset token, or with your token and current password.',
       description:
         'A reset token works once and expires after an hour (401 otherwise); a new password ends every reset token sent before it. Without `token`, send your bearer token and `current_password` (422 without it, 401 when wrong; a device token: 403).',
-      security: 'none',
+      security: 'optional-bearer',
       body: schema({
         type: 'object',
         required: ['password'],

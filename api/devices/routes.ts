@@ -271,7 +271,8 @@ export function deviceRoutes(hub: HubContext) {
         'Create a device: owned by the caller, or, without a token, an unowned device registering itself.',
       description:
         'With a user token the device belongs to the caller. Without a token, a device registers itself: it is unowned (`ownership_unverified`), and its owner claims it with the `challenge` it answers (POST /devices/{id}/claim). Either way the answer carries the device PRN and its `secret`, the password of POST /auth/login.',
-      security: 'none',
+      security: 'optional-bearer',
+      scopes: grantingScopes('devices', 'write'),
       body: schema({
         type: 'object',
         additionalProperties: false,

@@ -299,4 +299,51 @@ describe('/apps and /profiles (e2e)', function () {
       { bearer: ['apps.write'] },
     ]);
   });
+
+  it('/openapi.json lists the errors each operation can answer, the headers, optional tokens, and identifier operationIds', async () => {
+    const doc = (await hub.call('GET', '/openapi.json')).body;
+    const ids = new Set<string>();
+    type Op = {
+      operationId: string;
+      responses: Record<string, unknown>;
+      requestBody?: unknown;
+      parameters: { $ref?: string }[];
+    };
+    for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, Op>>))
+      for (const [method, op] of Object.entries(ops)) {
+        assert.match(op.operationId, /^[a-z][A-Za-z0-9]*$/, `${method} ${path}`);
+        assert.ok(!ids.has(op.operationId), `${op.operationId} is unique`);
+        ids.add(op.operationId);
+        for (const status of ['400', '429', '503'])
+          assert.ok(op.responses[status], `${method} ${path} ${status}`);
+        if (path.includes('{')) assert.ok(op.responses['404'], `${method} ${path} 404`);
+        if (op.requestBody)
+          assert.ok(op.responses['413'] && op.responses['422'], `${method} ${path} body errors`);
+        assert.ok(
+          op.parameters.some((p: { $ref?: string }) => p.$ref === '#/components/parameters/RequestId'),
+        );
+      }
+    assert.equal(doc.paths['/profiles/'].get.operationId, 'getProfiles');
+    // A read may name a position to wait for; a command answers its own.
+    assert.ok(
+      doc.paths['/devices'].get.parameters.some((p: { $ref?: string }) => p.$ref?.endsWith('/MinPosition')),
+    );
+    assert.ok(doc.paths['/devices/{id}/user-meta'].put.responses['200'].headers['X-Hub-Position']);
+    assert.equal(doc.components.parameters.MinPosition.name, 'X-Hub-Min-Position');
+    assert.ok(doc.components.responses.TooManyRequests.headers['Retry-After']);
+    // Anonymous or with a token: POST /devices registers an unowned device without one, the caller's with one.
+    assert.deepEqual(doc.paths['/devices'].post.security[0], {});
+    assert.ok(
+      doc.paths['/devices'].post.security.some(
+        (s: { bearer?: string[] }) => s.bearer?.[0] === 'devices.write',
+      ),
+    );
+    assert.ok(doc.paths['/devices'].post.responses['401']);
+    // Documented statuses are answered: a user-meta map over HUB_META_MAX_KEYS is 413.
+    const dev = await hub.call('POST', '/devices', { token: alice.token, body: {} });
+    const many = Object.fromEntries(Array.from({ length: 201 }, (_, i) => [`k${i}`, 'v']));
+    const r = await hub.call('PUT', `/devices/${dev.body.id}/user-meta`, { token: alice.token, body: many });
+    assert.equal(r.status, 413);
+    assert.ok(doc.paths['/devices/{id}/user-meta'].put.responses['413']);
+  });
 });

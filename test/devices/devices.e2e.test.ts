@@ -639,7 +639,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         const op = doc.paths[path].put;
         assert.deepEqual(
           Object.keys(op.responses).sort(),
-          ['200', '401', '404', '409', '422', 'default'],
+          ['200', '400', '401', '404', '409', '422', '429', '503', 'default'],
           path,
         );
         assert.match(op.responses['409'].description, /stale_notification/);
