@@ -83,6 +83,7 @@ const ACCOUNT = {
     },
   },
 };
+/** What every answer with a token has; each operation's schema below adds its own fields. */
 const TOKEN_RESPONSE = {
   type: 'object',
   required: ['token', 'token_type', 'expires_in'],
@@ -90,11 +91,34 @@ const TOKEN_RESPONSE = {
     token: { type: 'string', description: 'A JWT (ES256).' },
     token_type: { const: 'Bearer' },
     expires_in: { type: 'integer', description: 'Seconds.' },
-    refresh_token: { type: 'string', description: 'For POST /auth/token/refresh; rotated on every use.' },
-    scopes: { type: 'array', items: { type: 'string' } },
   },
 };
+const tokenResponse = (properties: Record<string, unknown>, required: string[] = []) => ({
+  ...TOKEN_RESPONSE,
+  required: [...TOKEN_RESPONSE.required, ...required],
+  properties: { ...TOKEN_RESPONSE.properties, ...properties },
+});
+const REFRESH_TOKEN = {
+  type: 'string',
+  description: 'For POST /auth/token/refresh; rotated on every use. Not for devices, which log in again.',
+};
+const GRANTED_SCOPES = { type: 'array', items: { type: 'string' }, description: 'The scopes granted.' };
+const LOGIN_RESPONSE = tokenResponse(
+  {
+    refresh_token: REFRESH_TOKEN,
+    prn: { type: 'string', description: 'The account (a device: the device) logged in.' },
+    nick: { type: 'string' },
+  },
+  ['prn', 'nick'],
+);
+/** The answer of an operation that reports what it did: `status`, and a sentence for people. */
+const outcome = (status: string, extra: Record<string, unknown> = {}) => ({
+  type: 'object',
+  required: ['status', 'message', ...Object.keys(extra)],
+  properties: { status: { const: status }, message: { type: 'string' }, ...extra },
+});
 const RESET_MS = 3600_000;
+const VERIFIED = outcome('verified', { prn: { type: 'string' }, nick: { type: 'string' } });
 /** POST /auth/recover answers no sooner than this, known email or not. */
 const RECOVER_FLOOR_MS = 100;
 
@@ -407,7 +431,7 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { captcha: { type: 'string', maxLength: 4096 } },
       }),
-      responses: { 202: { description: 'The verification email is on its way.' } },
+      responses: { 202: { description: 'The verification email is on its way.', schema: outcome('sent') } },
       handler: async (ctx, { body }) => {
         await limit(`challenge:${ctx.ip}`, config.loginLimitPerMinute);
         const account = await challengeAccount(ctx.params.challenge!);
@@ -458,7 +482,7 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: true,
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
-      responses: { 200: { description: 'Verified (also when it was already).' } },
+      responses: { 200: { description: 'Verified (also when it was already).', schema: VERIFIED } },
       handler: (ctx, { query }) => verify(ctx, query.token),
     });
     routes.add<{ token: string }>({
@@ -473,7 +497,7 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
-      responses: { 200: { description: 'Verified (also when it was already).' } },
+      responses: { 200: { description: 'Verified (also when it was already).', schema: VERIFIED } },
       handler: (ctx, { body }) => verify(ctx, body.token),
     });
 
@@ -494,7 +518,7 @@ document.getElementById('send').onclick = async () => {
           password: { type: 'string', maxLength: 512 },
         },
       }),
-      responses: { 200: { description: 'Logged in.', schema: TOKEN_RESPONSE } },
+      responses: { 200: { description: 'Logged in.', schema: LOGIN_RESPONSE } },
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
         if (DEVICE_PRN.test(body.username)) {
@@ -606,7 +630,12 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { refresh_token: { type: 'string', maxLength: 512 } },
       }),
-      responses: { 200: { description: 'Refreshed.', schema: TOKEN_RESPONSE } },
+      responses: {
+        200: {
+          description: 'Refreshed.',
+          schema: tokenResponse({ refresh_token: REFRESH_TOKEN }, ['refresh_token']),
+        },
+      },
       handler: async (ctx, { body }) => {
         const [family, secret] = body.refresh_token.split('.');
         if (!family || !secret || !/^[a-f0-9]{24}$/.test(family))
@@ -755,7 +784,12 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { 'access-code': { type: 'string', maxLength: 512 } },
       }),
-      responses: { 200: { description: 'The delegated token.', schema: TOKEN_RESPONSE } },
+      responses: {
+        200: {
+          description: 'The delegated token.',
+          schema: tokenResponse({ scopes: GRANTED_SCOPES }, ['scopes']),
+        },
+      },
       handler: async (ctx, { body }) => {
         const caller = ctx.state.auth!;
         if (caller.type !== 'SERVICE' || caller.act)
@@ -836,14 +870,18 @@ document.getElementById('send').onclick = async () => {
       responses: {
         200: {
           description: 'The token.',
-          schema: {
-            ...TOKEN_RESPONSE,
-            properties: {
-              ...TOKEN_RESPONSE.properties,
-              redirect_to: { type: 'string' },
-              state: { type: 'string' },
+          schema: tokenResponse(
+            {
+              scopes: GRANTED_SCOPES,
+              state: { type: 'string', description: 'As sent.' },
+              redirect_to: {
+                type: 'string',
+                description:
+                  'The redirect URI with the token in its fragment (access_token, token_type, expires_in, state).',
+              },
             },
-          },
+            ['scopes', 'redirect_to'],
+          ),
         },
       },
       handler: async (ctx, { body }) => {
@@ -955,7 +993,12 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { email: EMAIL },
       }),
-      responses: { 200: { description: 'If an account has this email, a reset link is on its way.' } },
+      responses: {
+        200: {
+          description: 'If an account has this email, a reset link is on its way.',
+          schema: outcome('accepted'),
+        },
+      },
       handler: async (ctx, { body }) => {
         await limit(`recover:${ctx.ip}`, config.loginLimitPerMinute);
         // A known email costs an append the unknown one does not: both answer at the same floor,
@@ -991,7 +1034,7 @@ document.getElementById('send').onclick = async () => {
           current_password: { type: 'string', maxLength: 512 },
         },
       }),
-      responses: { 200: { description: 'The password is set.' } },
+      responses: { 200: { description: 'The password is set.', schema: outcome('changed') } },
       handler: async (ctx, { body }) => {
         let accountId: string;
         let resetNonce: string | null = null;

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { createHmac, generateKeyPairSync } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import { SignJWT } from 'jose';
 import { fromPem } from '../../api/auth/keys.ts';
 import { serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
@@ -427,6 +428,69 @@ describe('/auth tokens (e2e)', function () {
     });
     assert.equal((await hub.call('GET', '/auth/login', { token: login.body.token })).status, 403);
     assert.equal((await hub.call('GET', '/auth/accounts', { token: login.body.token })).status, 403);
+  });
+
+  it('every answer with a token is of the schema /openapi.json publishes for its operation, no field more', async () => {
+    const doc = (await hub.call('GET', '/openapi.json')).body;
+    const ajv = new Ajv2020({ strict: false });
+    const conforms = (method: string, path: string, r: { status: number; body: Record<string, unknown> }) => {
+      const schema = doc.paths[path][method].responses[String(r.status)].content['application/json'].schema;
+      assert.ok(ajv.validate(schema, r.body), `${method} ${path}: ${ajv.errorsText()}`);
+      for (const field of Object.keys(r.body))
+        assert.ok(field in schema.properties, `${method} ${path} answers ${field}, which is not published`);
+    };
+    const login = await hub.call('POST', '/auth/login', {
+      body: { username: 'bob', password: bob.password },
+    });
+    conforms('post', '/auth/login', login);
+    const d = await hub.call('POST', '/devices', { token: alice.token, body: {} });
+    conforms(
+      'post',
+      '/auth/login',
+      await hub.call('POST', '/auth/login', { body: { username: d.body.prn, password: d.body.secret } }),
+    );
+    conforms('get', '/auth/login', await hub.call('GET', '/auth/login', { token: login.body.token }));
+    conforms(
+      'post',
+      '/auth/token/refresh',
+      await hub.call('POST', '/auth/token/refresh', { body: { refresh_token: login.body.refresh_token } }),
+    );
+    const code = await hub.call('POST', '/auth/code', {
+      token: alice.token,
+      body: { service: svc.prn, scopes: 'profiles.readonly' },
+    });
+    conforms('post', '/auth/code', code);
+    conforms(
+      'post',
+      '/auth/token',
+      await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code.body.code } }),
+    );
+    const app = await hub.call('POST', '/apps', {
+      token: bob.token,
+      body: { nick: 'schema-check', name: 'S', redirect_uris: ['https://s.example/cb'] },
+    });
+    conforms(
+      'post',
+      '/auth/authorize',
+      await hub.call('POST', '/auth/authorize', {
+        token: alice.token,
+        body: { client_id: app.body.id, redirect_uri: 'https://s.example/cb', state: 'st' },
+      }),
+    );
+    conforms(
+      'post',
+      '/auth/recover',
+      await hub.call('POST', '/auth/recover', { body: { email: 'bob@example.com' } }),
+    );
+    const henry = await signup(hub, 'henry'); // a password of his own to change
+    conforms(
+      'post',
+      '/auth/password',
+      await hub.call('POST', '/auth/password', {
+        token: henry.token,
+        body: { current_password: henry.password, password: 'henrys-new-password' },
+      }),
+    );
   });
 
   it('publishes the verification key as a JWK set', async () => {
