@@ -35,7 +35,13 @@ const FIELDS = {
     description: 'HTTPS endpoint; must resolve to public addresses only (checked again at every attempt).',
   },
   description: { type: 'string', maxLength: 1024 },
-  event_types: { type: 'array', minItems: 1, maxItems: 9, items: { enum: EVENT_TYPE_NAMES } },
+  event_types: {
+    type: 'array',
+    minItems: 1,
+    maxItems: 9,
+    uniqueItems: true,
+    items: { enum: EVENT_TYPE_NAMES },
+  },
   enabled: { type: 'boolean', description: 'false pauses deliveries without deleting.' },
   devices: {
     type: 'array',
@@ -72,6 +78,9 @@ const FIELDS = {
         description: 'Seconds before each retry; the last repeats when shorter than max_attempts - 1.',
       },
     },
+    // A retry needs a delay: at least one whenever there is more than one attempt.
+    if: { properties: { max_attempts: { minimum: 2 } } },
+    then: { properties: { delays_s: { minItems: 1 } } },
     description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
   },
 } as const;

@@ -119,7 +119,26 @@ describe('webhooks (e2e)', function () {
       await bad({ retry_policy: { max_attempts: 50, delays_s: [1] } }, 'retry_policy');
       await bad({ retry_policy: { max_attempts: 3, delays_s: [0] } }, 'retry_policy');
       await bad({ event_types: ['device.exploded'] }, 'event_types');
+      await bad({ event_types: ['device.created', 'device.created'] }, 'event_types');
+      await bad({ retry_policy: { max_attempts: 3, delays_s: [] } }, 'retry_policy.delays_s');
       assert.equal((await hub.call('GET', '/webhooks/', { token: alice.token })).body.total, before);
+      // The two are in the published schema too, so that a client can check them before sending.
+      const doc = (await hub.call('GET', '/openapi.json')).body;
+      const fields = doc.paths['/webhooks/'].post.requestBody.content['application/json'].schema.properties;
+      assert.equal(fields.event_types.uniqueItems, true);
+      assert.deepEqual(fields.retry_policy.then, { properties: { delays_s: { minItems: 1 } } });
+      const single = await hub.call('POST', '/webhooks/', {
+        token: alice.token,
+        body: {
+          nick: 'one-try',
+          url: `${rx.url}/ok`,
+          event_types: ['device.created'],
+          enabled: true,
+          retry_policy: { max_attempts: 1, delays_s: [] },
+        },
+      });
+      assert.equal(single.status, 201, 'one attempt needs no delay');
+      await hub.call('DELETE', `/webhooks/${single.body.id}`, { token: alice.token });
     });
 
     it('concurrent PATCHes of different fields both hold: none writes back what it read before the other', async () => {
