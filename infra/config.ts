@@ -314,7 +314,13 @@ export const knobs = {
   loginLimitPerMinute: knob(
     'HUB_LOGIN_LIMIT_PER_MINUTE',
     '30',
-    'Login, recovery and challenge attempts per client address per minute (429 above).',
+    'Login, registration, recovery and challenge attempts per client address per minute (429 above).',
+    int(1, 1_000_000),
+  ),
+  deviceRegisterLimitPerMinute: knob(
+    'HUB_DEVICE_REGISTER_LIMIT_PER_MINUTE',
+    '120',
+    'Devices registering themselves (POST /devices without a token) per client address per minute (429 above): a provisioning line behind one address registers many.',
     int(1, 1_000_000),
   ),
   loginAccountLimitPerMinute: knob(

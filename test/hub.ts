@@ -30,6 +30,7 @@ export async function startHub(
   const config = testConfig({
     HUB_ADMINS: 'root',
     HUB_LOGIN_LIMIT_PER_MINUTE: '100000',
+    HUB_DEVICE_REGISTER_LIMIT_PER_MINUTE: '100000',
     HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '100000',
     ...env,
   });

@@ -57,7 +57,8 @@ export async function signToken(
 
 /**
  * Scope names: `*` (everything), `api` and `api.readonly` (every service), and per service
- * `<service>`, `<service>.readonly`, `<service>.write` (auth, apps, devices, profiles, trails, webhooks).
+ * `<service>`, `<service>.readonly`, `<service>.write` (apps, devices, profiles, trails, webhooks; /auth
+ * has none: its operations on one's identity need a first-party token).
  * Reads accept any of them; writes need `*`, `api`, `<service>` or `<service>.write`.
  */
 export function grants(scopes: string[], service: string, mode: 'read' | 'write'): boolean {
@@ -71,8 +72,6 @@ export function grantingScopes(service: string, mode: 'read' | 'write'): string[
   const write = ['*', 'api', service, `${service}.write`];
   return mode === 'write' ? write : [...write, 'api.readonly', `${service}.readonly`];
 }
-
-export const SCOPE_SERVICES = ['auth', 'apps', 'devices', 'profiles', 'trails', 'webhooks'] as const;
 
 /** Parses a requested scope string: `*`, or names separated by spaces or commas. */
 export function parseScopes(raw: string): string[] {

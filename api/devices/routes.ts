@@ -292,7 +292,7 @@ export function deviceRoutes(hub: HubContext) {
           owner = await ownerAccount(ctx.state.auth!.sub);
         } else {
           await hub.limiter
-            .hit(`device-register:${ctx.ip}`, config.loginLimitPerMinute, 60_000)
+            .hit(`device-register:${ctx.ip}`, config.deviceRegisterLimitPerMinute, 60_000)
             .then((wait) => {
               if (wait > 0)
                 throw new HttpError(429, 'rate_limited', `Too many requests; retry after ${wait} s.`, {

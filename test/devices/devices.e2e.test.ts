@@ -374,6 +374,22 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(get.headers.get('allow'), 'POST');
     });
 
+    it('devices registering themselves are limited per address by a knob of their own (429 with Retry-After); owners are not', async () => {
+      const limited = await startHub({ HUB_DEVICE_REGISTER_LIMIT_PER_MINUTE: '3' });
+      try {
+        const statuses: number[] = [];
+        for (let i = 0; i < 4; i++)
+          statuses.push((await limited.call('POST', '/devices', { body: {} })).status);
+        assert.deepEqual(statuses, [200, 200, 200, 429]);
+        const refused = await limited.call('POST', '/devices', { body: {} });
+        assert.ok(Number(refused.headers.get('retry-after')) >= 1);
+        const owner = await signup(limited, 'provisioner');
+        assert.equal((await limited.call('POST', '/devices', { token: owner.token, body: {} })).status, 200);
+      } finally {
+        await limited.stop();
+      }
+    });
+
     it('a nick of 24 hex digits is refused: /devices/{id} reads it as an id, of another device or of none', async () => {
       const other = await hub.call('POST', '/devices', { token: alice.token, body: {} });
       const before = await hub.call('GET', `/devices/${other.body.id}`, { token: alice.token });

@@ -55,6 +55,7 @@ export async function startCluster(
     HUB_WEBHOOK_ALLOW_HTTP: 'true',
     HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
     HUB_LOGIN_LIMIT_PER_MINUTE: '100000',
+    HUB_DEVICE_REGISTER_LIMIT_PER_MINUTE: '100000',
     HUB_PUBLIC_URL: `http://127.0.0.1:${apiPort}`,
     ...extra,
   };
