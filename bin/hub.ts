@@ -242,6 +242,11 @@ main(process.argv.slice(2)).then(
     if (code >= 0) process.exit(code);
   },
   (err) => {
+    // A problem of the configuration found at start (a data dir in use, a port taken): one line.
+    if (err instanceof ConfigError) {
+      process.stderr.write(`hub: cannot start: ${err.message}\n`);
+      process.exit(2);
+    }
     process.stderr.write(`hub: ${(err as Error).stack ?? err}\n`);
     // The libraries' words name neither the knob nor the address: point at what does.
     const e = err as { name?: string; message?: string };

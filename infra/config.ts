@@ -2,6 +2,7 @@
 // Values come from HUB_* environment variables; an invalid value stops the start with one line
 // naming the variable (ConfigError). README's configuration table is checked against this list.
 
+import { createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 
 export type Profile = 'embedded' | 'distributed';
@@ -74,6 +75,36 @@ const lingerMs: Parser<number | 'auto'> = (raw) => {
 const text: Parser<string> = (raw) => raw;
 /** A PEM block; `\n` escapes (one-line environment values) become newlines. */
 const pem: Parser<string> = (raw) => raw.replace(/\\n/g, '\n');
+const nonEmpty: Parser<string> = (raw) => {
+  if (!raw.trim()) throw new Error('must not be empty');
+  return raw;
+};
+/** A PEM private key the hub can use, or empty; `curve`: it must be EC on that curve (ES256). */
+const privateKeyPem =
+  (curve?: string): Parser<string> =>
+  (raw) => {
+    const value = pem(raw);
+    if (!value) return value;
+    let key: KeyObject;
+    try {
+      key = createPrivateKey(value);
+    } catch {
+      throw new Error('must be a private key in PEM (PKCS#8)');
+    }
+    if (curve && (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== curve))
+      throw new Error('must be an ES256 key: EC on the curve P-256');
+    return value;
+  };
+const certificatePem: Parser<string> = (raw) => {
+  const value = pem(raw);
+  if (!value) return value;
+  try {
+    new X509Certificate(value);
+  } catch {
+    throw new Error('must be an X.509 certificate in PEM');
+  }
+  return value;
+};
 const list: Parser<string[]> = (raw) =>
   raw
     .split(',')
@@ -108,7 +139,7 @@ export const knobs = {
     '`embedded`: one process, no external services, data in HUB_DATA_DIR. `distributed`: PostgreSQL or EventStoreDB, Kafka and Redis, each role its own process.',
     oneOf<Profile>('embedded', 'distributed'),
   ),
-  host: knob('HUB_HOST', '127.0.0.1', 'Address this process serves HTTP on.', text),
+  host: knob('HUB_HOST', '127.0.0.1', 'Address this process serves HTTP on.', nonEmpty),
   port: knob(
     'HUB_PORT',
     '8080',
@@ -125,7 +156,7 @@ export const knobs = {
     'HUB_DATA_DIR',
     '.hub/data',
     'Directory of the embedded profile (event store file, keys).',
-    text,
+    nonEmpty,
   ),
   logLevel: knob(
     'HUB_LOG_LEVEL',
@@ -260,7 +291,7 @@ export const knobs = {
     'HUB_JWT_PRIVATE_KEY',
     '',
     'ES256 private key (PKCS#8 PEM) that signs tokens. Empty: generated on first start (embedded: kept in HUB_DATA_DIR/keys).',
-    pem,
+    privateKeyPem('prime256v1'),
   ),
   admins: knob('HUB_ADMINS', '', 'Comma-separated nicks of the admin accounts.', list),
   serviceDomain: knob(
@@ -356,9 +387,9 @@ export const knobs = {
     'HUB_DEVICE_CA_CERT',
     '',
     'PEM certificate of the CA that signs device certificates. Empty: generated on first start.',
-    pem,
+    certificatePem,
   ),
-  deviceCaKey: knob('HUB_DEVICE_CA_KEY', '', 'PEM (PKCS#8) private key of that CA.', pem),
+  deviceCaKey: knob('HUB_DEVICE_CA_KEY', '', 'PEM (PKCS#8) private key of that CA.', privateKeyPem()),
   metaMaxKeys: knob(
     'HUB_META_MAX_KEYS',
     '200',
@@ -469,6 +500,17 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       'cannot be sqlite in the distributed profile (use postgres or esdb)',
     );
   }
+  // The device CA is both or neither: a certificate without its key could sign nothing.
+  if (Boolean(config.deviceCaCert) !== Boolean(config.deviceCaKey))
+    throw new ConfigError(
+      config.deviceCaCert ? 'HUB_DEVICE_CA_KEY' : 'HUB_DEVICE_CA_CERT',
+      'must be set with HUB_DEVICE_CA_CERT and HUB_DEVICE_CA_KEY both (or neither: generated)',
+    );
+  if (
+    config.deviceCaCert &&
+    !new X509Certificate(config.deviceCaCert).checkPrivateKey(createPrivateKey(config.deviceCaKey))
+  )
+    throw new ConfigError('HUB_DEVICE_CA_KEY', 'is not the key of HUB_DEVICE_CA_CERT');
   if (config.eventStoreKind === 'esdb' && !config.esdbUrl) {
     throw new ConfigError('HUB_ESDB_URL', 'must be set when HUB_EVENT_STORE is esdb');
   }

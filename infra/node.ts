@@ -1,8 +1,8 @@
 // Assembles one process of Device Hub from the configuration: the adapters of the profile,
 // then the roles asked for. `hub start` runs every role; `hub api` and `hub projector` one each.
 import { once } from 'node:events';
-import { readFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -46,7 +46,7 @@ import { KafkaBus } from './bus/kafka.ts';
 import { MemoryBus } from './bus/memory.ts';
 import { type Bus, TOPICS } from './bus/port.ts';
 import { type CheckpointStore, FileCheckpoints, MemoryCheckpoints, RedisCheckpoints } from './checkpoints.ts';
-import type { Config } from './config.ts';
+import { type Config, ConfigError } from './config.ts';
 import { openEventStore } from './eventstore/open.ts';
 import type { EventStore } from './eventstore/port.ts';
 import { SchemaCheckedStore } from './eventstore/schema-checked.ts';
@@ -97,6 +97,64 @@ export interface Stores {
   /** The Avro schemas, loaded once per process. */
   registry: SchemaRegistry;
   close(): Promise<void>;
+}
+
+/**
+ * Takes the embedded profile's data dir for this process: its SQLite files are one process's,
+ * whose caches assume they are the only writer (two hubs on one dir acknowledged writes that failed
+ * and read each other's as stale). A lock file names the holder's pid; one whose process is gone
+ * (a kill -9) is taken over. Answers the release.
+ */
+export function lockDataDir(dir: string): () => Promise<void> {
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, 'hub.lock');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
+      return async () => rmSync(file, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+      const holder = Number.parseInt(readFileSync(file, 'utf8'), 10);
+      if (holder > 0 && alive(holder))
+        throw new ConfigError(
+          'HUB_DATA_DIR',
+          `${dir} is in use by process ${holder}${holder === process.pid ? ' (this one)' : ''}: one hub per data dir (stop it, or give this one a dir of its own).`,
+        );
+      rmSync(file, { force: true }); // its process is gone
+    }
+  }
+}
+
+/**
+ * Refuses a port another process serves, before anything starts: API threads listen with
+ * reusePort, with which a second hub on the port started and the kernel shared the connections
+ * out between the two. Also names a host this machine does not have.
+ */
+async function assertPortFree(host: string, port: number): Promise<void> {
+  if (port === 0) return;
+  const probe = createServer();
+  try {
+    probe.listen({ host, port, exclusive: true });
+    await once(probe, 'listening');
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE')
+      throw new ConfigError('HUB_PORT', `${port} is in use on ${host} (another hub?).`);
+    if (code === 'ENOTFOUND' || code === 'EADDRNOTAVAIL')
+      throw new ConfigError('HUB_HOST', `${host} is not an address of this machine.`);
+    throw err;
+  } finally {
+    probe.close();
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM'; // alive, another user's
+  }
 }
 
 /** The adapters of the profile, shared by every role of the process. */
@@ -173,258 +231,277 @@ export async function startNode(
   const config = forRoles(configured, roles);
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
-  const stores = await openStores(config, metrics.registry);
-  const { store, readStore } = stores;
-  const closers: Array<() => Promise<void>> = [() => stores.close()];
-  let stopped: Promise<void> | undefined;
-  const readiness: Record<string, ReadinessCheck> = {
-    eventstore: async () => {
-      await store.head();
-    },
-  };
-  if (readStore instanceof RedisReadStore) readiness.readstore = () => readStore.ping();
-
-  // The embedded read store lives in this process, so its projector must run here too.
-  const runProjector = roles.includes('projector') || config.profile === 'embedded';
-  // How the projector's followers (the read models' runners, the publicity carrier; the mailer its
-  // linger only) follow the store: one batch size, so that those at one checkpoint share a read.
-  const follow = { batchSize: config.projectionBatch, lingerMs: config.projectorLingerMs };
-  const runners: ProjectionRunner[] = [];
-  if (runProjector) {
-    const projectionMetrics = new ProjectionMetrics(metrics.registry);
-    for (const projection of projections) {
-      const runner = new ProjectionRunner({
-        store,
-        readStore,
-        projection,
-        logger,
-        metrics: projectionMetrics,
-        ...follow,
-      });
-      runner.start();
-      runners.push(runner);
-    }
-    closers.push(async () => {
-      await Promise.all(runners.map((r) => r.stop()));
-    });
-    readiness.projections = async () => {
-      const behind = runners.filter((r) => !r.hasCaughtUp);
-      if (behind.length > 0) throw new Error(`catching up: ${behind.map((r) => r.name).join(', ')}`);
-    };
-  }
-
-  const waitFor: WaitForPosition = (names, position) =>
-    waitForPosition(readStore, names, position, config.readWaitMs);
-  let warned = 0; // once per 10 s: at ingestion rates an outage would be a line per write
-  const reads = consistency(stores.lastWrites, waitFor, (err) => {
-    if (Date.now() - warned < 10_000) return;
-    warned = Date.now();
-    logger.warn({ error: (err as Error).message }, 'writes are not remembered for read-your-writes');
+  const unlock = config.profile === 'embedded' ? lockDataDir(config.dataDir) : async () => {};
+  await assertPortFree(config.host, config.port).catch(async (err) => {
+    await unlock();
+    throw err;
   });
-  const keys = await loadKeys(
-    {
-      configured: config.jwtPrivateKey,
-      dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
-      redis: stores.redis,
-    },
-    logger,
-  );
-  let url = '';
-  const publicUrl = () => config.publicUrl || url || `http://${config.host}:${config.port}`;
+  const stores = await openStores(config, metrics.registry).catch(async (err) => {
+    await unlock();
+    throw err;
+  });
+  const { store, readStore } = stores;
+  // Run last to first: the data dir is given back once its stores are closed.
+  const closers: Array<() => Promise<void>> = [unlock, () => stores.close()];
+  let stopped: Promise<void> | undefined;
+  try {
+    const readiness: Record<string, ReadinessCheck> = {
+      eventstore: async () => {
+        await store.head();
+      },
+    };
+    if (readStore instanceof RedisReadStore) readiness.readstore = () => readStore.ping();
 
-  if (runProjector) {
-    // Side-effect followers of the event store run wherever the projector runs: the mailer (the
-    // store is its outbox) and the publicity carrier.
-    const mail = createMailer(config.mailTransport, config.mailFrom, join(config.dataDir, 'mail'), logger);
-    const mailer = mailProcessor({
-      store,
-      checkpoints: stores.checkpoints,
-      mailer: mail,
-      hmacKey: keys.hmacKey,
-      publicUrl,
-      logger,
-      // Its own batch size: a batch whose sending fails is sent again from its start.
-      follow: { lingerMs: follow.lingerMs },
-    });
-    // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
-    const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger, follow });
-    mailer.start();
-    publicity.start();
-    closers.push(async () => {
-      await Promise.all([mailer.stop(), publicity.stop()]);
-      mail.close();
-    });
-  }
-
-  // The change pipeline: the relay puts the store's events on the changes topic, the stream
-  // processor derives webhook events, logs them and hands off delivery jobs. The embedded
-  // profile runs it in this process on the in-process bus, its state rebuilt at each start.
-  let pipelineBus: Bus | undefined;
-  // Opened once per process, and closed after everything that uses it has stopped (closers run
-  // in reverse order).
-  const busOfProcess = async (): Promise<Bus> => {
-    if (!pipelineBus) {
-      const bus = await openBus(config, logger);
-      closers.push(() => bus.close());
-      pipelineBus = bus;
-      // The in-process bus answers while the process does: only Kafka is worth asking.
-      if (bus.kind === 'kafka') readiness.kafka = () => bus.ping();
+    // The embedded read store lives in this process, so its projector must run here too.
+    const runProjector = roles.includes('projector') || config.profile === 'embedded';
+    // How the projector's followers (the read models' runners, the publicity carrier; the mailer its
+    // linger only) follow the store: one batch size, so that those at one checkpoint share a read.
+    const follow = { batchSize: config.projectionBatch, lingerMs: config.projectorLingerMs };
+    const runners: ProjectionRunner[] = [];
+    if (runProjector) {
+      const projectionMetrics = new ProjectionMetrics(metrics.registry);
+      for (const projection of projections) {
+        const runner = new ProjectionRunner({
+          store,
+          readStore,
+          projection,
+          logger,
+          metrics: projectionMetrics,
+          ...follow,
+        });
+        runner.start();
+        runners.push(runner);
+      }
+      closers.push(async () => {
+        await Promise.all(runners.map((r) => r.stop()));
+      });
+      readiness.projections = async () => {
+        const behind = runners.filter((r) => !r.hasCaughtUp);
+        if (behind.length > 0) throw new Error(`catching up: ${behind.map((r) => r.name).join(', ')}`);
+      };
     }
-    return pipelineBus;
-  };
-  let dispatcher: Dispatcher | undefined;
-  if (roles.includes('processor') || config.profile === 'embedded') {
-    const embedded = config.profile === 'embedded';
-    const bus = await busOfProcess();
-    const { registry } = stores;
-    const changeRelay = relay({
-      store,
-      bus,
-      registry,
-      checkpoints: embedded ? new MemoryCheckpoints() : stores.checkpoints,
-      logger,
-      metrics: metrics.registry,
-      lease: embedded ? undefined : readStore,
-      name: `relay${config.kafkaPrefix ? `:${config.kafkaPrefix}` : ''}`,
-    });
-    const processor = new StreamProcessor({
-      bus,
-      registry,
-      states: embedded
-        ? new MemoryActorStates<DeviceActor>()
-        : new RedisActorStates<DeviceActor>(stores.redis!, 'device'),
-      log: stores.eventLog,
-      // Distributed: an owner's subscriptions are read from Redis at most once a second, so a
-      // change takes effect within a second of being projected (embedded: at once).
-      subscriptions: projectedSubscriptions(readStore, embedded ? 0 : 1000),
-      logger,
-      metrics: new ProcessorMetrics(metrics.registry),
-      concurrency: config.processorConcurrency,
-      partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
-      handOff: embedded
-        ? async (jobs) => {
-            // Straight to this process's dispatcher (below) once it runs: it delivers what it has
-            // room for before storing it.
-            if (dispatcher) return dispatcher.handOff(jobs);
-            await stores.deliveries.enqueue(jobs);
-          }
-        : async (jobs) => {
-            // Deliveries promise no order: the producer may keep several requests in flight.
-            await bus.send(
-              TOPICS.deliveries,
-              jobs.map((j) => encodeJob(registry, j)),
-              { ordered: false },
-            );
-          },
-      handOffCheckpoint: embedded
-        ? { checkpoints: stores.checkpoints, name: 'processor-handoff' }
-        : undefined,
-    });
-    await processor.start();
-    changeRelay.start();
-    closers.push(async () => {
-      await changeRelay.stop();
-      await processor.stop();
-    });
-  }
 
-  // The dispatcher: delivery jobs into the durable schedule, and the schedule run.
-  if (roles.includes('dispatcher') || config.profile === 'embedded') {
-    const bus = await busOfProcess();
-    const running = new Dispatcher({
-      bus,
-      registry: stores.registry,
-      deliveries: stores.deliveries,
-      store,
-      sealKey: keys.sealKey,
-      egress: new Egress({ allowHttp: config.webhookAllowHttp, allowNetworks: config.webhookAllowNetworks }),
-      logger,
-      metrics: metrics.registry,
-      version: VERSION,
-      timeoutMs: config.webhookTimeoutMs,
-      maxInFlight: config.dispatcherMaxInFlight,
-      maxInFlightPerSubscription: config.webhookMaxInFlight,
-      rotationWindowMs: config.webhookRotationWindowS * 1000,
-      httpThreads: config.dispatcherHttpThreads,
+    const waitFor: WaitForPosition = (names, position) =>
+      waitForPosition(readStore, names, position, config.readWaitMs);
+    let warned = 0; // once per 10 s: at ingestion rates an outage would be a line per write
+    const reads = consistency(stores.lastWrites, waitFor, (err) => {
+      if (Date.now() - warned < 10_000) return;
+      warned = Date.now();
+      logger.warn({ error: (err as Error).message }, 'writes are not remembered for read-your-writes');
     });
-    await running.start();
-    dispatcher = running;
-    closers.push(() => running.stop());
-  }
+    const keys = await loadKeys(
+      {
+        configured: config.jwtPrivateKey,
+        dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
+        redis: stores.redis,
+        holdsData: (await store.head()) > 0,
+      },
+      logger,
+    );
+    let url = '';
+    const publicUrl = () => config.publicUrl || url || `http://${config.host}:${config.port}`;
 
-  // Every role serves HTTP on HUB_PORT: the API role its routes, every role the operations
-  // endpoints (/metrics, /healthz, /readyz), so each process is scraped and probed alike.
-  if (config.apiThreads > 0) {
-    // The API threads serve all of it, the main thread keeping what they share (api/threads.ts).
-    const threads = await startApiThreads({
+    if (runProjector) {
+      // Side-effect followers of the event store run wherever the projector runs: the mailer (the
+      // store is its outbox) and the publicity carrier.
+      const mail = createMailer(config.mailTransport, config.mailFrom, join(config.dataDir, 'mail'), logger);
+      const mailer = mailProcessor({
+        store,
+        checkpoints: stores.checkpoints,
+        mailer: mail,
+        hmacKey: keys.hmacKey,
+        publicUrl,
+        logger,
+        // Its own batch size: a batch whose sending fails is sent again from its start.
+        follow: { lingerMs: follow.lingerMs },
+      });
+      // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
+      const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger, follow });
+      mailer.start();
+      publicity.start();
+      closers.push(async () => {
+        await Promise.all([mailer.stop(), publicity.stop()]);
+        mail.close();
+      });
+    }
+
+    // The change pipeline: the relay puts the store's events on the changes topic, the stream
+    // processor derives webhook events, logs them and hands off delivery jobs. The embedded
+    // profile runs it in this process on the in-process bus, its state rebuilt at each start.
+    let pipelineBus: Bus | undefined;
+    // Opened once per process, and closed after everything that uses it has stopped (closers run
+    // in reverse order).
+    const busOfProcess = async (): Promise<Bus> => {
+      if (!pipelineBus) {
+        const bus = await openBus(config, logger);
+        closers.push(() => bus.close());
+        pipelineBus = bus;
+        // The in-process bus answers while the process does: only Kafka is worth asking.
+        if (bus.kind === 'kafka') readiness.kafka = () => bus.ping();
+      }
+      return pipelineBus;
+    };
+    let dispatcher: Dispatcher | undefined;
+    if (roles.includes('processor') || config.profile === 'embedded') {
+      const embedded = config.profile === 'embedded';
+      const bus = await busOfProcess();
+      const { registry } = stores;
+      const changeRelay = relay({
+        store,
+        bus,
+        registry,
+        checkpoints: embedded ? new MemoryCheckpoints() : stores.checkpoints,
+        logger,
+        metrics: metrics.registry,
+        lease: embedded ? undefined : readStore,
+        name: `relay${config.kafkaPrefix ? `:${config.kafkaPrefix}` : ''}`,
+      });
+      const processor = new StreamProcessor({
+        bus,
+        registry,
+        states: embedded
+          ? new MemoryActorStates<DeviceActor>()
+          : new RedisActorStates<DeviceActor>(stores.redis!, 'device'),
+        log: stores.eventLog,
+        // Distributed: an owner's subscriptions are read from Redis at most once a second, so a
+        // change takes effect within a second of being projected (embedded: at once).
+        subscriptions: projectedSubscriptions(readStore, embedded ? 0 : 1000),
+        logger,
+        metrics: new ProcessorMetrics(metrics.registry),
+        concurrency: config.processorConcurrency,
+        partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
+        handOff: embedded
+          ? async (jobs) => {
+              // Straight to this process's dispatcher (below) once it runs: it delivers what it has
+              // room for before storing it.
+              if (dispatcher) return dispatcher.handOff(jobs);
+              await stores.deliveries.enqueue(jobs);
+            }
+          : async (jobs) => {
+              // Deliveries promise no order: the producer may keep several requests in flight.
+              await bus.send(
+                TOPICS.deliveries,
+                jobs.map((j) => encodeJob(registry, j)),
+                { ordered: false },
+              );
+            },
+        handOffCheckpoint: embedded
+          ? { checkpoints: stores.checkpoints, name: 'processor-handoff' }
+          : undefined,
+      });
+      await processor.start();
+      changeRelay.start();
+      closers.push(async () => {
+        await changeRelay.stop();
+        await processor.stop();
+      });
+    }
+
+    // The dispatcher: delivery jobs into the durable schedule, and the schedule run.
+    if (roles.includes('dispatcher') || config.profile === 'embedded') {
+      const bus = await busOfProcess();
+      const running = new Dispatcher({
+        bus,
+        registry: stores.registry,
+        deliveries: stores.deliveries,
+        store,
+        sealKey: keys.sealKey,
+        egress: new Egress({
+          allowHttp: config.webhookAllowHttp,
+          allowNetworks: config.webhookAllowNetworks,
+        }),
+        logger,
+        metrics: metrics.registry,
+        version: VERSION,
+        timeoutMs: config.webhookTimeoutMs,
+        maxInFlight: config.dispatcherMaxInFlight,
+        maxInFlightPerSubscription: config.webhookMaxInFlight,
+        rotationWindowMs: config.webhookRotationWindowS * 1000,
+        httpThreads: config.dispatcherHttpThreads,
+      });
+      await running.start();
+      dispatcher = running;
+      closers.push(() => running.stop());
+    }
+
+    // Every role serves HTTP on HUB_PORT: the API role its routes, every role the operations
+    // endpoints (/metrics, /healthz, /readyz), so each process is scraped and probed alike.
+    if (config.apiThreads > 0) {
+      // The API threads serve all of it, the main thread keeping what they share (api/threads.ts).
+      const threads = await startApiThreads({
+        config,
+        logger,
+        metrics,
+        owned: { ...stores, waitFor },
+        readiness,
+      });
+      closers.push(() => threads.stop());
+      url = threads.url;
+    } else {
+      let mount: Array<(routes: Routes) => void> = [];
+      if (roles.includes('api')) {
+        const hub: HubContext = {
+          config,
+          logger,
+          store,
+          readStore,
+          consistency: reads,
+          keys,
+          limiter: stores.limiter,
+          eventLog: stores.eventLog,
+          deliveries: stores.deliveries,
+          captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
+          deviceCa: await loadDeviceCa({
+            certPem: config.deviceCaCert,
+            keyPem: config.deviceCaKey,
+            dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
+            redis: stores.redis,
+          }),
+          publicUrl,
+        };
+        mount = serviceRoutes(hub);
+      }
+      const { app } = createApp({ config, logger, metrics, readiness, mount });
+      const server: Server = apiServer(app);
+      server.listen(config.port, config.host);
+      await once(server, 'listening');
+      const { port } = server.address() as AddressInfo;
+      url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+      closers.push(() => closeServer(server, config.shutdownTimeoutMs / 2));
+    }
+    logger.info(
+      { url, profile: config.profile, roles },
+      `Device Hub (${config.profile}) running ${roles.join(', ')}, listening on ${url}`,
+    );
+
+    return {
       config,
       logger,
       metrics,
-      owned: { ...stores, waitFor },
-      readiness,
-    });
-    closers.push(() => threads.stop());
-    url = threads.url;
-  } else {
-    let mount: Array<(routes: Routes) => void> = [];
-    if (roles.includes('api')) {
-      const hub: HubContext = {
-        config,
-        logger,
-        store,
-        readStore,
-        consistency: reads,
-        keys,
-        limiter: stores.limiter,
-        eventLog: stores.eventLog,
-        deliveries: stores.deliveries,
-        captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
-        deviceCa: await loadDeviceCa({
-          certPem: config.deviceCaCert,
-          keyPem: config.deviceCaKey,
-          dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
-          redis: stores.redis,
-        }),
-        publicUrl,
-      };
-      mount = serviceRoutes(hub);
-    }
-    const { app } = createApp({ config, logger, metrics, readiness, mount });
-    const server: Server = apiServer(app);
-    server.listen(config.port, config.host);
-    await once(server, 'listening');
-    const { port } = server.address() as AddressInfo;
-    url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
-    closers.push(() => closeServer(server, config.shutdownTimeoutMs / 2));
+      store,
+      readStore,
+      eventLog: stores.eventLog,
+      deliveries: stores.deliveries,
+      bus: pipelineBus,
+      consistency: reads,
+      runners,
+      url,
+      // Once: a second stop (a test's cleanup after its own restart failed) finds it done.
+      stop() {
+        // Every closer runs, whichever fails; the failures are thrown together at the end.
+        stopped ??= (async () => {
+          const failures: unknown[] = [];
+          for (const close of closers.reverse()) await close().catch((err: unknown) => failures.push(err));
+          if (failures.length > 0) throw new AggregateError(failures, 'the node did not stop cleanly');
+        })();
+        return stopped;
+      },
+    };
+  } catch (err) {
+    // A start that fails part way gives back what it took (the data dir, stores, threads, bus).
+    for (const close of closers.reverse()) await close().catch(() => {});
+    throw err;
   }
-  logger.info(
-    { url, profile: config.profile, roles },
-    `Device Hub (${config.profile}) running ${roles.join(', ')}, listening on ${url}`,
-  );
-
-  return {
-    config,
-    logger,
-    metrics,
-    store,
-    readStore,
-    eventLog: stores.eventLog,
-    deliveries: stores.deliveries,
-    bus: pipelineBus,
-    consistency: reads,
-    runners,
-    url,
-    // Once: a second stop (a test's cleanup after its own restart failed) finds it done.
-    stop() {
-      // Every closer runs, whichever fails; the failures are thrown together at the end.
-      stopped ??= (async () => {
-        const failures: unknown[] = [];
-        for (const close of closers.reverse()) await close().catch((err: unknown) => failures.push(err));
-        if (failures.length > 0) throw new AggregateError(failures, 'the node did not stop cleanly');
-      })();
-      return stopped;
-    },
-  };
 }
 
 /** The bus of the profile, with the pipeline's topics. */

@@ -7,6 +7,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { exportJWK, exportPKCS8, generateKeyPair, type JWK } from 'jose';
+import { ConfigError } from '../../infra/config.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 
 export interface Keys {
@@ -42,30 +43,58 @@ export async function fromPem(pem: string): Promise<Keys> {
 export const jwtKeyFile = (dataDir: string) => join(dataDir, 'keys', 'jwt-es256.pem');
 
 export async function loadKeys(
-  options: { configured: string; dataDir?: string; redis?: Redis },
+  /** `holdsData`: the event store already has events, signed and sealed with the key there was. */
+  options: { configured: string; dataDir?: string; redis?: Redis; holdsData?: boolean },
   logger: Logger,
 ): Promise<Keys> {
   if (options.configured) return fromPem(options.configured);
+  // A new key would end every token and leave every sealed device and webhook secret unreadable:
+  // made on a first start only, never in place of one that went missing.
+  const missing = (variable: string, what: string) =>
+    new ConfigError(
+      variable,
+      `${what}, but the event store holds data signed and sealed with it: restore it, or set HUB_JWT_PRIVATE_KEY to it (a new key would end every token and leave device and webhook secrets unreadable).`,
+    );
   if (options.dataDir) {
     const file = jwtKeyFile(options.dataDir);
-    const dir = dirname(file);
+    let pem: string | undefined;
     try {
-      return await fromPem(readFileSync(file, 'utf8'));
-    } catch {
-      mkdirSync(dir, { recursive: true, mode: 0o700 });
-      const pem = await generatePem();
-      writeFileSync(file, pem, { mode: 0o600, flag: 'wx' });
-      logger.info({ file }, 'generated the JWT signing key');
-      return fromPem(readFileSync(file, 'utf8'));
+      pem = readFileSync(file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
+    if (pem !== undefined) {
+      try {
+        return await fromPem(pem);
+      } catch {
+        throw new ConfigError(
+          'HUB_DATA_DIR',
+          `: ${file} is not a private key in PEM; restore the hub's key.`,
+        );
+      }
+    }
+    if (options.holdsData) throw missing('HUB_DATA_DIR', `has lost its signing key ${file}`);
+    mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+    writeFileSync(file, await generatePem(), { mode: 0o600, flag: 'wx' });
+    logger.info({ file }, 'generated the JWT signing key');
+    return fromPem(readFileSync(file, 'utf8'));
   }
   if (options.redis) {
     logger.warn(
       'HUB_JWT_PRIVATE_KEY is not set: using a key generated once and shared through Redis (development only)',
     );
-    await options.redis.set('hub:keys:jwt-es256', await generatePem(), 'NX');
-    const pem = await options.redis.get('hub:keys:jwt-es256');
+    const shared = await options.redis.get(REDIS_KEY);
+    if (shared) return fromPem(shared);
+    if (options.holdsData)
+      throw missing(
+        'HUB_JWT_PRIVATE_KEY',
+        `is not set and the key shared through Redis (${REDIS_KEY}) is gone`,
+      );
+    await options.redis.set(REDIS_KEY, await generatePem(), 'NX');
+    const pem = await options.redis.get(REDIS_KEY);
     if (pem) return fromPem(pem);
   }
   throw new Error('no signing key: set HUB_JWT_PRIVATE_KEY');
 }
+
+const REDIS_KEY = 'hub:keys:jwt-es256';

@@ -1,7 +1,7 @@
 // The `hub` binary as a user runs it.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from '../harness.ts';
@@ -10,8 +10,9 @@ const HUB = new URL('../../bin/hub.ts', import.meta.url).pathname;
 
 describe('hub binary (e2e)', () => {
   it('hub start serves /healthz and /openapi.json on the printed port, and exits 0 on SIGTERM', async () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'hub-bin-'));
     const child = spawn(process.execPath, [HUB, 'start'], {
-      env: { ...process.env, HUB_PORT: '0', HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-bin-')) },
+      env: { ...process.env, HUB_PORT: '0', HUB_DATA_DIR: dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     try {
@@ -27,9 +28,31 @@ describe('hub binary (e2e)', () => {
       assert.equal((await request(`${url}/healthz`)).status, 200);
       const doc = await request(`${url}/openapi.json`);
       assert.equal(doc.body.openapi, '3.1.0');
+      // A second hub refuses, in one line, its data dir or its port while this one has them.
+      const port = new URL(url).port;
+      for (const [env, refusal] of [
+        [
+          { HUB_PORT: '0', HUB_DATA_DIR: dataDir },
+          new RegExp(`HUB_DATA_DIR ${dataDir} is in use by process ${child.pid}`),
+        ],
+        [
+          { HUB_PORT: port, HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-bin-')) },
+          new RegExp(`HUB_PORT ${port} is in use`),
+        ],
+      ] as const) {
+        const second = spawnSync(process.execPath, [HUB, 'start'], {
+          env: { ...process.env, ...env },
+          encoding: 'utf8',
+        });
+        assert.equal(second.status, 2, second.stderr);
+        assert.equal(second.stderr.trim().split('\n').length, 1, second.stderr);
+        assert.match(second.stderr, refusal);
+      }
+      assert.equal((await request(`${url}/healthz`)).status, 200, 'the first one serves on');
       const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
       assert.equal(await exited, 0);
+      assert.ok(!existsSync(join(dataDir, 'hub.lock')), 'the data dir is given back');
     } finally {
       child.kill('SIGKILL');
     }
@@ -76,6 +99,38 @@ describe('embedded profile start (e2e)', () => {
       assert.ok(existsSync(join(config.dataDir, 'events.sqlite')));
     } finally {
       await node.stop();
+    }
+  });
+
+  it('one hub per data dir; a data dir that lost its signing key is refused, not given a new key', async () => {
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const config = testConfig();
+    const node = await startNode(config, ['api', 'projector']);
+    let again: Awaited<ReturnType<typeof startNode>> | undefined;
+    try {
+      await assert.rejects(
+        startNode(config, ['api', 'projector']),
+        /HUB_DATA_DIR .* is in use by process \d+ \(this one\)/,
+      );
+      const r = await request(`${node.url}/auth/accounts`, {
+        method: 'POST',
+        body: { email: 'keeper@example.com', nick: 'keeper', password: 'keeper-password' },
+      });
+      assert.equal(r.status, 200);
+      await node.stop();
+      const keyFile = join(config.dataDir, 'keys', 'jwt-es256.pem');
+      const key = readFileSync(keyFile, 'utf8');
+      rmSync(keyFile);
+      await assert.rejects(startNode(config, ['api', 'projector']), /HUB_DATA_DIR has lost its signing key/);
+      assert.ok(!existsSync(keyFile), 'no new key was made');
+      writeFileSync(keyFile, key, { mode: 0o600 });
+      again = await startNode(config, ['api', 'projector']); // the failed start gave the dir back
+      const login = await request(`${again.url}/auth/.well-known/jwks.json`);
+      assert.equal(login.status, 200);
+    } finally {
+      await node.stop();
+      await again?.stop();
     }
   });
 

@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { deviceCaFile, loadDeviceCa } from '../../api/devices/ca.ts';
 import { ConfigError, knobs, loadConfig } from '../../infra/config.ts';
 
 describe('configuration (unit)', () => {
@@ -63,6 +66,44 @@ describe('configuration (unit)', () => {
         variable,
       );
     }
+  });
+
+  it('refuses an empty host or data dir, and keys or certificates the hub could not use', async () => {
+    assert.throws(() => loadConfig({ HUB_HOST: '' }), /HUB_HOST must not be empty/);
+    assert.throws(() => loadConfig({ HUB_DATA_DIR: ' ' }), /HUB_DATA_DIR must not be empty/);
+    const pemOf = (k: KeyObject) => k.export({ type: 'pkcs8', format: 'pem' }).toString();
+    const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey;
+    const p384 = generateKeyPairSync('ec', { namedCurve: 'secp384r1' }).privateKey;
+    const p256 = generateKeyPairSync('ec', { namedCurve: 'prime256v1' }).privateKey;
+    for (const key of ['garbage', pemOf(rsa), pemOf(p384)])
+      assert.throws(
+        () => loadConfig({ HUB_JWT_PRIVATE_KEY: key }),
+        /^ConfigError: HUB_JWT_PRIVATE_KEY must be/,
+      );
+    assert.equal(loadConfig({ HUB_JWT_PRIVATE_KEY: pemOf(p256) }).jwtPrivateKey, pemOf(p256));
+    // One line in the environment: \n escapes read as newlines.
+    assert.equal(
+      loadConfig({ HUB_JWT_PRIVATE_KEY: pemOf(p256).replace(/\n/g, '\\n') }).jwtPrivateKey,
+      pemOf(p256),
+    );
+    assert.throws(
+      () => loadConfig({ HUB_DEVICE_CA_CERT: 'garbage', HUB_DEVICE_CA_KEY: pemOf(p256) }),
+      /HUB_DEVICE_CA_CERT must be an X.509/,
+    );
+    assert.throws(
+      () => loadConfig({ HUB_DEVICE_CA_KEY: pemOf(p256) }),
+      /HUB_DEVICE_CA_CERT must be set with/,
+    );
+    const dir = mkdtempSync(join(tmpdir(), 'hub-ca-'));
+    await loadDeviceCa({ certPem: '', keyPem: '', dataDir: dir }); // generates one there
+    const ca = readFileSync(deviceCaFile(dir), 'utf8');
+    const caKey = readFileSync(join(dir, 'keys', 'device-ca.key'), 'utf8');
+    assert.equal(loadConfig({ HUB_DEVICE_CA_CERT: ca, HUB_DEVICE_CA_KEY: caKey }).deviceCaKey, caKey);
+    assert.throws(() => loadConfig({ HUB_DEVICE_CA_CERT: ca }), /HUB_DEVICE_CA_KEY must be set with/);
+    assert.throws(
+      () => loadConfig({ HUB_DEVICE_CA_CERT: ca, HUB_DEVICE_CA_KEY: pemOf(p256) }),
+      /HUB_DEVICE_CA_KEY is not the key of HUB_DEVICE_CA_CERT/,
+    );
   });
 
   it('never repeats a secret or a URL password in its error', () => {
