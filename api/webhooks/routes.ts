@@ -80,6 +80,7 @@ const FIELDS = {
     },
     // A retry needs a delay: at least one whenever there is more than one attempt.
     if: { properties: { max_attempts: { minimum: 2 } } },
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then; an object, never awaited (not callable, so not a thenable)
     then: { properties: { delays_s: { minItems: 1 } } },
     description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
   },
