@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 // `hub`: one command whose roles run together (start) or apart, plus the operator commands.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { VERSION } from '../api/app.ts';
 import { dependencyDown } from '../api/errors.ts';
 import { type Config, ConfigError, loadConfig } from '../infra/config.ts';
 import { runDoctor } from '../infra/doctor.ts';
@@ -32,8 +35,12 @@ Operators:
   projections status         Each projection's version, generation, checkpoint and lag.
   projections replay <name>  Rebuild a projection into a new generation, then switch reads to it.
 
-Run 'hub <command> --help' for more. Configuration comes from HUB_* environment variables
-(README.md lists them all).`,
+In the embedded profile the projector, the processor and the dispatcher run in the process whatever
+the role named (its read models and queues live there), and a data dir is one process's: run
+'hub start'.
+
+Run 'hub <command> --help' for more, 'hub --version' for the version. Configuration comes from
+HUB_* environment variables (README.md lists them all).`,
   start:
     'Usage: hub start\n\nRuns every role in this process: the API, the projector, the processor and the dispatcher.',
   dispatcher:
@@ -80,12 +87,23 @@ const fail = (line: string, code = 2) => {
 };
 
 async function main(argv: string[]): Promise<number> {
-  const { positionals, values } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: false,
-    options: { help: { type: 'boolean', short: 'h' } },
-  });
+  let parsed: { positionals: string[]; values: { help?: boolean; version?: boolean } };
+  try {
+    // Strict: an option no command takes (`--port 9000`) is refused, not silently ignored.
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: { help: { type: 'boolean', short: 'h' }, version: { type: 'boolean' } },
+    });
+  } catch (err) {
+    return fail(`${(err as Error).message} (see hub --help; configuration comes from HUB_* variables)`);
+  }
+  const { positionals, values } = parsed;
+  if (values.version) {
+    say(VERSION);
+    return 0;
+  }
   const [command = '', ...rest] = positionals;
   if (command === 'help' || command === '' || values.help) {
     const topic = command === 'help' ? (rest[0] ?? '') : command;
@@ -108,6 +126,7 @@ async function main(argv: string[]): Promise<number> {
     case 'projector':
     case 'processor':
     case 'dispatcher':
+      if (rest.length > 0) return fail(`'hub ${command}' takes no arguments (got '${rest.join(' ')}')`);
       return runRoles(
         config,
         command === 'start' ? ['api', 'projector', 'processor', 'dispatcher'] : [command],
@@ -156,8 +175,15 @@ async function doctorCommand(args: string[]): Promise<number> {
 
 async function projectionsCommand(config: Config, args: string[]): Promise<number> {
   const [sub, name] = args;
-  if (sub !== 'status' && sub !== 'replay')
+  if (!((sub === 'status' && args.length === 1) || (sub === 'replay' && args.length <= 2)))
     return fail(`usage: hub projections status | hub projections replay <name>`);
+  // A status asks; it does not make a store where there was none (a mistyped HUB_DATA_DIR).
+  if (
+    config.profile === 'embedded' &&
+    config.eventStoreKind === 'sqlite' &&
+    !existsSync(join(config.dataDir, 'events.sqlite'))
+  )
+    return fail(`HUB_DATA_DIR ${config.dataDir} holds no hub data (no events.sqlite)`);
   if (sub === 'replay' && config.profile === 'embedded') {
     return fail(
       'replay needs the distributed profile: embedded read models live in the hub process and are rebuilt at every start',
@@ -173,23 +199,28 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
           '\t',
         ),
       );
+      // Embedded read models live in the hub process, out of this one's sight: no checkpoint or
+      // lag to show but its own (its /metrics: hub_projection_lag_events).
+      const embedded = config.profile === 'embedded';
       for (const r of rows) {
         const replay = r.replay ? `generation ${r.replay.generation} at ${r.replay.checkpoint}` : '-';
         say(
           [
             r.name,
             r.version,
-            r.generation,
-            r.checkpoint,
+            embedded ? '-' : r.generation,
+            embedded ? '-' : r.checkpoint,
             r.head,
-            r.lagEvents,
-            r.lagSeconds.toFixed(1),
+            embedded ? '-' : r.lagEvents,
+            embedded ? '-' : r.lagSeconds.toFixed(1),
             replay,
           ].join('\t'),
         );
       }
-      if (config.profile === 'embedded')
-        say('(embedded: read models live in the running hub process; these are rebuilt at its start)');
+      if (embedded)
+        say(
+          "(embedded: read models live in the running hub's process, rebuilt at its start; its /metrics shows their lag: hub_projection_lag_events)",
+        );
       return 0;
     }
     const projection = name ? projectionNamed(name) : undefined;

@@ -78,10 +78,63 @@ describe('hub binary (e2e)', () => {
     assert.match(r.stderr, /Redis does not answer \(HUB_REDIS_URL\)\. `hub doctor` checks/);
   });
 
-  it('--help lists the commands', () => {
+  it('--help lists the commands; --version prints the version; an option or argument no command takes is refused', () => {
     const r = spawnSync(process.execPath, [HUB, '--help'], { encoding: 'utf8' });
     assert.equal(r.status, 0);
     assert.match(r.stdout, /start/);
+    const version = spawnSync(process.execPath, [HUB, '--version'], { encoding: 'utf8' });
+    assert.equal(version.status, 0);
+    assert.equal(
+      version.stdout.trim(),
+      JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version,
+    );
+    for (const [args, refusal] of [
+      [['start', '--port', '9000'], /Unknown option '--port'/],
+      [['start', 'extra'], /'hub start' takes no arguments/],
+      [['projections', 'status', 'extra'], /usage: hub projections status/],
+    ] as const) {
+      const refused = spawnSync(process.execPath, [HUB, ...args], {
+        env: { ...process.env, HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-bin-')) },
+        encoding: 'utf8',
+      });
+      assert.equal(refused.status, 2, `${args.join(' ')}: ${refused.stderr}`);
+      assert.match(refused.stderr, refusal);
+    }
+  });
+
+  it('projections status asks and creates nothing: a data dir with no hub data is refused; embedded shows no lag it cannot see', async () => {
+    const missing = join(tmpdir(), `hub-missing-${process.pid}-${Date.now()}`);
+    const none = spawnSync(process.execPath, [HUB, 'projections', 'status'], {
+      env: { ...process.env, HUB_DATA_DIR: missing },
+      encoding: 'utf8',
+    });
+    assert.equal(none.status, 2, none.stderr);
+    assert.match(none.stderr, /holds no hub data/);
+    assert.ok(!existsSync(missing), 'no data dir was made');
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const config = testConfig();
+    const node = await startNode(config, ['api', 'projector']);
+    try {
+      await request(`${node.url}/auth/accounts`, {
+        method: 'POST',
+        body: { email: 'status@example.com', nick: 'status', password: 'status-password' },
+      });
+      const status = spawnSync(process.execPath, [HUB, 'projections', 'status'], {
+        env: { ...process.env, HUB_DATA_DIR: config.dataDir },
+        encoding: 'utf8',
+      });
+      assert.equal(status.status, 0, status.stderr);
+      const accounts = status.stdout
+        .split('\n')
+        .find((l) => l.startsWith('accounts\t'))!
+        .split('\t');
+      assert.deepEqual([accounts[3], accounts[5]], ['-', '-'], 'no checkpoint or lag of another process');
+      assert.ok(Number(accounts[4]) > 0, 'the head it reads');
+      assert.match(status.stdout, /hub_projection_lag_events/);
+    } finally {
+      await node.stop();
+    }
   });
 });
 
