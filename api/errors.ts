@@ -77,6 +77,9 @@ const NETWORK_CODES = new Set([
   'EAI_AGAIN',
 ]);
 
+/** SQLite's primary result codes of storage that cannot serve: READONLY, IOERR, FULL, CANTOPEN. */
+const SQLITE_STORAGE = new Set([8, 10, 13, 14]);
+
 /**
  * Whether an error says a dependency (Redis, PostgreSQL, the broker) could not be reached, rather
  * than that something is wrong with the request or with us: answered 503 and logged as a warning.
@@ -85,6 +88,12 @@ export function dependencyDown(err: unknown): boolean {
   const e = err as { name?: unknown; code?: unknown; message?: unknown } | undefined;
   if (!e || typeof e !== 'object') return false;
   if (e.name === 'MaxRetriesPerRequestError') return true; // ioredis, the connection lost
+  // SQLite (embedded): the file cannot be written (read-only, I/O error, disk full, cannot open).
+  if (
+    typeof (e as { errcode?: unknown }).errcode === 'number' &&
+    SQLITE_STORAGE.has((e as { errcode: number }).errcode & 0xff)
+  )
+    return true;
   // PostgreSQL: connection failures (class 08 but a protocol violation, which is a bug), the
   // server shutting down or idle-closing the session, too many connections.
   if (

@@ -421,6 +421,11 @@ export async function startNode(
       });
       await running.start();
       dispatcher = running;
+      // The schedule answers a read: a file that cannot be read (corrupt, gone) left deliveries
+      // stuck while the process said ready.
+      readiness.schedule = async () => {
+        await stores.deliveries.nextDue();
+      };
       closers.push(() => running.stop());
     }
 

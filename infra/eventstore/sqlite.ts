@@ -86,7 +86,7 @@ type WirePlan =
   | { kind: 'failed'; message: string };
 
 /** The outcome of one group commit: a plan per append, or one error for all of them. */
-type Committed = { plans: WirePlan[]; created: number } | { error: string };
+type Committed = { plans: WirePlan[]; created: number } | { error: string; errcode?: number };
 
 export class SqliteEventStore implements EventStore {
   readonly kind = 'sqlite';
@@ -227,7 +227,10 @@ export class SqliteEventStore implements EventStore {
   /** Answers the callers of a committed batch and keeps the tail of the newest events. */
   private settle(batch: Waiting[], committed: Committed): void {
     if ('error' in committed) {
-      for (const w of batch) w.reject(new Error(committed.error));
+      // SQLite's code crosses the thread with the message: a full disk or a read-only file is an
+      // outage of the store (503), not a fault of ours.
+      for (const w of batch)
+        w.reject(Object.assign(new Error(committed.error), { errcode: committed.errcode }));
       this.scheduleFlush();
       return;
     }
@@ -367,7 +370,7 @@ class SqliteWriter {
       return this.commitOrThrow(batch);
     } catch (err) {
       // Whatever failed (a lookup, the commit, a rollback), every caller of the batch hears of it.
-      return { error: (err as Error).message };
+      return { error: (err as Error).message, errcode: (err as { errcode?: number }).errcode };
     }
   }
 

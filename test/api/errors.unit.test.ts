@@ -1,7 +1,39 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { renderError, unauthorized } from '../../api/errors.ts';
 
 describe('error rendering (unit)', () => {
+  it("SQLite's storage that cannot serve (read-only, I/O error, disk full, cannot open) is 503; a constraint is ours, 500", () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'hub-ro-')), 'ro.sqlite');
+    const made = new DatabaseSync(file);
+    made.exec('CREATE TABLE t (x)');
+    made.close();
+    const readOnly = new DatabaseSync(file, { readOnly: true });
+    let refused: unknown;
+    try {
+      readOnly.exec('INSERT INTO t VALUES (1)');
+    } catch (err) {
+      refused = err;
+    } finally {
+      readOnly.close();
+    }
+    assert.equal((refused as { errcode?: number }).errcode, 8, 'the driver names SQLITE_READONLY');
+    assert.equal(renderError(refused, 'req_s').status, 503);
+    for (const errcode of [778 /* IOERR_WRITE */, 13 /* FULL */, 14 /* CANTOPEN */])
+      assert.equal(
+        renderError(Object.assign(new Error('disk'), { errcode }), 'req_s').status,
+        503,
+        String(errcode),
+      );
+    assert.equal(
+      renderError(Object.assign(new Error('UNIQUE constraint failed'), { errcode: 2067 }), 'req_s').status,
+      500,
+    );
+  });
+
   it('a dependency that cannot be reached is 503 with Retry-After, not a 500', () => {
     const lost = Object.assign(new Error('Reached the max retries per request limit (which is 3).'), {
       name: 'MaxRetriesPerRequestError',

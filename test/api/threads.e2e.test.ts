@@ -177,6 +177,6 @@ describe('API threads (e2e)', () => {
   it('readiness asks the main thread', async () => {
     const ready = await fresh(hub.url, 'GET', '/readyz');
     assert.equal(ready.status, 200);
-    assert.deepEqual(Object.keys(ready.body.checks).sort(), ['eventstore', 'projections']);
+    assert.deepEqual(Object.keys(ready.body.checks).sort(), ['eventstore', 'projections', 'schedule']);
   });
 });

@@ -148,7 +148,7 @@ describe('embedded profile start (e2e)', () => {
     try {
       const ready = await request(`${node.url}/readyz`);
       assert.equal(ready.status, 200);
-      assert.deepEqual(ready.body.checks, { eventstore: 'ok', projections: 'ok' });
+      assert.deepEqual(ready.body.checks, { eventstore: 'ok', projections: 'ok', schedule: 'ok' });
       assert.ok(existsSync(join(config.dataDir, 'events.sqlite')));
     } finally {
       await node.stop();
@@ -184,6 +184,26 @@ describe('embedded profile start (e2e)', () => {
     } finally {
       await node.stop();
       await again?.stop();
+    }
+  });
+
+  it('a delivery schedule that cannot be read makes the hub not ready (it said ready, deliveries stuck)', async () => {
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const config = testConfig();
+    const first = await startNode(config, ['api', 'projector']);
+    await first.stop();
+    const file = join(config.dataDir, 'deliveries.sqlite');
+    const bytes = readFileSync(file);
+    bytes.write('not a database, not at all!', 0); // its header
+    writeFileSync(file, bytes);
+    const node = await startNode(config, ['api', 'projector']);
+    try {
+      const ready = await request(`${node.url}/readyz`);
+      assert.equal(ready.status, 503);
+      assert.deepEqual(ready.body.details, [{ field: 'schedule', problem: 'does not answer' }]);
+    } finally {
+      await node.stop().catch(() => {});
     }
   });
 
