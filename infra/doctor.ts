@@ -209,6 +209,21 @@ function dataDirCheck(config: Config): CheckResult {
 
 /** Opens the embedded event store and reads its head; a missing file is made at the first start.
  * Opened read-write as the hub opens it (a file the hub cannot write fails here too), but only read. */
+/** The embedded event store's head position, 0 when there is none (or it does not read). */
+function storedHead(config: Config): number {
+  const file = resolve(config.dataDir, 'events.sqlite');
+  if (config.eventStoreKind !== 'sqlite' || !existsSync(file)) return 0;
+  let db: DatabaseSync | undefined;
+  try {
+    db = new DatabaseSync(file, { readOnly: true });
+    return (db.prepare('SELECT coalesce(max(position), 0) AS p FROM events').get() as { p: number }).p;
+  } catch {
+    return 0; // the sqlite check says what is wrong with it
+  } finally {
+    db?.close();
+  }
+}
+
 function sqliteCheck(config: Config): CheckResult {
   const file = resolve(config.dataDir, 'events.sqlite');
   if (!existsSync(file)) {
@@ -480,7 +495,17 @@ async function keysCheck(config: Config): Promise<CheckResult> {
     );
   }
   const file = resolve(jwtKeyFile(config.dataDir));
-  if (!existsSync(file)) return result('keys', 'ok', `signing key generated at the first start into ${file}`);
+  if (!existsSync(file)) {
+    // Made at the first start only: the hub refuses to make one for a store that holds data.
+    const held = storedHead(config);
+    return held > 0
+      ? result(
+          'keys',
+          'fail',
+          `${file} is missing, but the event store holds data (head ${held}) signed and sealed with it: restore it, or set HUB_JWT_PRIVATE_KEY to it; the hub does not start without it`,
+        )
+      : result('keys', 'ok', `signing key generated at the first start into ${file}`);
+  }
   try {
     const { kid } = await fromPem(readFileSync(file, 'utf8'));
     return result('keys', 'ok', `signing key ${file}, kid ${kid}`);

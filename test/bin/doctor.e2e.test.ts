@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -67,6 +67,23 @@ describe('hub doctor (e2e)', function () {
     assert.match(r.stdout, /refuses everyone/); // HUB_SA_ADMIN_SECRET unset
     assert.match(r.stdout.trim().split('\n').at(-1)!, /checks: \d+ ok, \d+ warnings?, 0 failed$/);
     assert.equal(r.stderr, '');
+  });
+
+  it('embedded: a data dir that lost its signing key while holding data is a FAIL line', async () => {
+    const { startNode } = await import('../../infra/node.ts');
+    const { testConfig } = await import('../harness.ts');
+    const config = testConfig();
+    const node = await startNode(config, ['api', 'projector']);
+    await fetch(`${node.url}/auth/accounts`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email: 'lost@example.com', nick: 'lost', password: 'lost-password' }),
+    });
+    await node.stop();
+    rmSync(join(config.dataDir, 'keys', 'jwt-es256.pem'));
+    const r = await doctor({ HUB_PROFILE: 'embedded', HUB_DATA_DIR: config.dataDir, HUB_PORT: '0' });
+    assert.equal(r.status, 1, r.stdout);
+    assert.match(line(r.stdout, 'FAIL', 'keys') ?? '', /is missing, but the event store holds data/);
   });
 
   it('distributed: reaches PostgreSQL, Redis and Kafka and exits 0 (warnings allowed)', async () => {
