@@ -177,6 +177,12 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
   const [sub, name] = args;
   if (!((sub === 'status' && args.length === 1) || (sub === 'replay' && args.length <= 2)))
     return fail(`usage: hub projections status | hub projections replay <name>`);
+
+  if (sub === 'replay' && config.profile === 'embedded') {
+    return fail(
+      'replay needs the distributed profile: embedded read models live in the hub process and are rebuilt at every start',
+    );
+  }
   // A status asks; it does not make a store where there was none (a mistyped HUB_DATA_DIR).
   if (
     config.profile === 'embedded' &&
@@ -184,11 +190,6 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
     !existsSync(join(config.dataDir, 'events.sqlite'))
   )
     return fail(`HUB_DATA_DIR ${config.dataDir} holds no hub data (no events.sqlite)`);
-  if (sub === 'replay' && config.profile === 'embedded') {
-    return fail(
-      'replay needs the distributed profile: embedded read models live in the hub process and are rebuilt at every start',
-    );
-  }
   const logger = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel);
   const stores = await openStores(forRoles(config, [])); // no API: no threads share the store
   try {
