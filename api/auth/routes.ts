@@ -217,6 +217,27 @@ export function authRoutes(hub: HubContext) {
     return true;
   };
 
+  /**
+   * Whether the login a first-party token belongs to still holds (401 otherwise): its account (and
+   * acting admin) may log in, the password has not changed since it, and it was not revoked. Asked
+   * before a token is refreshed and before one grants anything (an access code, an app token), so
+   * that a login token stolen before a password change cannot mint grants that outlive it.
+   */
+  async function loginHolds(claims: Claims): Promise<void> {
+    const account = await findAccount(claims.sub);
+    if (!account?.active) throw unauthorized('The account of this token can no longer log in.');
+    const admin = claims.act ? await findAccount(claims.act.sub) : undefined;
+    if (claims.act && (!admin?.active || !isAdmin(admin.nick)))
+      throw unauthorized('The admin acting in this token no longer may.');
+    // As with refresh tokens, a new password ends the logins made before it. orig_iat is in
+    // whole seconds: a login of the same second as the change stays (the change is ms-exact).
+    if (Math.floor((admin ?? account).passwordChanged / 1000) > claims.orig_iat)
+      throw unauthorized('The password changed since this login; log in again.');
+    // A login revoked (a spent refresh token presented again) is not kept alive this way either.
+    if (claims.sid && (await load(store, `refresh-${claims.sid}`, refreshFamilies)).state.revoked)
+      throw unauthorized('This login was revoked; log in again.');
+  }
+
   /** A login session: an access token and the first refresh token of a new family. */
   async function session(ctx: Context, subject: AccountState, actor?: AccountState) {
     const family = newId();
@@ -578,18 +599,7 @@ document.getElementById('send').onclick = async () => {
         if (Date.now() / 1000 - claims.orig_iat > config.refreshWindow) {
           throw unauthorized('The refresh window of this login has passed; log in again.');
         }
-        const account = await findAccount(claims.sub);
-        if (!account?.active) throw unauthorized('The account of this token can no longer log in.');
-        const admin = claims.act ? await findAccount(claims.act.sub) : undefined;
-        if (claims.act && (!admin?.active || !isAdmin(admin.nick)))
-          throw unauthorized('The admin acting in this token no longer may.');
-        // As with refresh tokens, a new password ends the logins made before it. orig_iat is in
-        // whole seconds: a login of the same second as the change stays (the change is ms-exact).
-        if (Math.floor((admin ?? account).passwordChanged / 1000) > claims.orig_iat)
-          throw unauthorized('The password changed since this login; log in again.');
-        // A login revoked (a spent refresh token presented again) is not kept alive this way either.
-        if (claims.sid && (await load(store, `refresh-${claims.sid}`, refreshFamilies)).state.revoked)
-          throw unauthorized('This login was revoked; log in again.');
+        await loginHolds(ctx.state.auth!);
         // A refreshed token lives as long as the one presented: an hour-long app token stays hour-long.
         const ttl = exp - iat;
         const { token } = await signToken(keys, claims, ttl);
@@ -730,6 +740,7 @@ document.getElementById('send').onclick = async () => {
         const claims = ctx.state.auth!;
         if (claims.type !== 'USER' || claims.act)
           throw forbidden('Only users, acting for themselves, may grant access codes.');
+        await loginHolds(claims);
         const scopes = parseScopes(body.scopes);
         if (scopes.length === 0)
           throw unprocessable('Name at least one scope.', [{ field: 'scopes', problem: 'names no scope' }]);
@@ -819,6 +830,9 @@ document.getElementById('send').onclick = async () => {
         await hub.consistency.written(ctx, appended!.position);
         const user = await loadAccount(grant.account_id);
         if (!user?.active) throw unauthorized('The account that granted this code can no longer log in.');
+        // A code granted before a password change is ended by it, as the grants it would make are.
+        if (user.passwordChanged > grant.issued)
+          throw unauthorized("The user's password changed since this code was granted: ask for a new one.");
         const { token } = await signToken(
           keys,
           {
@@ -888,6 +902,7 @@ document.getElementById('send').onclick = async () => {
         const claims = ctx.state.auth!;
         if (claims.type !== 'USER' || claims.act)
           throw forbidden('Only users, acting for themselves, authorize apps.');
+        await loginHolds(claims);
         const appId = body.client_id.startsWith('prn:::apps:/')
           ? body.client_id.slice('prn:::apps:/'.length)
           : body.client_id;
@@ -1191,11 +1206,16 @@ interface Grant {
   service: string;
   scopes: string[];
   expires: number;
+  /** When the code was granted (ms; the event's time). */
+  issued: number;
 }
 const codes = {
   initial: (): { grant: Grant | undefined; redeemed: boolean } => ({ grant: undefined, redeemed: false }),
-  evolve(c: { grant: Grant | undefined; redeemed: boolean }, e: { type: string; data: unknown }) {
-    if (e.type === 'AccessCodeIssued') return { ...c, grant: e.data as Grant };
+  evolve(
+    c: { grant: Grant | undefined; redeemed: boolean },
+    e: { type: string; data: unknown; created: number },
+  ) {
+    if (e.type === 'AccessCodeIssued') return { ...c, grant: { ...(e.data as Grant), issued: e.created } };
     if (e.type === 'AccessCodeRedeemed') return { ...c, redeemed: true };
     return c;
   },

@@ -191,16 +191,13 @@ describe('/auth tokens (e2e)', function () {
 
     it("a password change ends the user's grants, delegated and app tokens (within a second), as it ends logins", async () => {
       const grace = await signup(hub, 'grace');
+      const grant = (token: string) =>
+        hub.call('POST', '/auth/code', { token, body: { service: svc.prn, scopes: 'profiles.readonly' } });
+      const swap = (code: string) =>
+        hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code } });
       /** A token delegated by grace to the service (a code granted, then swapped). */
-      const delegate = async () => {
-        const code = await hub.call('POST', '/auth/code', {
-          token: grace.token,
-          body: { service: svc.prn, scopes: 'profiles.readonly' },
-        });
-        return (
-          await hub.call('POST', '/auth/token', { token: svc.token, body: { 'access-code': code.body.code } })
-        ).body.token as string;
-      };
+      const delegate = async (token = grace.token) =>
+        (await swap((await grant(token)).body.code)).body.token as string;
       const delegated = await delegate();
       const made = await hub.call('POST', '/apps', {
         token: grace.token,
@@ -220,11 +217,16 @@ describe('/auth tokens (e2e)', function () {
       for (const token of [delegated, appToken])
         assert.equal((await hub.call('GET', '/profiles/', { token })).status, 200);
       await new Promise((r) => setTimeout(r, 1100)); // a later second: orig_iat is in seconds
+      const unswapped = (await grant(grace.token)).body.code; // granted before the change (a code lives 1 s here)
       const changed = await hub.call('POST', '/auth/password', {
         token: grace.token,
         body: { current_password: grace.password, password: 'grace-new-password' },
       });
       assert.equal(changed.status, 200);
+      // Nor does a code granted before the change swap after it.
+      const swapped = await swap(unswapped);
+      assert.equal(swapped.status, 401);
+      assert.match(swapped.body.message, /password changed since this code/);
       for (const token of [delegated, appToken]) {
         let r = await hub.call('GET', '/profiles/', { token });
         for (const end = Date.now() + 3000; r.status === 200 && Date.now() < end; )
@@ -232,9 +234,25 @@ describe('/auth tokens (e2e)', function () {
         assert.equal(r.status, 401);
         assert.match(r.body.message, /password changed/);
       }
-      // The first-party token of the login holds until it expires (as documented), and grants made now work.
+      // The first-party token of the login holds until it expires (as documented), but grants no
+      // more: a token stolen before the change would mint grants that outlived it.
       assert.equal((await hub.call('GET', '/profiles/', { token: grace.token })).status, 200);
-      assert.equal((await hub.call('GET', '/profiles/', { token: await delegate() })).status, 200);
+      const late = await grant(grace.token);
+      assert.equal(late.status, 401);
+      assert.match(late.body.message, /password changed/);
+      const lateApp = await hub.call('POST', '/auth/authorize', {
+        token: grace.token,
+        body: { client_id: made.body.id, redirect_uri: 'https://g.example/cb' },
+      });
+      assert.equal(lateApp.status, 401);
+      // A new login grants again.
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: 'grace', password: 'grace-new-password' },
+      });
+      assert.equal(
+        (await hub.call('GET', '/profiles/', { token: await delegate(login.body.token) })).status,
+        200,
+      );
     });
 
     it('a reused code is 401, a code for another service 403, a user cannot swap codes', async () => {
