@@ -1,10 +1,11 @@
 // Assembles one process of Device Hub from the configuration: the adapters of the profile,
 // then the roles asked for. `hub start` runs every role; `hub api` and `hub projector` one each.
 import { once } from 'node:events';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import type { Registry as PromRegistry } from 'prom-client';
 import { closeServer, createApp, type ReadinessCheck } from '../api/app.ts';
@@ -102,27 +103,30 @@ export interface Stores {
 /**
  * Takes the embedded profile's data dir for this process: its SQLite files are one process's,
  * whose caches assume they are the only writer (two hubs on one dir acknowledged writes that failed
- * and read each other's as stale). A lock file names the holder's pid; one whose process is gone
- * (a kill -9) is taken over. Answers the release.
+ * and read each other's as stale). The lock is SQLite's exclusive lock on `hub.lock`, held by one
+ * connection until it closes: the system drops it with the process (a kill -9, a crash), whatever
+ * pid comes next, and a second connection is refused in this process as in any other.
+ * `hub.pid` says who holds it, for people. Answers the release.
  */
 export function lockDataDir(dir: string): () => Promise<void> {
   mkdirSync(dir, { recursive: true });
-  const file = join(dir, 'hub.lock');
-  for (let attempt = 0; ; attempt++) {
+  const lock = new DatabaseSync(join(dir, 'hub.lock'));
+  try {
+    lock.exec('PRAGMA busy_timeout = 0; PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT');
+  } catch (err) {
+    lock.close();
+    if (((err as { errcode?: number }).errcode ?? 0) % 256 !== 5) throw err; // SQLITE_BUSY: held
+    let holder = '';
     try {
-      writeFileSync(file, `${process.pid}\n`, { flag: 'wx' });
-      return async () => rmSync(file, { force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
-      const holder = Number.parseInt(readFileSync(file, 'utf8'), 10);
-      if (holder > 0 && alive(holder))
-        throw new ConfigError(
-          'HUB_DATA_DIR',
-          `${dir} is in use by process ${holder}${holder === process.pid ? ' (this one)' : ''}: one hub per data dir (stop it, or give this one a dir of its own).`,
-        );
-      rmSync(file, { force: true }); // its process is gone
-    }
+      holder = readFileSync(join(dir, 'hub.pid'), 'utf8').trim();
+    } catch {}
+    throw new ConfigError(
+      'HUB_DATA_DIR',
+      `${dir} is in use by another hub${holder ? ` (process ${holder}${holder === String(process.pid) ? ', this one' : ''})` : ''}: one hub per data dir (stop it, or give this one a dir of its own).`,
+    );
   }
+  writeFileSync(join(dir, 'hub.pid'), `${process.pid}\n`);
+  return async () => lock.close();
 }
 
 /**
@@ -145,15 +149,6 @@ async function assertPortFree(host: string, port: number): Promise<void> {
     throw err;
   } finally {
     probe.close();
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM'; // alive, another user's
   }
 }
 

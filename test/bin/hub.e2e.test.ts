@@ -33,7 +33,7 @@ describe('hub binary (e2e)', () => {
       for (const [env, refusal] of [
         [
           { HUB_PORT: '0', HUB_DATA_DIR: dataDir },
-          new RegExp(`HUB_DATA_DIR ${dataDir} is in use by process ${child.pid}`),
+          new RegExp(`HUB_DATA_DIR ${dataDir} is in use by another hub \\(process ${child.pid}\\)`),
         ],
         [
           { HUB_PORT: port, HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-bin-')) },
@@ -52,7 +52,9 @@ describe('hub binary (e2e)', () => {
       const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');
       assert.equal(await exited, 0);
-      assert.ok(!existsSync(join(dataDir, 'hub.lock')), 'the data dir is given back');
+      // Given back with the process: the dir can be taken again.
+      const { lockDataDir } = await import('../../infra/node.ts');
+      await lockDataDir(dataDir)();
     } finally {
       child.kill('SIGKILL');
     }
@@ -164,7 +166,7 @@ describe('embedded profile start (e2e)', () => {
     try {
       await assert.rejects(
         startNode(config, ['api', 'projector']),
-        /HUB_DATA_DIR .* is in use by process \d+ \(this one\)/,
+        /HUB_DATA_DIR .* is in use by another hub \(process \d+, this one\)/,
       );
       const r = await request(`${node.url}/auth/accounts`, {
         method: 'POST',
