@@ -333,7 +333,7 @@ export const knobs = {
   verifyTtl: knob(
     'HUB_VERIFY_TTL_S',
     '172800',
-    'How long a verification link works, seconds; a registration still not verified that long after it and its last link gives its nick and email up to a new registration.',
+    'How long a verification link works, seconds; a registration still not verified that long after it (and its last link), or twice that long whatever, gives its nick and email up to a new registration.',
     int(1, 2_592_000),
   ),
   accessCodeTtl: knob(

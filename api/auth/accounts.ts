@@ -87,7 +87,7 @@ export const accounts = {
         return { ...next, active: true, verifications: new Map() };
       // Its names went to a newer registration: nothing reaches it by them, nor by its challenge.
       case 'RegistrationExpired':
-        return { ...next, challenge: '', verifications: new Map(), expired: true };
+        return { ...next, challenge: '', verifications: new Map(), resets: new Map(), expired: true };
       case 'PasswordResetRequested':
         return { ...next, resets: new Map(s.resets).set(d.nonce as string, d.expires as number) };
       case 'PasswordChanged': {

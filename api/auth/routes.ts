@@ -197,12 +197,16 @@ export function authRoutes(hub: HubContext) {
    */
   const expireStale = async (kind: string, value: string): Promise<boolean> => {
     const holder = await nameOwner(store, kind, value);
+    // Past its window with no link out (verification or reset: its owner may be following one), or
+    // past twice its window whatever: new links do not keep a name held for good.
+    const ttl = config.verifyTtl * 1000;
     const stale = (s: AccountState) =>
       s.id !== '' &&
       s.type === 'USER' &&
       !s.active &&
-      s.created + config.verifyTtl * 1000 < Date.now() &&
-      [...s.verifications.values()].every((expires) => expires < Date.now());
+      (s.created + 2 * ttl < Date.now() ||
+        (s.created + ttl < Date.now() &&
+          [...s.verifications.values(), ...s.resets.values()].every((expires) => expires < Date.now())));
     if (!holder) return true;
     const { after } = await handle(store, accountStream(holder), accounts, (s) => ({
       events:
@@ -1082,6 +1086,7 @@ document.getElementById('send').onclick = async () => {
         const { appended } = await handle(store, accountStream(accountId), accounts, (s) => {
           if (!s.id) throw unauthorized('This reset token is not valid.');
           if (resetNonce !== null) {
+            if (s.expired) throw unauthorized('This registration expired; register again.');
             if (s.usedResets.has(resetNonce)) throw unauthorized('This reset token was used already.');
             const expires = s.resets.get(resetNonce);
             if (expires === undefined || expires < Date.now())

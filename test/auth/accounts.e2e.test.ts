@@ -518,6 +518,37 @@ describe('/auth registrations never verified (e2e)', function () {
   });
 });
 
+describe('/auth registrations never verified, with links out (e2e)', function () {
+  this.timeout(60_000);
+  it('a live reset link keeps one past its window, not past twice it; the link then reaches nothing', async () => {
+    const hub = await startHub({ HUB_VERIFY_TTL_S: '1' });
+    try {
+      const registered = await hub.call('POST', '/auth/accounts', {
+        body: { email: 'rk@example.com', nick: 'resetkeeps', password: 'first-password' },
+      });
+      assert.equal(registered.status, 200);
+      await new Promise((r) => setTimeout(r, 1100));
+      const started = Date.now() - 1;
+      assert.equal(
+        (await hub.call('POST', '/auth/recover', { body: { email: 'rk@example.com' } })).status,
+        200,
+      );
+      const mail = await readMail(hub, 'rk@example.com', /Reset/, started);
+      const token = /"token": "([^"]+)"/.exec(mail.text)![1]!;
+      const taker = { email: 'other@example.com', nick: 'resetkeeps', password: 'takers-password' };
+      const early = await hub.call('POST', '/auth/accounts', { body: taker });
+      assert.equal(early.status, 409, 'its owner may be following the link');
+      await new Promise((r) => setTimeout(r, 1100)); // past twice the window
+      assert.equal((await hub.call('POST', '/auth/accounts', { body: taker })).status, 200);
+      const late = await hub.call('POST', '/auth/password', { body: { token, password: 'second-password' } });
+      assert.equal(late.status, 401);
+      assert.match(late.body.message, /registration expired/);
+    } finally {
+      await hub.stop();
+    }
+  });
+});
+
 describe('/auth rate limits (e2e)', function () {
   this.timeout(60_000);
   it('limits login attempts per account and per address with 429 and Retry-After', async () => {
