@@ -187,7 +187,13 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
   const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 3, enableAutoPipelining: true });
   redis.on('error', () => {});
   const unusable = await databaseProblem(redis);
-  if (unusable) throw new Error(`Redis at HUB_REDIS_URL: ${unusable}`);
+  if (unusable) {
+    // Refused: what was opened is closed (ioredis would keep reconnecting, and the process alive).
+    redis.disconnect();
+    await readStore.close();
+    await store.close();
+    throw new Error(`Redis at HUB_REDIS_URL: ${unusable}`);
+  }
   return {
     store,
     readStore,
