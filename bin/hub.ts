@@ -283,13 +283,15 @@ main(process.argv.slice(2)).then(
     // The libraries' words name neither the knob nor the address: point at what does.
     const e = err as { name?: string; message?: string };
     const hint =
-      e.name === 'MaxRetriesPerRequestError'
-        ? 'Redis does not answer (HUB_REDIS_URL).'
-        : e.name?.startsWith('KafkaJS')
-          ? 'Kafka does not answer (HUB_KAFKA_BROKERS).'
-          : dependencyDown(err)
-            ? 'a dependency does not answer (HUB_POSTGRES_URL, HUB_REDIS_URL, HUB_KAFKA_BROKERS).'
-            : undefined;
+      typeof (err as { errcode?: unknown }).errcode === 'number'
+        ? "the embedded store's files cannot be used (HUB_DATA_DIR: its permissions, its disk's space)."
+        : e.name === 'MaxRetriesPerRequestError'
+          ? 'Redis does not answer (HUB_REDIS_URL).'
+          : e.name?.startsWith('KafkaJS')
+            ? 'Kafka does not answer (HUB_KAFKA_BROKERS).'
+            : dependencyDown(err)
+              ? 'a dependency does not answer (HUB_POSTGRES_URL, HUB_REDIS_URL, HUB_KAFKA_BROKERS).'
+              : undefined;
     if (hint)
       process.stderr.write(`hub: ${hint} \`hub doctor\` checks the configuration and every dependency.\n`);
     process.exit(1);

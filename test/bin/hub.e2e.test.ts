@@ -1,7 +1,7 @@
 // The `hub` binary as a user runs it.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from '../harness.ts';
@@ -68,6 +68,19 @@ describe('hub binary (e2e)', () => {
     assert.equal(r.status, 2);
     assert.equal(r.stderr.trim().split('\n').length, 1);
     assert.match(r.stderr, /HUB_PROFILE must be one of embedded, distributed/);
+  });
+
+  it("a store file that cannot be opened points at HUB_DATA_DIR, not at the distributed profile's servers", () => {
+    const dataDir = mkdtempSync(join(tmpdir(), 'hub-bin-'));
+    mkdirSync(join(dataDir, 'events.sqlite')); // a directory where the file should be
+    const r = spawnSync(process.execPath, [HUB, 'start'], {
+      env: { ...process.env, HUB_PORT: '0', HUB_DATA_DIR: dataDir },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /cannot be used \(HUB_DATA_DIR: its permissions, its disk's space\)/);
+    assert.doesNotMatch(r.stderr, /HUB_POSTGRES_URL/);
   });
 
   it('a dependency that does not answer at start is named with its variable, and doctor is suggested', () => {
