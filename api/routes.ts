@@ -275,11 +275,17 @@ export class Routes {
     const responses: Record<string, unknown> = {};
     for (const [status, r] of Object.entries(spec.responses)) {
       const success = Number(status) < 300;
-      responses[status] = {
-        description: r.description,
-        ...(success ? { headers: mutation ? WRITE_HEADERS : READ_HEADERS } : {}),
-        ...(r.schema ? { content: { 'application/json': { schema: r.schema } } } : {}),
-      };
+      // An error a route names (its own 401, 409…) is of the one error shape too.
+      responses[status] = success
+        ? {
+            description: r.description,
+            headers: mutation ? WRITE_HEADERS : READ_HEADERS,
+            ...(r.schema ? { content: { 'application/json': { schema: r.schema } } } : {}),
+          }
+        : errorResponse(
+            r.description,
+            status === '401' ? { 'WWW-Authenticate': { $ref: '#/components/headers/WwwAuthenticate' } } : {},
+          );
     }
     // The errors this operation can answer, from what it takes (each of the one error shape).
     const bearer = spec.security === 'bearer' || spec.security === 'optional-bearer';

@@ -507,7 +507,10 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: true,
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
-      responses: { 200: { description: 'Verified (also when it was already).', schema: VERIFIED } },
+      responses: {
+        200: { description: 'Verified (also when it was already).', schema: VERIFIED },
+        401: { description: 'The link is not valid, or has expired.' },
+      },
       handler: (ctx, { query }) => verify(ctx, query.token),
     });
     routes.add<{ token: string }>({
@@ -522,7 +525,10 @@ document.getElementById('send').onclick = async () => {
         additionalProperties: false,
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
-      responses: { 200: { description: 'Verified (also when it was already).', schema: VERIFIED } },
+      responses: {
+        200: { description: 'Verified (also when it was already).', schema: VERIFIED },
+        401: { description: 'The link is not valid, or has expired.' },
+      },
       handler: (ctx, { body }) => verify(ctx, body.token),
     });
 
@@ -543,7 +549,14 @@ document.getElementById('send').onclick = async () => {
           password: { type: 'string', maxLength: 512 },
         },
       }),
-      responses: { 200: { description: 'Logged in.', schema: LOGIN_RESPONSE } },
+      responses: {
+        200: { description: 'Logged in.', schema: LOGIN_RESPONSE },
+        401: { description: '`invalid_credentials`: one answer whether the user exists or not.' },
+        403: {
+          description:
+            '`account_pending`: the email is not verified yet; or an admin login as someone else by one who may not.',
+        },
+      },
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
         if (DEVICE_PRN.test(body.username)) {
@@ -648,6 +661,10 @@ document.getElementById('send').onclick = async () => {
         200: {
           description: 'Refreshed.',
           schema: tokenResponse({ refresh_token: REFRESH_TOKEN }, ['refresh_token']),
+        },
+        401: {
+          description:
+            'Unknown, expired, or used before (the login is then revoked); or the password changed since the login.',
         },
       },
       handler: async (ctx, { body }) => {

@@ -324,6 +324,12 @@ describe('/apps and /profiles (e2e)', function () {
         );
       }
     assert.equal(doc.paths['/profiles/'].get.operationId, 'getProfiles');
+    // Errors that anonymous operations answer are listed too, of the one shape.
+    const login = doc.paths['/auth/login'].post.responses;
+    assert.match(login['401'].description, /invalid_credentials/);
+    assert.ok(login['401'].headers['WWW-Authenticate']);
+    assert.equal(login['403'].content['application/json'].schema.$ref, '#/components/schemas/Error');
+    assert.ok(doc.paths['/auth/token/refresh'].post.responses['401']);
     // A read may name a position to wait for; a command answers its own.
     assert.ok(
       doc.paths['/devices'].get.parameters.some((p: { $ref?: string }) => p.$ref?.endsWith('/MinPosition')),
