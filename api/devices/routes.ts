@@ -12,7 +12,7 @@ import {
   releaseName,
 } from '../../infra/eventstore/aggregate.ts';
 import { accountStream, accounts } from '../auth/accounts.ts';
-import { authenticate, requireScope } from '../auth/middleware.ts';
+import { authenticate, requireAccountType, requireScope } from '../auth/middleware.ts';
 import { seal, secretToken, unseal } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
@@ -382,9 +382,10 @@ export function deviceRoutes(hub: HubContext) {
       path: '/devices',
       tag: 'devices',
       summary: 'Your devices, newest first (garbage ones left out).',
+      description: 'A device owns no devices: its token gets 403.',
       security: 'bearer',
       scopes: grantingScopes('devices', 'read'),
-      middleware: [auth, requireScope('devices', 'read')],
+      middleware: [auth, requireScope('devices', 'read'), requireAccountType('USER', 'SERVICE')],
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of devices (no secrets).', schema: pageSchema(DEVICE_RECORD) },

@@ -198,6 +198,9 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         404,
         'a device sees no other device',
       );
+      const listed = await hub.call('GET', '/devices', { token: dev.token });
+      assert.equal(listed.status, 403, 'a device owns no devices to list');
+      assert.match(listed.body.message, /Only USER or SERVICE accounts/);
       assert.equal((await hub.call('GET', `/devices/${'0'.repeat(24)}`, { token: alice.token })).status, 404);
       assert.equal((await hub.call('GET', `/devices/${dev.id}`)).status, 401);
       assert.equal((await hub.call('GET', `/devices/${dev.id}`, { token: 'not.a.token' })).status, 401);
