@@ -37,6 +37,9 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>> {
   /** Scopes of which the bearer token needs one, published as alternatives (`grantingScopes`, which
    * the route's own middleware enforces). */
   scopes?: string[];
+  /** A read served from read models: it waits for the caller's writes and for X-Hub-Min-Position
+   * (its handler asks `consistency.readable`), which /openapi.json then publishes for it. */
+  waitsForWrites?: boolean;
   body?: Schema<B>;
   query?: Schema<Q>;
   responses: Record<number, { description: string; schema?: Record<string, unknown> }>;
@@ -59,7 +62,7 @@ const PARAMETERS = {
     in: 'header',
     required: false,
     description:
-      'A position a command answered (X-Hub-Position): a read served from read models waits until they have applied it (503 stale_read past HUB_READ_WAIT_MS). Reads from the event store are never stale and do not wait. A decimal integer (400 otherwise).',
+      'A position a command answered (X-Hub-Position): this read, served from read models, waits until they have applied it (503 stale_read past HUB_READ_WAIT_MS). A decimal integer (400 otherwise). Reads not listing it come from the event store: never stale.',
     schema: { type: 'string', pattern: '^[0-9]{1,15}$' },
   },
 };
@@ -329,7 +332,7 @@ export class Routes {
         ...params,
         ...queryParams,
         { $ref: '#/components/parameters/RequestId' },
-        ...(mutation ? [] : [{ $ref: '#/components/parameters/MinPosition' }]),
+        ...(spec.waitsForWrites ? [{ $ref: '#/components/parameters/MinPosition' }] : []),
       ],
       responses,
     };

@@ -162,6 +162,7 @@ export function appRoutes(hub: HubContext) {
       path: '/apps',
       tag: 'apps',
       summary: 'Your apps, newest first.',
+      waitsForWrites: true,
       security: 'bearer',
       scopes: grantingScopes('apps', 'read'),
       middleware: [auth, requireScope('apps', 'read')],

@@ -977,7 +977,9 @@ document.getElementById('send').onclick = async () => {
       path: '/auth/accounts',
       tag: 'auth',
       summary: 'With ?asadmin=yes (admins only): every account, paginated. Without: your own account.',
-      description: 'For accounts (users and services): a device has none (403).',
+      description:
+        'For accounts (users and services): a device has none (403). The admin listing (asadmin=yes) is served from a read model and waits for X-Hub-Min-Position; your own account comes from the event store.',
+      waitsForWrites: true,
       security: 'bearer',
       middleware: [auth, requireFirstParty, requireAccountType('USER', 'SERVICE')],
       query: schema({ type: 'object', properties: { asadmin: { enum: ['yes', 'no'] }, ...PAGE_QUERY } }),

@@ -383,6 +383,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Your devices, newest first (garbage ones left out).',
       description: 'A device owns no devices: its token gets 403.',
+      waitsForWrites: true,
       security: 'bearer',
       scopes: grantingScopes('devices', 'read'),
       middleware: [auth, requireScope('devices', 'read'), requireAccountType('USER', 'SERVICE')],

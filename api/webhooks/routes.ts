@@ -481,6 +481,7 @@ export function webhookRoutes(hub: HubContext) {
       path: '/webhooks/',
       tag: 'webhooks',
       summary: 'Your subscriptions, newest first (no secrets).',
+      waitsForWrites: true,
       security: 'bearer',
       scopes: grantingScopes('webhooks', 'read'),
       middleware: read,

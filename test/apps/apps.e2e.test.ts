@@ -330,10 +330,20 @@ describe('/apps and /profiles (e2e)', function () {
     assert.ok(login['401'].headers['WWW-Authenticate']);
     assert.equal(login['403'].content['application/json'].schema.$ref, '#/components/schemas/Error');
     assert.ok(doc.paths['/auth/token/refresh'].post.responses['401']);
-    // A read may name a position to wait for; a command answers its own.
-    assert.ok(
-      doc.paths['/devices'].get.parameters.some((p: { $ref?: string }) => p.$ref?.endsWith('/MinPosition')),
-    );
+    // A read from read models may name a position to wait for, exactly where it is published (a
+    // malformed one is 400 there, and not looked at elsewhere); a command answers its own.
+    const waits: string[] = [];
+    const root = await signup(hub, 'root'); // the admin listing is the read-model read of /auth/accounts
+    for (const [path, ops] of Object.entries(doc.paths as Record<string, Record<string, Op>>)) {
+      if (!ops.get || path.includes('{')) continue;
+      const published = ops.get.parameters.some((p) => p.$ref === '#/components/parameters/MinPosition');
+      if (published) waits.push(path);
+      const [url, token] =
+        path === '/auth/accounts' ? [`${path}?asadmin=yes`, root.token] : [path, alice.token];
+      const r = await hub.call('GET', url, { token, headers: { 'X-Hub-Min-Position': 'abc' } });
+      assert.equal(r.status === 400, published, `${path}: ${r.status}`);
+    }
+    assert.deepEqual(waits.sort(), ['/apps', '/auth/accounts', '/devices', '/webhooks/']);
     assert.ok(doc.paths['/devices/{id}/user-meta'].put.responses['200'].headers['X-Hub-Position']);
     assert.equal(doc.components.parameters.MinPosition.name, 'X-Hub-Min-Position');
     assert.ok(doc.components.responses.TooManyRequests.headers['Retry-After']);
