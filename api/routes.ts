@@ -78,6 +78,8 @@ const HEADERS = {
   WwwAuthenticate: { description: 'Bearer.', schema: { type: 'string' } },
 };
 const READ_HEADERS = { 'X-Request-Id': { $ref: '#/components/headers/RequestId' } };
+const WWW_AUTHENTICATE = { 'WWW-Authenticate': { $ref: '#/components/headers/WwwAuthenticate' } };
+const RETRY_AFTER = { 'Retry-After': { $ref: '#/components/headers/RetryAfter' } };
 const WRITE_HEADERS = { ...READ_HEADERS, 'X-Hub-Position': { $ref: '#/components/headers/Position' } };
 
 const errorResponse = (description: string, headers?: Record<string, unknown>) => ({
@@ -90,9 +92,7 @@ const ERROR_RESPONSES = {
   BadRequest: errorResponse(
     '`invalid_json`: the body is not JSON (or holds a string that is not well-formed Unicode); `bad_request`: a request or header that cannot be read.',
   ),
-  Unauthorized: errorResponse('No token, or one that does not hold.', {
-    'WWW-Authenticate': { $ref: '#/components/headers/WwwAuthenticate' },
-  }),
+  Unauthorized: errorResponse('No token, or one that does not hold.', WWW_AUTHENTICATE),
   Forbidden: errorResponse('The token lacks a scope (named), or is of a kind that may not do this.'),
   NotFound: errorResponse('No such resource, or not one of yours.'),
   PayloadTooLarge: errorResponse(
@@ -100,12 +100,10 @@ const ERROR_RESPONSES = {
   ),
   UnsupportedMediaType: errorResponse('Send the body as application/json.'),
   Unprocessable: errorResponse('A field or query parameter is invalid: `details` names each.'),
-  TooManyRequests: errorResponse('Over the rate limit (per account, or per address).', {
-    'Retry-After': { $ref: '#/components/headers/RetryAfter' },
-  }),
+  TooManyRequests: errorResponse('Over the rate limit (per account, or per address).', RETRY_AFTER),
   Unavailable: errorResponse(
     '`unavailable`: a dependency does not answer (a read gets Retry-After; a write does not, as it may have been stored: read before trying again); `stale_read`: the read models did not catch up in time.',
-    { 'Retry-After': { $ref: '#/components/headers/RetryAfter' } },
+    RETRY_AFTER,
   ),
 };
 
@@ -285,10 +283,7 @@ export class Routes {
             headers: mutation ? WRITE_HEADERS : READ_HEADERS,
             ...(r.schema ? { content: { 'application/json': { schema: r.schema } } } : {}),
           }
-        : errorResponse(
-            r.description,
-            status === '401' ? { 'WWW-Authenticate': { $ref: '#/components/headers/WwwAuthenticate' } } : {},
-          );
+        : errorResponse(r.description, status === '401' ? WWW_AUTHENTICATE : {});
     }
     // The errors this operation can answer, from what it takes (each of the one error shape).
     const bearer = spec.security === 'bearer' || spec.security === 'optional-bearer';

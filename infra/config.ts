@@ -79,22 +79,20 @@ const nonEmpty: Parser<string> = (raw) => {
   if (!raw.trim()) throw new Error('must not be empty');
   return raw;
 };
-/** A PEM private key the hub can use, or empty; `curve`: it must be EC on that curve (ES256). */
-const privateKeyPem =
-  (curve?: string): Parser<string> =>
-  (raw) => {
-    const value = pem(raw);
-    if (!value) return value;
-    let key: KeyObject;
-    try {
-      key = createPrivateKey(value);
-    } catch {
-      throw new Error('must be a private key in PEM (PKCS#8)');
-    }
-    if (curve && (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== curve))
-      throw new Error('must be an ES256 key: EC on the curve P-256');
-    return value;
-  };
+/** A PEM EC P-256 private key (what ES256 and the device CA sign with), or empty. */
+const p256KeyPem: Parser<string> = (raw) => {
+  const value = pem(raw);
+  if (!value) return value;
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(value);
+  } catch {
+    throw new Error('must be a private key in PEM (PKCS#8)');
+  }
+  if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1')
+    throw new Error('must be an EC key on the curve P-256 (ES256)');
+  return value;
+};
 const certificatePem: Parser<string> = (raw) => {
   const value = pem(raw);
   if (!value) return value;
@@ -291,7 +289,7 @@ export const knobs = {
     'HUB_JWT_PRIVATE_KEY',
     '',
     'ES256 private key (PKCS#8 PEM) that signs tokens. Empty: generated on first start (embedded: kept in HUB_DATA_DIR/keys).',
-    privateKeyPem('prime256v1'),
+    p256KeyPem,
   ),
   admins: knob('HUB_ADMINS', '', 'Comma-separated nicks of the admin accounts.', list),
   serviceDomain: knob(
@@ -389,7 +387,12 @@ export const knobs = {
     'PEM certificate of the CA that signs device certificates. Empty: generated on first start.',
     certificatePem,
   ),
-  deviceCaKey: knob('HUB_DEVICE_CA_KEY', '', 'PEM (PKCS#8) private key of that CA.', privateKeyPem()),
+  deviceCaKey: knob(
+    'HUB_DEVICE_CA_KEY',
+    '',
+    'PEM (PKCS#8) private key of that CA (EC P-256: it signs with ECDSA P-256).',
+    p256KeyPem,
+  ),
   metaMaxKeys: knob(
     'HUB_META_MAX_KEYS',
     '200',

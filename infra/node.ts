@@ -232,20 +232,16 @@ export async function startNode(
   const config = forRoles(configured, roles);
   const logger = options.logger ?? createLogger(config.logLevel);
   const metrics = createMetrics();
-  const unlock = config.profile === 'embedded' ? lockDataDir(config.dataDir) : async () => {};
-  await assertPortFree(config.host, config.port).catch(async (err) => {
-    await unlock();
-    throw err;
-  });
-  const stores = await openStores(config, metrics.registry).catch(async (err) => {
-    await unlock();
-    throw err;
-  });
-  const { store, readStore } = stores;
-  // Run last to first: the data dir is given back once its stores are closed.
-  const closers: Array<() => Promise<void>> = [unlock, () => stores.close()];
+  // Run last to first, at a stop or when the start fails part way: the data dir is given back
+  // once its stores are closed.
+  const closers: Array<() => Promise<void>> = [];
+  if (config.profile === 'embedded') closers.push(lockDataDir(config.dataDir));
   let stopped: Promise<void> | undefined;
   try {
+    await assertPortFree(config.host, config.port);
+    const stores = await openStores(config, metrics.registry);
+    closers.push(() => stores.close());
+    const { store, readStore } = stores;
     const readiness: Record<string, ReadinessCheck> = {
       eventstore: async () => {
         await store.head();

@@ -69,7 +69,7 @@ export async function loadKeys(
       } catch {
         throw new ConfigError(
           'HUB_DATA_DIR',
-          `: ${file} is not a private key in PEM; restore the hub's key.`,
+          `holds ${file}, which is not a private key in PEM: restore the hub's key.`,
         );
       }
     }

@@ -7,7 +7,7 @@ import type { EventStore } from '../../infra/eventstore/port.ts';
 import { appStream, apps } from '../apps/apps.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
 import { chargeRateLimit } from '../http.ts';
-import { accountPrn, accountStream, accounts } from './accounts.ts';
+import { accountPrn, accountStream, accounts, passwordChangedSince } from './accounts.ts';
 import type { Keys } from './keys.ts';
 import { APP_PRN, type Claims, grants, HUB_AUDIENCE, ISSUER, SERVICE_PRN } from './tokens.ts';
 
@@ -62,8 +62,7 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
       if (passwordChanges.size >= MAX_VERIFIED) passwordChanges.delete(passwordChanges.keys().next().value!);
       passwordChanges.set(id, known);
     }
-    // orig_iat is in whole seconds: a grant of the same second as the change stays (as for logins).
-    return Math.floor(known.changed / 1000) > claims.orig_iat;
+    return passwordChangedSince(known.changed, claims.orig_iat);
   };
   const verify = koaJwt({
     secret: keys.publicPem,

@@ -34,6 +34,7 @@ import {
   accountRecord,
   accountStream,
   accounts,
+  passwordChangedSince,
   servicePrn,
 } from './accounts.ts';
 import { authenticate, requireAccountType, requireFirstParty } from './middleware.ts';
@@ -143,10 +144,9 @@ export function authRoutes(hub: HubContext) {
     return state.id ? state : undefined;
   }
 
-  /** The key of an account's attempts at its password (login, password change); an unknown name
-   * has one of its own. */
-  const loginBudget = (account: AccountState | undefined, name: string) =>
-    `login-account:${account ? account.id : lower(name)}`;
+  /** The key of an account's attempts at its password (login, password change): its id, or for a
+   * name that is no account's (or a device's PRN), the name. */
+  const loginBudget = (who: string) => `login-account:${who}`;
 
   /** Finds an account by nick, email or PRN; read from the store, so it is never stale. */
   async function findAccount(name: string): Promise<AccountState | undefined> {
@@ -197,6 +197,7 @@ export function authRoutes(hub: HubContext) {
    */
   const expireStale = async (kind: string, value: string): Promise<boolean> => {
     const holder = await nameOwner(store, kind, value);
+    if (!holder) return true;
     // Past its window with no link out (verification or reset: its owner may be following one), or
     // past twice its window whatever: new links do not keep a name held for good.
     const ttl = config.verifyTtl * 1000;
@@ -207,7 +208,6 @@ export function authRoutes(hub: HubContext) {
       (s.created + 2 * ttl < Date.now() ||
         (s.created + ttl < Date.now() &&
           [...s.verifications.values(), ...s.resets.values()].every((expires) => expires < Date.now())));
-    if (!holder) return true;
     const { after } = await handle(store, accountStream(holder), accounts, (s) => ({
       events:
         stale(s) && !s.expired
@@ -233,9 +233,8 @@ export function authRoutes(hub: HubContext) {
     const admin = claims.act ? await findAccount(claims.act.sub) : undefined;
     if (claims.act && (!admin?.active || !isAdmin(admin.nick)))
       throw unauthorized('The admin acting in this token no longer may.');
-    // As with refresh tokens, a new password ends the logins made before it. orig_iat is in
-    // whole seconds: a login of the same second as the change stays (the change is ms-exact).
-    if (Math.floor((admin ?? account).passwordChanged / 1000) > claims.orig_iat)
+    // As with refresh tokens, a new password ends the logins made before it.
+    if (passwordChangedSince((admin ?? account).passwordChanged, claims.orig_iat))
       throw unauthorized('The password changed since this login; log in again.');
     // A login revoked (a spent refresh token presented again) is not kept alive this way either.
     if (claims.sid && (await load(store, `refresh-${claims.sid}`, refreshFamilies)).state.revoked)
@@ -560,7 +559,7 @@ document.getElementById('send').onclick = async () => {
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
         if (DEVICE_PRN.test(body.username)) {
-          await limit(`login-account:${lower(body.username)}`, config.loginAccountLimitPerMinute);
+          await limit(loginBudget(lower(body.username)), config.loginAccountLimitPerMinute);
           ctx.body = await deviceSession(body.username, body.password);
           return;
         }
@@ -569,7 +568,7 @@ document.getElementById('send').onclick = async () => {
           : [body.username, undefined];
         const account = await findAccount(actorName!);
         // One budget per account, whichever name it is given by (nick, email, PRN).
-        await limit(loginBudget(account, actorName!), config.loginAccountLimitPerMinute);
+        await limit(loginBudget(account?.id ?? lower(actorName!)), config.loginAccountLimitPerMinute);
         const ok = await verifyPassword(body.password, account?.passwordHash || DUMMY_HASH);
         if (!account || !ok || account.expired) throw invalidCredentials('Wrong username or password.');
         if (!account.active)
@@ -1094,7 +1093,7 @@ document.getElementById('send').onclick = async () => {
           const account = await findAccount(ctx.state.auth!.sub);
           if (!account) throw unauthorized('The account of this token no longer exists.');
           // Guesses of the current password share the login's budget: a stolen token is no way round it.
-          await limit(loginBudget(account, ''), config.loginAccountLimitPerMinute);
+          await limit(loginBudget(account.id), config.loginAccountLimitPerMinute);
           if (!(await verifyPassword(body.current_password, account.passwordHash))) {
             throw invalidCredentials('The current password is wrong.');
           }
@@ -1118,12 +1117,11 @@ document.getElementById('send').onclick = async () => {
           // The reset link reached the mailbox, which is what verification proves: a pending
           // account is verified by it (else whoever registered the address first, and never
           // verified it, would keep its owner out for good).
-          if (resetNonce !== null && !s.active)
-            return {
-              events: [{ type: 'AccountVerified', data: { account_id: s.id, nonce: resetNonce } }, changed],
-              result: undefined,
-            };
-          return { events: [changed], result: undefined };
+          const verified =
+            resetNonce !== null && !s.active
+              ? [{ type: 'AccountVerified', data: { account_id: s.id, nonce: resetNonce } }]
+              : [];
+          return { events: [...verified, changed], result: undefined };
         });
         await hub.consistency.written(ctx, appended!.position);
         ctx.body = { status: 'changed', message: 'The password is set.' };

@@ -4,6 +4,7 @@ import { type AccountState, accountStream, accounts, PROFILE_TEXT, profileRecord
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
+import { metaReplace } from '../devices/devices.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 
@@ -41,12 +42,10 @@ type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'emai
   ovmode?: Record<string, string>;
 };
 
-/** Whether two maps of strings hold the same entries. */
+/** Whether two maps of strings hold the same entries: the device maps' diff finds nothing. */
 function sameMap(a: Record<string, string>, b: Record<string, string>): boolean {
-  const entries = Object.entries(a);
-  return (
-    entries.length === Object.keys(b).length && entries.every(([k, v]) => Object.hasOwn(b, k) && b[k] === v)
-  );
+  const { changedKeys, removedKeys } = metaReplace(a, b);
+  return changedKeys.length === 0 && removedKeys.length === 0;
 }
 
 /** The text fields that are set: one set to '' reads as one not sent (both are shown as ''). */

@@ -99,6 +99,10 @@ describe('configuration (unit)', () => {
     const ca = readFileSync(deviceCaFile(dir), 'utf8');
     const caKey = readFileSync(join(dir, 'keys', 'device-ca.key'), 'utf8');
     assert.equal(loadConfig({ HUB_DEVICE_CA_CERT: ca, HUB_DEVICE_CA_KEY: caKey }).deviceCaKey, caKey);
+    assert.throws(
+      () => loadConfig({ HUB_DEVICE_CA_CERT: ca, HUB_DEVICE_CA_KEY: pemOf(p384) }),
+      /HUB_DEVICE_CA_KEY must be an EC key on the curve P-256/,
+    );
     assert.throws(() => loadConfig({ HUB_DEVICE_CA_CERT: ca }), /HUB_DEVICE_CA_KEY must be set with/);
     assert.throws(
       () => loadConfig({ HUB_DEVICE_CA_CERT: ca, HUB_DEVICE_CA_KEY: pemOf(p256) }),
