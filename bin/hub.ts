@@ -7,7 +7,7 @@ import { VERSION } from '../api/app.ts';
 import { dependencyDown } from '../api/errors.ts';
 import { type Config, ConfigError, loadConfig } from '../infra/config.ts';
 import { runDoctor } from '../infra/doctor.ts';
-import { forRoles, openStores, type Role, startNode } from '../infra/node.ts';
+import { forRoles, lockDataDir, openStores, type Role, startNode } from '../infra/node.ts';
 import { newOwnerId } from '../infra/readstore/redis.ts';
 import { createLogger } from '../infra/telemetry.ts';
 import { projectionNamed, projections } from '../projections/index.ts';
@@ -76,8 +76,9 @@ status  Lists every projection: its version, active generation, checkpoint, lag 
 replay  Rebuilds <name> from position 0 into a new generation while the active one keeps answering
         reads, then switches reads over atomically and drops the old keys. Shows progress with
         events/s and ETA. Ctrl-C interrupts it; running it again resumes. Refuses to run while another
-        replay of the same projection runs. Distributed profile only: embedded read models live in the
-        hub process and are rebuilt at every start.`,
+        replay of the same projection runs. Embedded profile: with the hub stopped (its data dir is
+        one process's); read models in memory (HUB_EMBEDDED_STATE=memory) cannot be replayed, the hub
+        rebuilds them at every start.`,
 };
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
@@ -178,9 +179,11 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
   if (!((sub === 'status' && args.length === 1) || (sub === 'replay' && args.length <= 2)))
     return fail(`usage: hub projections status | hub projections replay <name>`);
 
-  if (sub === 'replay' && config.profile === 'embedded') {
+  const embedded = config.profile === 'embedded';
+  const inMemory = embedded && config.embeddedState === 'memory';
+  if (sub === 'replay' && inMemory) {
     return fail(
-      'replay needs the distributed profile: embedded read models live in the hub process and are rebuilt at every start',
+      'replay needs the read models on disk (HUB_EMBEDDED_STATE=sqlite) or the distributed profile: embedded read models in memory live in the hub process and are rebuilt at every start',
     );
   }
   // A status asks; it does not make a store where there was none (a mistyped HUB_DATA_DIR).
@@ -191,7 +194,13 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
   )
     return fail(`HUB_DATA_DIR ${config.dataDir} holds no hub data (no events.sqlite)`);
   const logger = createLogger(config.logLevel === 'info' ? 'warn' : config.logLevel);
-  const stores = await openStores(forRoles(config, [])); // no API: no threads share the store
+  // An embedded replay writes the data dir's files, which are one process's: the hub's, while it
+  // runs (a ConfigError says so), else this command's.
+  const release = sub === 'replay' && embedded ? lockDataDir(config.dataDir) : undefined;
+  const stores = await openStores(forRoles(config, [])).catch(async (err) => {
+    await release?.();
+    throw err;
+  }); // no API: no threads share the store
   try {
     if (sub === 'status') {
       const rows = await projectionStatus(stores.store, stores.readStore, projections);
@@ -200,25 +209,25 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
           '\t',
         ),
       );
-      // Embedded read models live in the hub process, out of this one's sight: no checkpoint or
-      // lag to show but its own (its /metrics: hub_projection_lag_events).
-      const embedded = config.profile === 'embedded';
+      // Embedded read models in memory live in the hub process, out of this one's sight: no
+      // checkpoint or lag to show but its own (its /metrics: hub_projection_lag_events).
+      const hidden = inMemory;
       for (const r of rows) {
         const replay = r.replay ? `generation ${r.replay.generation} at ${r.replay.checkpoint}` : '-';
         say(
           [
             r.name,
             r.version,
-            embedded ? '-' : r.generation,
-            embedded ? '-' : r.checkpoint,
+            hidden ? '-' : r.generation,
+            hidden ? '-' : r.checkpoint,
             r.head,
-            embedded ? '-' : r.lagEvents,
-            embedded ? '-' : r.lagSeconds.toFixed(1),
+            hidden ? '-' : r.lagEvents,
+            hidden ? '-' : r.lagSeconds.toFixed(1),
             replay,
           ].join('\t'),
         );
       }
-      if (embedded)
+      if (hidden)
         say(
           "(embedded: read models live in the running hub's process, rebuilt at its start; its /metrics shows their lag: hub_projection_lag_events)",
         );
@@ -266,6 +275,7 @@ async function projectionsCommand(config: Config, args: string[]): Promise<numbe
     }
   } finally {
     await stores.close();
+    await release?.();
   }
 }
 

@@ -174,6 +174,12 @@ export const knobs = {
     'SQLite durability: `full` fsyncs every group commit (survives power loss); `normal` survives a process crash only.',
     oneOf('full', 'normal'),
   ),
+  embeddedState: knob(
+    'HUB_EMBEDDED_STATE',
+    'sqlite',
+    "Embedded profile: where the derived state lives (read models, the event log, the device actors' states). `sqlite`: in HUB_DATA_DIR/derived.sqlite, kept across restarts, so a start resumes from its checkpoints. `memory`: in the process, rebuilt from the whole event store at each start (tests and benchmarks).",
+    oneOf('sqlite', 'memory'),
+  ),
   postgresUrl: knob(
     'HUB_POSTGRES_URL',
     'postgres://hub@127.0.0.1:5433/hub',

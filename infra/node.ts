@@ -24,7 +24,12 @@ import { loadDeviceCa } from '../api/devices/ca.ts';
 import { apiServer } from '../api/http.ts';
 import type { Routes } from '../api/routes.ts';
 import { serviceRoutes, startApiThreads } from '../api/threads.ts';
-import { MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
+import {
+  type ActorStates,
+  MemoryActorStates,
+  RedisActorStates,
+  SqliteActorStates,
+} from '../processors/actors.ts';
 import {
   type DeliveryStore,
   encodeJob,
@@ -35,6 +40,7 @@ import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
 import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
+import { SqliteEventLog } from '../processors/eventlog-sqlite.ts';
 import { mailProcessor } from '../processors/mailer.ts';
 import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
 import { publicityProcessor } from '../processors/publicity.ts';
@@ -56,6 +62,8 @@ import { createMailer } from './mail.ts';
 import { MemoryReadStore } from './readstore/memory.ts';
 import type { ReadStore } from './readstore/port.ts';
 import { databaseProblem, RedisReadStore } from './readstore/redis.ts';
+import { SqliteReadStore } from './readstore/sqlite.ts';
+import { type DerivedDatabase, openDerivedDatabase } from './sqlite.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from './telemetry.ts';
 
 export type Role = 'api' | 'projector' | 'processor' | 'dispatcher';
@@ -91,6 +99,8 @@ export interface Stores {
   checkpoints: CheckpointStore;
   /** The account-wide log of derived webhook events. */
   eventLog: EventLog;
+  /** The device actors' states (the stream processor's). */
+  actorStates: ActorStates<DeviceActor>;
   /** Pending delivery jobs and the record of attempts. */
   deliveries: DeliveryStore;
   /** Shared Redis connection (distributed profile). */
@@ -157,24 +167,38 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
   const registry = SchemaRegistry.load();
   const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   if (config.profile === 'embedded') {
-    const readStore = new MemoryReadStore();
+    const retentionMs = config.eventLogRetentionDays * 86_400_000;
+    // Derived state on disk (HUB_EMBEDDED_STATE=sqlite): a start resumes from its checkpoints.
+    let derived: DerivedDatabase | undefined;
+    try {
+      derived =
+        config.embeddedState === 'sqlite'
+          ? openDerivedDatabase(join(config.dataDir, 'derived.sqlite'))
+          : undefined;
+    } catch (err) {
+      await store.close();
+      throw err;
+    }
+    const readStore = derived ? new SqliteReadStore(derived) : new MemoryReadStore();
     const checkpoints = new FileCheckpoints(join(config.dataDir, 'checkpoints'));
-    const deliveries = new ThreadedDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), {
-      retentionMs: config.eventLogRetentionDays * 86_400_000,
-    });
+    const deliveries = new ThreadedDeliveryStore(join(config.dataDir, 'deliveries.sqlite'), { retentionMs });
     return {
       store,
       readStore,
       lastWrites: new MemoryLastWrites(),
       limiter: new MemoryLimiter(),
       checkpoints,
-      eventLog: new MemoryEventLog({ retentionMs: config.eventLogRetentionDays * 86_400_000 }),
+      eventLog: derived ? new SqliteEventLog(derived, { retentionMs }) : new MemoryEventLog({ retentionMs }),
+      actorStates: derived
+        ? new SqliteActorStates<DeviceActor>(derived, 'device')
+        : new MemoryActorStates<DeviceActor>(),
       deliveries,
       redis: undefined,
       registry,
       close: async () => {
         await deliveries.close();
         await readStore.close();
+        await derived?.close();
         await store.close();
         checkpoints.close();
       },
@@ -201,6 +225,7 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
     limiter: new RedisLimiter(redis),
     checkpoints: new RedisCheckpoints(redis),
     eventLog: new RedisEventLog({ redis, retentionMs: config.eventLogRetentionDays * 86_400_000 }),
+    actorStates: new RedisActorStates<DeviceActor>(redis, 'device'),
     deliveries: new RedisDeliveryStore(redis, { retentionMs: config.eventLogRetentionDays * 86_400_000 }),
     redis,
     registry,
@@ -343,22 +368,10 @@ export async function startNode(
       const embedded = config.profile === 'embedded';
       const bus = await busOfProcess();
       const { registry } = stores;
-      const changeRelay = relay({
-        store,
-        bus,
-        registry,
-        checkpoints: embedded ? new MemoryCheckpoints() : stores.checkpoints,
-        logger,
-        metrics: metrics.registry,
-        lease: embedded ? undefined : readStore,
-        name: `relay${config.kafkaPrefix ? `:${config.kafkaPrefix}` : ''}`,
-      });
       const processor = new StreamProcessor({
         bus,
         registry,
-        states: embedded
-          ? new MemoryActorStates<DeviceActor>()
-          : new RedisActorStates<DeviceActor>(stores.redis!, 'device'),
+        states: stores.actorStates,
         log: stores.eventLog,
         // Distributed: an owner's subscriptions are read from Redis at most once a second, so a
         // change takes effect within a second of being projected (embedded: at once).
@@ -382,9 +395,27 @@ export async function startNode(
                 { ordered: false },
               );
             },
+        // Embedded: the in-process bus holds nothing across a restart. Jobs at or below the hand-off
+        // checkpoint went out before; with the derived state on disk, the change stream resumes
+        // where the actors' states were saved, else it is derived again from the store's start.
         handOffCheckpoint: embedded
           ? { checkpoints: stores.checkpoints, name: 'processor-handoff' }
           : undefined,
+        resume: embedded && config.embeddedState === 'sqlite' ? { name: 'changes' } : undefined,
+      });
+      // The embedded relay starts where the processor resumes (its bus is in memory).
+      const relayFrom = new MemoryCheckpoints();
+      const relayName = `relay${config.kafkaPrefix ? `:${config.kafkaPrefix}` : ''}`;
+      if (embedded) await relayFrom.set(relayName, await processor.resumePosition());
+      const changeRelay = relay({
+        store,
+        bus,
+        registry,
+        checkpoints: embedded ? relayFrom : stores.checkpoints,
+        logger,
+        metrics: metrics.registry,
+        lease: embedded ? undefined : readStore,
+        name: relayName,
       });
       await processor.start();
       changeRelay.start();

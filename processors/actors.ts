@@ -2,17 +2,31 @@
 // An actor handles its messages one at a time, in order; different actors run concurrently, at
 // most `concurrency` at once per partition; the batch resolves only when every mailbox is empty,
 // which holds the consumer back (backpressure). State lives in an ActorStates store, so another
-// instance can take a partition over; idle actors leave memory.
+// instance can take a partition over, and a start resumes where the stored checkpoint says; idle
+// actors leave memory.
+import type { StatementSync } from 'node:sqlite';
 import type { Redis } from 'ioredis';
+import type { DerivedDatabase } from '../infra/sqlite.ts';
+
+/** A position of the input saved with the states it led to. */
+export interface StatesCheckpoint {
+  name: string;
+  position: number;
+}
 
 export interface ActorStates<S> {
   /** The stored states of these keys (missing: never saved). */
   load(keys: string[]): Promise<Map<string, S>>;
-  save(states: Map<string, S>): Promise<void>;
+  /** Saves the states and, with `checkpoint`, moves that checkpoint in the same step: a start
+   * resumes after it with the states as they were there. */
+  save(states: Map<string, S>, checkpoint?: StatesCheckpoint): Promise<void>;
+  /** The position last saved under this name (0: none). */
+  checkpoint(name: string): Promise<number>;
 }
 
 export class MemoryActorStates<S> implements ActorStates<S> {
   private readonly states = new Map<string, S>();
+  private readonly checkpoints = new Map<string, number>();
   async load(keys: string[]): Promise<Map<string, S>> {
     const found = new Map<string, S>();
     for (const k of keys) {
@@ -21,8 +35,12 @@ export class MemoryActorStates<S> implements ActorStates<S> {
     }
     return found;
   }
-  async save(states: Map<string, S>): Promise<void> {
+  async save(states: Map<string, S>, checkpoint?: StatesCheckpoint): Promise<void> {
     for (const [k, s] of states) this.states.set(k, s);
+    if (checkpoint) this.checkpoints.set(checkpoint.name, checkpoint.position);
+  }
+  async checkpoint(name: string): Promise<number> {
+    return this.checkpoints.get(name) ?? 0;
   }
 }
 
@@ -42,11 +60,66 @@ export class RedisActorStates<S> implements ActorStates<S> {
     });
     return found;
   }
-  async save(states: Map<string, S>): Promise<void> {
-    if (states.size === 0) return;
+  async save(states: Map<string, S>, checkpoint?: StatesCheckpoint): Promise<void> {
     const args: string[] = [];
     for (const [k, s] of states) args.push(this.prefix + k, JSON.stringify(s));
-    await this.redis.mset(args);
+    // One MSET: the states and their checkpoint land together.
+    if (checkpoint) args.push(`${this.prefix}checkpoint:${checkpoint.name}`, String(checkpoint.position));
+    if (args.length > 0) await this.redis.mset(args);
+  }
+  async checkpoint(name: string): Promise<number> {
+    return Number((await this.redis.get(`${this.prefix}checkpoint:${name}`)) ?? 0);
+  }
+}
+
+/** The embedded profile's states on disk, in the derived-state file (infra/sqlite.ts). */
+export class SqliteActorStates<S> implements ActorStates<S> {
+  private readonly d: DerivedDatabase;
+  private readonly name: string;
+  private readonly sql: Record<'get' | 'put' | 'checkpoint' | 'setCheckpoint', StatementSync>;
+  constructor(derived: DerivedDatabase, name: string) {
+    this.d = derived;
+    this.name = name;
+    derived.migrate('actors', [
+      `CREATE TABLE actor_states (
+         name  TEXT NOT NULL,
+         key   TEXT NOT NULL,
+         state TEXT NOT NULL,
+         PRIMARY KEY (name, key)
+       ) STRICT, WITHOUT ROWID;
+       CREATE TABLE actor_checkpoints (name TEXT PRIMARY KEY, position INTEGER NOT NULL) STRICT;`,
+    ]);
+    const db = derived.db;
+    this.sql = {
+      get: db.prepare('SELECT state FROM actor_states WHERE name = ? AND key = ?'),
+      put: db.prepare(
+        'INSERT INTO actor_states (name, key, state) VALUES (?, ?, ?) ON CONFLICT (name, key) DO UPDATE SET state = excluded.state',
+      ),
+      checkpoint: db.prepare('SELECT position FROM actor_checkpoints WHERE name = ?'),
+      setCheckpoint: db.prepare(
+        'INSERT INTO actor_checkpoints (name, position) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position',
+      ),
+    };
+  }
+  async load(keys: string[]): Promise<Map<string, S>> {
+    const found = new Map<string, S>();
+    for (const k of keys) {
+      const row = this.sql.get.get(this.name, k) as { state: string } | undefined;
+      if (row) found.set(k, JSON.parse(row.state) as S);
+    }
+    return found;
+  }
+  async save(states: Map<string, S>, checkpoint?: StatesCheckpoint): Promise<void> {
+    if (states.size === 0 && !checkpoint) return;
+    this.d.transaction(() => {
+      for (const [k, s] of states) this.sql.put.run(this.name, k, JSON.stringify(s));
+      if (checkpoint) this.sql.setCheckpoint.run(`${this.name}:${checkpoint.name}`, checkpoint.position);
+    });
+  }
+  async checkpoint(name: string): Promise<number> {
+    return (
+      (this.sql.checkpoint.get(`${this.name}:${name}`) as { position: number } | undefined)?.position ?? 0
+    );
   }
 }
 

@@ -161,6 +161,14 @@ export interface ProcessorOptions {
    * this checkpoint are derived and logged without jobs; it moves as jobs are handed off.
    */
   handOffCheckpoint?: { checkpoints: CheckpointStore; name: string };
+  /**
+   * Embedded profile with its derived state on disk: a batch's actor states are saved only once its
+   * jobs are durable, together with the position of its last change under this name, so a start
+   * resumes the change stream there (`resumePosition`) with the states as they were at it.
+   * Actors woken meanwhile see the states not yet saved. Without it, states are saved as soon as
+   * the jobs are handed off (the distributed profile: the deliveries topic is durable then).
+   */
+  resume?: { name: string };
 }
 
 export class StreamProcessor {
@@ -174,9 +182,39 @@ export class StreamProcessor {
   private checkpointing: Promise<void> = Promise.resolve();
   /** Set when a batch's jobs could not be made durable: the checkpoint stays before them. */
   private checkpointHeld = false;
+  /** With `resume`: batches' changed states waiting for their jobs to be durable, oldest first. */
+  private readonly unsaved: Map<string, DeviceActor>[] = [];
+  /** The states actors wake from: those not yet saved first, newest first, then the store. */
+  private readonly states: ActorStates<DeviceActor>;
 
   constructor(options: ProcessorOptions) {
     this.o = options;
+    const stored = options.states;
+    this.states = {
+      load: async (keys) => {
+        const found = new Map<string, DeviceActor>();
+        const rest = keys.filter((k) => {
+          for (let i = this.unsaved.length - 1; i >= 0; i--) {
+            const s = this.unsaved[i]!.get(k);
+            if (s) {
+              found.set(k, s);
+              return false;
+            }
+          }
+          return true;
+        });
+        for (const [k, s] of await stored.load(rest)) found.set(k, s);
+        return found;
+      },
+      save: (states, checkpoint) => stored.save(states, checkpoint),
+      checkpoint: (name) => stored.checkpoint(name),
+    };
+  }
+
+  /** Where the change stream resumes at a start: after the last change whose states were saved
+   * with their jobs durable (0 without `resume`: from the start). */
+  async resumePosition(): Promise<number> {
+    return this.o.resume ? this.o.states.checkpoint(this.o.resume.name) : 0;
   }
 
   async start(): Promise<void> {
@@ -222,7 +260,7 @@ export class StreamProcessor {
             return { state: next, out: events };
           },
         },
-        states: this.o.states,
+        states: this.states,
         concurrency: this.o.concurrency ?? 64,
       });
       this.runtimes.set(partition, r);
@@ -232,6 +270,7 @@ export class StreamProcessor {
 
   private async handle(messages: InMessage[], partition: number): Promise<void> {
     const { registry, metrics } = this.o;
+    let last = 0; // the position of the batch's last change, whatever its stream
     const batch = messages.flatMap((m) => {
       const version = Number(/\.v(\d+)$/.exec(m.headers[SCHEMA_HEADER] ?? '')?.[1] ?? 1);
       const r = registry.decode(CHANGE_SCHEMA, version, m.value) as {
@@ -242,6 +281,7 @@ export class StreamProcessor {
         created: number;
         data: string;
       };
+      last = Math.max(last, Number(r.position));
       // Only device and trail streams concern device actors; other changes pass by.
       if (!r.stream.startsWith('device-') && !r.stream.startsWith('trail-')) return [];
       const change: Change = {
@@ -259,14 +299,16 @@ export class StreamProcessor {
     const jobs = await this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor));
     const handed = await this.o.handOff(jobs);
     metrics.jobs.inc(jobs.length);
+    const { resume } = this.o;
     // Saved last: a crash before this derives the batch again, into the same ids.
-    await this.o.states.save(changed);
+    if (!resume) await this.o.states.save(changed);
+    else this.unsaved.push(changed);
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
-    const last = batch[batch.length - 1]?.message.position ?? 0;
     const cp = this.o.handOffCheckpoint;
-    if (cp && last > this.handedOff) {
-      this.handedOff = last;
+    const moves = cp !== undefined && last > this.handedOff;
+    if (moves) this.handedOff = last;
+    if (moves || resume) {
       // Moved once this batch's jobs are durable, without holding up the next batch: a crash
       // before it hands them off again (delivery is at least once).
       const durable = handed?.durable;
@@ -282,6 +324,21 @@ export class StreamProcessor {
           );
           return;
         }
+        if (resume) {
+          try {
+            await this.o.states.save(changed, { name: resume.name, position: last });
+          } catch (err) {
+            // Later batches' states must not be saved past this one's: a start resumes before it.
+            this.checkpointHeld = true;
+            this.o.logger.error(
+              { err: (err as Error).message },
+              'processor: actor states not saved; the change stream resumes before them at the next start',
+            );
+            return;
+          }
+          this.unsaved.splice(this.unsaved.indexOf(changed), 1);
+        }
+        if (!moves) return;
         await cp.checkpoints.set(cp.name, last).catch((err: Error) => {
           this.o.logger.warn(
             { err: err.message },

@@ -16,7 +16,7 @@ export class MemoryReadStore implements ReadStore {
   private readonly generations = new Map<string, Generation>();
   private readonly active = new Map<string, number>();
   private readonly targets = new Map<string, number>();
-  private readonly locks = new Map<string, { owner: string; until: number }>();
+  private readonly leases = new ProcessLeases();
   private readonly events = new EventEmitter();
 
   constructor() {
@@ -122,14 +122,11 @@ export class MemoryReadStore implements ReadStore {
   }
 
   async lock(name: string, owner: string, ttlMs: number): Promise<boolean> {
-    const held = this.locks.get(name);
-    if (held && held.owner !== owner && held.until > Date.now()) return false;
-    this.locks.set(name, { owner, until: Date.now() + ttlMs });
-    return true;
+    return this.leases.lock(name, owner, ttlMs);
   }
 
   async unlock(name: string, owner: string): Promise<void> {
-    if (this.locks.get(name)?.owner === owner) this.locks.delete(name);
+    this.leases.unlock(name, owner);
   }
 
   onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
@@ -139,6 +136,20 @@ export class MemoryReadStore implements ReadStore {
 
   async close(): Promise<void> {
     this.events.removeAllListeners();
+  }
+}
+
+/** Leases of one process's stores (the embedded read stores: one process holds the data dir). */
+export class ProcessLeases {
+  private readonly held = new Map<string, { owner: string; until: number }>();
+  lock(name: string, owner: string, ttlMs: number): boolean {
+    const held = this.held.get(name);
+    if (held && held.owner !== owner && held.until > Date.now()) return false;
+    this.held.set(name, { owner, until: Date.now() + ttlMs });
+    return true;
+  }
+  unlock(name: string, owner: string): void {
+    if (this.held.get(name)?.owner === owner) this.held.delete(name);
   }
 }
 

@@ -128,7 +128,8 @@ describe('hub binary (e2e)', () => {
     assert.ok(!existsSync(missing), 'no data dir was made');
     const { startNode } = await import('../../infra/node.ts');
     const { testConfig } = await import('../harness.ts');
-    const config = testConfig();
+    // Read models in memory: out of another process's sight (on disk, status reads them).
+    const config = testConfig({ HUB_EMBEDDED_STATE: 'memory' });
     const node = await startNode(config, ['api', 'projector']);
     try {
       await request(`${node.url}/auth/accounts`, {
@@ -136,7 +137,7 @@ describe('hub binary (e2e)', () => {
         body: { email: 'status@example.com', nick: 'status', password: 'status-password' },
       });
       const status = spawnSync(process.execPath, [HUB, 'projections', 'status'], {
-        env: { ...process.env, HUB_DATA_DIR: config.dataDir },
+        env: { ...process.env, HUB_DATA_DIR: config.dataDir, HUB_EMBEDDED_STATE: 'memory' },
         encoding: 'utf8',
       });
       assert.equal(status.status, 0, status.stderr);

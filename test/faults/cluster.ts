@@ -9,6 +9,12 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import type { EventStore } from '../../infra/eventstore/port.ts';
+import { MemoryReadStore } from '../../infra/readstore/memory.ts';
+import type { ReadStore } from '../../infra/readstore/port.ts';
+import { createLogger } from '../../infra/telemetry.ts';
+import { projections } from '../../projections/index.ts';
+import { replayProjection } from '../../projections/replay.ts';
 import { request, testConfig } from '../harness.ts';
 import { endProcess, type RoleProcess, remoteHub, spawnRole, type TestHub, type User } from '../hub.ts';
 import type { Receiver } from '../webhooks/receiver.ts';
@@ -16,7 +22,7 @@ import type { Receiver } from '../webhooks/receiver.ts';
 export const ROLES = ['api', 'projector', 'processor', 'dispatcher'] as const;
 export type RoleName = (typeof ROLES)[number];
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer().listen(0, '127.0.0.1');
   await new Promise((r) => server.once('listening', r));
   const { port } = server.address() as { port: number };
@@ -257,3 +263,28 @@ export async function audit(
 }
 
 export { endProcess };
+
+/** Every read model of `readStore` equals a fresh replay of `store` into memory (compared whole). */
+export async function assertReadModelsEqualReplay(store: EventStore, readStore: ReadStore): Promise<void> {
+  const head = await store.head();
+  for (const projection of projections) {
+    const generation = await readStore.activeGeneration(projection.name, true);
+    const deadline = Date.now() + 60_000;
+    while ((await readStore.checkpoint(projection.name, generation)).position < head && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 200));
+    const fresh = new MemoryReadStore();
+    const replayed = await replayProjection({
+      store,
+      readStore: fresh,
+      projection,
+      logger: createLogger('warn'),
+      owner: 'faults-audit',
+      dropGraceMs: 0,
+    });
+    assert.deepEqual(
+      await readStore.dump(projection.name, generation),
+      await fresh.dump(projection.name, replayed.generation),
+      `${projection.name} equals a fresh replay`,
+    );
+  }
+}

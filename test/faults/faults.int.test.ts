@@ -13,15 +13,12 @@ import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
-import { MemoryReadStore } from '../../infra/readstore/memory.ts';
 import { RedisReadStore } from '../../infra/readstore/redis.ts';
-import { createLogger } from '../../infra/telemetry.ts';
-import { projections } from '../../projections/index.ts';
-import { replayProjection } from '../../projections/replay.ts';
 import { testConfig } from '../harness.ts';
 import { signup } from '../hub.ts';
 import { Receiver } from '../webhooks/receiver.ts';
 import {
+  assertReadModelsEqualReplay,
   audit,
   type Cluster,
   endProcess,
@@ -129,27 +126,7 @@ describe('faults under load: nothing accepted is lost (int)', function () {
     const store = new PostgresEventStore({ url: pgUrl.href, schema });
     const redis = new RedisReadStore(cluster.env.HUB_REDIS_URL!);
     try {
-      const head = await store.head();
-      for (const projection of projections) {
-        const generation = await redis.activeGeneration(projection.name, true);
-        const deadline = Date.now() + 60_000;
-        while ((await redis.checkpoint(projection.name, generation)).position < head && Date.now() < deadline)
-          await sleep(200);
-        const fresh = new MemoryReadStore();
-        const replayed = await replayProjection({
-          store,
-          readStore: fresh,
-          projection,
-          logger: createLogger('warn'),
-          owner: 'faults-audit',
-          dropGraceMs: 0,
-        });
-        assert.deepEqual(
-          await redis.dump(projection.name, generation),
-          await fresh.dump(projection.name, replayed.generation),
-          `${projection.name} equals a fresh replay`,
-        );
-      }
+      await assertReadModelsEqualReplay(store, redis);
     } finally {
       await redis.close();
       await store.close();

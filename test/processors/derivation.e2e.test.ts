@@ -5,6 +5,11 @@ import { signup, startHub, type TestHub, type User } from '../hub.ts';
 import { Receiver } from '../webhooks/receiver.ts';
 import { assertDerived, assertJobs, everyEventType, logOf, subscribe } from './scenario.ts';
 
+// The derived state in memory (HUB_EMBEDDED_STATE=memory): a restart derives everything again,
+// and the hand-off checkpoint keeps jobs from going out twice. On disk (the default), a restart
+// resumes instead: resume.e2e.test.ts.
+const MEMORY = { HUB_EMBEDDED_STATE: 'memory' };
+
 describe('stream processor on the embedded profile (e2e)', function () {
   this.timeout(60_000);
   let hub: TestHub;
@@ -15,7 +20,11 @@ describe('stream processor on the embedded profile (e2e)', function () {
 
   before(async () => {
     rx = await new Receiver().start();
-    hub = await startHub({ HUB_WEBHOOK_ALLOW_HTTP: 'true', HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8' });
+    hub = await startHub({
+      ...MEMORY,
+      HUB_WEBHOOK_ALLOW_HTTP: 'true',
+      HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+    });
     alice = await signup(hub, 'alice');
     bob = await signup(hub, 'bob');
   });
@@ -119,6 +128,7 @@ describe('stream processor on the embedded profile (e2e)', function () {
     const subscription = (await hub.node.readStore.range('webhooks', 1, `webhooks-of:${alice.prn}`))[0]!;
     await hub.stop();
     hub = await startHub({
+      ...MEMORY,
       HUB_DATA_DIR: hub.dataDir,
       HUB_WEBHOOK_ALLOW_HTTP: 'true',
       HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',

@@ -305,6 +305,7 @@ describe('actor runtime (unit)', () => {
         return stored.load(keys);
       },
       save: (s) => stored.save(s),
+      checkpoint: (name) => stored.checkpoint(name),
     };
     const runtime = new ActorRuntime({ behaviour, states: counting, maxActors: 2 });
     const first = await runtime.run([1, 2, 3, 4].map((m) => ({ key: `k${m}`, message: m })));

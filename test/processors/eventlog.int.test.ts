@@ -1,8 +1,13 @@
 // The event log contract on both adapters: in memory (embedded) and on the real Redis.
 import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { openDerivedDatabase } from '../../infra/sqlite.ts';
 import type { WebhookEvent } from '../../processors/derive.ts';
 import { MemoryEventLog, RedisEventLog } from '../../processors/eventlog.ts';
+import { SqliteEventLog } from '../../processors/eventlog-sqlite.ts';
 import { testConfig } from '../harness.ts';
 import { event, eventLogContract } from './eventlog.ts';
 
@@ -42,3 +47,7 @@ describe('memory event log: the per-owner cap', () => {
     assert.equal(other.total, 0);
   });
 });
+
+const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-evlog-')), 'derived.sqlite'));
+after(() => derived.close());
+eventLogContract('SQLite', async (retentionMs) => ({ log: new SqliteEventLog(derived, { retentionMs }) }));

@@ -1,0 +1,125 @@
+// The embedded profile's event log on disk, in the derived-state file (infra/sqlite.ts): a row per
+// event with its body, and an index per documented query (all of an owner's events, by type, by
+// device), each in the log's order. Past the retention, rows go from the oldest inserted on, a
+// chunk at a time once a minute; reads never show an expired event meanwhile.
+import type { StatementSync } from 'node:sqlite';
+import type { DerivedDatabase } from '../infra/sqlite.ts';
+import type { WebhookEvent } from './derive.ts';
+import type { EventLog, EventQuery } from './eventlog.ts';
+
+const MIGRATIONS = [
+  `CREATE TABLE event_log (
+     id              TEXT    NOT NULL UNIQUE,
+     owner           TEXT    NOT NULL,
+     type            TEXT    NOT NULL,
+     resource_prn    TEXT    NOT NULL,
+     score           INTEGER NOT NULL,
+     source_position INTEGER NOT NULL,
+     sequence        INTEGER NOT NULL,
+     body            TEXT    NOT NULL
+   ) STRICT;
+   CREATE INDEX event_log_by_owner ON event_log (owner, score, source_position, sequence);
+   CREATE INDEX event_log_by_type ON event_log (owner, type, score, source_position, sequence);
+   CREATE INDEX event_log_by_device ON event_log (owner, resource_prn, score, source_position, sequence);`,
+];
+
+/** The log's order (see eventlog.ts): the event's time in ms, then its change's store position,
+ * then its place among that change's events. */
+const ORDER = 'ORDER BY score DESC, source_position DESC, sequence DESC';
+const TRIM_EVERY_MS = 60_000;
+const TRIM_CHUNK = 5000;
+
+export class SqliteEventLog implements EventLog {
+  private readonly d: DerivedDatabase;
+  private readonly retentionMs: number;
+  private readonly sql: Record<string, StatementSync>;
+  /** Queries by filter: type and device given or not, four statements for items and four for totals. */
+  private readonly queries = new Map<string, { items: StatementSync; total: StatementSync }>();
+  private trimmed = 0;
+
+  constructor(derived: DerivedDatabase, o: { retentionMs: number }) {
+    this.d = derived;
+    this.retentionMs = o.retentionMs;
+    derived.migrate('eventlog', MIGRATIONS);
+    const db = derived.db;
+    this.sql = {
+      insert: db.prepare(
+        `INSERT INTO event_log (id, owner, type, resource_prn, score, source_position, sequence, body)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+      ),
+      get: db.prepare('SELECT body, owner, score FROM event_log WHERE id = ?'),
+      trim: db.prepare(
+        'DELETE FROM event_log WHERE rowid IN (SELECT rowid FROM event_log ORDER BY rowid LIMIT ?) AND score < ?',
+      ),
+    };
+  }
+
+  async append(events: WebhookEvent[]): Promise<void> {
+    const now = Date.now();
+    const horizon = now - this.retentionMs;
+    if (events.length > 0) {
+      this.d.transaction(() => {
+        for (const e of events) {
+          const score = e.created * 1000;
+          if (score < horizon) continue;
+          this.sql.insert!.run(
+            e.id,
+            e.owner,
+            e.type,
+            e.resource_prn,
+            score,
+            e.source_position,
+            e.sequence,
+            JSON.stringify(e),
+          );
+        }
+      });
+    }
+    if (now - this.trimmed >= TRIM_EVERY_MS) {
+      this.trimmed = now;
+      this.trim(horizon);
+    }
+  }
+
+  /** Deletes expired events from the oldest inserted on, while whole chunks of them are expired
+   * (insertion follows derivation, nearly the log's order): a late event waits for its turn. */
+  private trim(horizon: number): void {
+    for (let i = 0; i < 20; i++) {
+      const { changes } = this.sql.trim!.run(TRIM_CHUNK, horizon);
+      if (Number(changes) < TRIM_CHUNK) return;
+    }
+  }
+
+  private query(q: EventQuery): { items: StatementSync; total: StatementSync } {
+    const name = `${q.type ? 't' : ''}${q.resource_prn ? 'r' : ''}`;
+    let stmts = this.queries.get(name);
+    if (!stmts) {
+      const where = `owner = ?${q.type ? ' AND type = ?' : ''}${q.resource_prn ? ' AND resource_prn = ?' : ''} AND score >= ? AND score < ?`;
+      stmts = {
+        items: this.d.db.prepare(`SELECT body FROM event_log WHERE ${where} ${ORDER} LIMIT ? OFFSET ?`),
+        total: this.d.db.prepare(`SELECT count(*) AS n FROM event_log WHERE ${where}`),
+      };
+      this.queries.set(name, stmts);
+    }
+    return stmts;
+  }
+
+  async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {
+    const args: (string | number)[] = [owner];
+    if (q.type) args.push(q.type);
+    if (q.resource_prn) args.push(q.resource_prn);
+    args.push(Math.max(q.since ?? 0, Date.now() - this.retentionMs), q.until ?? Number.MAX_SAFE_INTEGER);
+    const { items, total } = this.query(q);
+    const rows = items.all(...args, q.limit, q.skip) as { body: string }[];
+    return {
+      items: rows.map((r) => JSON.parse(r.body) as WebhookEvent),
+      total: (total.get(...args) as { n: number }).n,
+    };
+  }
+
+  async get(owner: string, id: string): Promise<WebhookEvent | undefined> {
+    const row = this.sql.get!.get(id) as { body: string; owner: string; score: number } | undefined;
+    if (!row || row.owner !== owner || row.score < Date.now() - this.retentionMs) return undefined;
+    return JSON.parse(row.body) as WebhookEvent;
+  }
+}
