@@ -299,7 +299,15 @@ export async function startNode(
       });
       readiness.projections = async () => {
         const behind = runners.filter((r) => !r.hasCaughtUp);
-        if (behind.length > 0) throw new Error(`catching up: ${behind.map((r) => r.name).join(', ')}`);
+        if (behind.length > 0)
+          throw new Error(
+            `catching up: ${behind
+              .map((r) => {
+                const { checkpoint, head } = r.status();
+                return `${r.name} at ${checkpoint} of ${head}`;
+              })
+              .join(', ')}`,
+          );
       };
     }
 

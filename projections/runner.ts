@@ -32,6 +32,11 @@ export interface RunnerOptions extends SubscribeOptions {
   onBatch?: (checkpoint: number, events: number) => void;
 }
 
+/** A catch-up this many events long reports its progress in the log. */
+const LONG_BACKLOG = 10_000;
+const PROGRESS_EVERY_MS = 5000;
+const percent = (done: number, of: number) => `${of > 0 ? ((100 * done) / of).toFixed(1) : '100.0'} %`;
+
 class Moved extends Error {}
 class Switched extends Error {}
 
@@ -107,6 +112,7 @@ export class ProjectionRunner {
     const cp = await this.o.readStore.checkpoint(this.name, generation);
     this.checkpoint = cp.position;
     this.lastCreated = cp.created;
+    this.head = await this.o.store.head();
     await this.catchUp(generation, signal ?? this.controller.signal);
     return (signal ?? this.controller.signal).aborted ? 'interrupted' : 'caught-up';
   }
@@ -173,10 +179,34 @@ export class ProjectionRunner {
     for (const w of this.caughtUpWaiters.splice(0)) w();
   }
 
-  /** Pages from the checkpoint; reading the next page overlaps applying this one. */
+  /** Pages from the checkpoint; reading the next page overlaps applying this one. A long backlog
+   * (a read model built for the first time: a new projection, an upgrade, a replay) says how far
+   * it is, every few seconds, and when it is done. */
   private async catchUp(generation: number, signal: AbortSignal): Promise<void> {
+    const from = this.checkpoint;
+    const started = performance.now();
+    const long = this.head - from >= LONG_BACKLOG;
+    let said = started;
+    if (long)
+      this.o.logger.info(
+        { projection: this.name, generation, from, head: this.head },
+        `projection ${this.name}: building from position ${from} to ${this.head}`,
+      );
     let page = await this.o.store.readAll(this.checkpoint, this.batchSize);
     while (page.length > 0 && !signal.aborted) {
+      if (long && performance.now() - said >= PROGRESS_EVERY_MS) {
+        said = performance.now();
+        const done = this.checkpoint - from;
+        this.o.logger.info(
+          {
+            projection: this.name,
+            checkpoint: this.checkpoint,
+            head: this.head,
+            eventsPerSecond: Math.round(done / ((said - started) / 1000)),
+          },
+          `projection ${this.name}: ${percent(done, this.head - from)} built`,
+        );
+      }
       const applying = this.applyBatch(generation, page);
       const full = page.length === this.batchSize;
       const next = full
@@ -186,6 +216,15 @@ export class ProjectionRunner {
       page = nextPage;
       if (!full) break;
     }
+    if (long && !signal.aborted)
+      this.o.logger.info(
+        {
+          projection: this.name,
+          events: this.checkpoint - from,
+          seconds: Number(((performance.now() - started) / 1000).toFixed(1)),
+        },
+        `projection ${this.name}: built, caught up at position ${this.checkpoint}`,
+      );
   }
 
   /** Live: the subscription's batches of what has arrived. */

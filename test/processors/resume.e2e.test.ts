@@ -3,6 +3,8 @@
 // again, nothing delivered twice, and the first change after the restart is derived from the
 // state the actor had before it.
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
 import { Receiver } from '../webhooks/receiver.ts';
 import { assertDerived, everyEventType, logOf, subscribe } from './scenario.ts';
@@ -90,5 +92,51 @@ describe('embedded derived state on disk: a restart resumes (e2e)', function () 
     assert.equal((await hub.node.deliveries.attempts(subscription, { limit: 10, skip: 0 })).total, 3);
     // The scenario's device is unchanged in the log after the restart.
     assertDerived(await logOf(hub, alice, scenario.device.prn, scenario.expected.length), scenario, alice);
+  });
+
+  it('upgrades a data dir written without derived.sqlite: built once, nothing delivered twice', async () => {
+    await hub.stop();
+    // The version before kept its derived state in memory: that is what this data dir holds.
+    hub = await startHub({ ...ENV, HUB_EMBEDDED_STATE: 'memory' });
+    const bob = await signup(hub, 'bob');
+    await subscribe(
+      hub,
+      bob,
+      { event_types: ['device.created', 'device.device_meta.updated'] },
+      `${rx.url}/ok/upgrade`,
+    );
+    const scenario = await everyEventType(hub, bob);
+    await logOf(hub, bob, scenario.device.prn, scenario.expected.length);
+    await rx.waitFor('/ok/upgrade', 2);
+    const before = await hub.call('GET', '/webhooks/events?limit=500', { token: bob.token });
+    const listed = await hub.call('GET', '/auth/accounts', { token: bob.token });
+    await hub.stop();
+    assert.ok(!existsSync(join(hub.dataDir, 'derived.sqlite')));
+
+    hub = await startHub({ ...ENV, HUB_DATA_DIR: hub.dataDir });
+    for (let i = 0; i < 100 && (await fetch(`${hub.url}/readyz`)).status !== 200; i++)
+      await new Promise((r) => setTimeout(r, 50));
+    assert.equal((await fetch(`${hub.url}/readyz`)).status, 200);
+    assert.ok(existsSync(join(hub.dataDir, 'derived.sqlite')));
+    assert.deepEqual((await hub.call('GET', '/auth/accounts', { token: bob.token })).body, listed.body);
+    let after = before;
+    for (let i = 0; i < 100; i++) {
+      after = await hub.call('GET', '/webhooks/events?limit=500', { token: bob.token });
+      if (after.body.total >= before.body.total) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.deepEqual(after.body, before.body, 'the log derived again: the same events, the same ids');
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(rx.at('/ok/upgrade').length, 2, 'nothing delivered a second time');
+    assert.equal(await metric(/^hub_processor_delivery_jobs_total (\d+)/m), 0);
+
+    // Built once: the next start resumes.
+    await hub.stop();
+    hub = await startHub({ ...ENV, HUB_DATA_DIR: hub.dataDir });
+    assert.equal(await metric(/^hub_relay_events_total (\d+)/m), 0, 'nothing relayed again');
+    assert.deepEqual(
+      (await hub.call('GET', '/webhooks/events?limit=500', { token: bob.token })).body,
+      before.body,
+    );
   });
 });
