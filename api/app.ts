@@ -103,7 +103,12 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
   for (const mount of deps.mount ?? []) mount(routes);
 
   app.use(requestContext(logger, metrics));
-  app.use(rateLimit(deps.rateLimiter ?? new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst)));
+  app.use(
+    rateLimit(
+      deps.rateLimiter ??
+        new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst, config.callerCacheEntries),
+    ),
+  );
   app.use(routes.middleware());
   return { app, routes };
 }

@@ -5,6 +5,7 @@
 
 import type { Redis } from 'ioredis';
 import type { Context } from 'koa';
+import { LRUCache } from 'lru-cache';
 import { withTimeout } from './app.ts';
 import { badRequest } from './errors.ts';
 
@@ -19,10 +20,9 @@ const REMEMBER_MS = 5 * 60_000;
 
 /** One process's memory (embedded profile): bounded, entries forgotten after five minutes. */
 export class MemoryLastWrites implements LastWrites {
-  private readonly positions = new Map<string, { position: number; at: number }>();
-  private readonly max: number;
+  private readonly positions: LRUCache<string, { position: number; at: number }>;
   constructor(max = 100_000) {
-    this.max = max;
+    this.positions = new LRUCache({ max });
   }
   async get(caller: string): Promise<number> {
     const e = this.positions.get(caller);
@@ -30,9 +30,7 @@ export class MemoryLastWrites implements LastWrites {
   }
   async record(caller: string, position: number): Promise<void> {
     const e = this.positions.get(caller);
-    this.positions.delete(caller);
     this.positions.set(caller, { position: Math.max(position, e?.position ?? 0), at: Date.now() });
-    if (this.positions.size > this.max) this.positions.delete(this.positions.keys().next().value as string);
   }
 }
 

@@ -2,11 +2,13 @@
 // Koa middleware every route passes through, outermost first (request id + error rendering +
 // access log + duration metric, then the rate limit), and the reading of what a request brings:
 // its JSON body, and the RFC 3339 timestamps of queries.
+
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
 import type { Context, Middleware, Next } from 'koa';
+import { LRUCache } from 'lru-cache';
 import getRawBody from 'raw-body';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { badRequest, HttpError, renderError, tooManyRequests } from './errors.ts';
@@ -138,14 +140,13 @@ export interface RateLimit {
  * API process limits on its own, which bounds the whole by processes × rate (an embedded hub's API
  * threads share their process's, on the main thread). */
 export class RateLimiter implements RateLimit {
-  private readonly buckets = new Map<string, { tokens: number; at: number }>();
+  private readonly buckets: LRUCache<string, { tokens: number; at: number }>;
   private readonly perSecond: number;
   private readonly burst: number;
-  private readonly maxCallers: number;
   constructor(perSecond: number, burst: number, maxCallers = 100_000) {
     this.perSecond = perSecond;
     this.burst = burst;
-    this.maxCallers = maxCallers;
+    this.buckets = new LRUCache({ max: maxCallers });
   }
 
   /** Takes a token: 0 when allowed, else the seconds until one is back. */
@@ -154,8 +155,6 @@ export class RateLimiter implements RateLimit {
     const now = performance.now();
     let bucket = this.buckets.get(key);
     if (!bucket) {
-      if (this.buckets.size >= this.maxCallers)
-        this.buckets.delete(this.buckets.keys().next().value as string);
       bucket = { tokens: this.burst, at: now };
       this.buckets.set(key, bucket);
     }

@@ -156,7 +156,11 @@ export async function startApiThreads(o: {
     head: owned.store.head.bind(owned.store),
   });
   // One budget per caller for the whole process, whichever thread its connections reach.
-  const rateLimiter = new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst);
+  const rateLimiter = new RateLimiter(
+    config.rateLimitPerSecond,
+    config.rateLimitBurst,
+    config.callerCacheEntries,
+  );
   let port = config.port;
   try {
     for (let i = 0; i < config.apiThreads; i++) {

@@ -174,6 +174,18 @@ export const knobs = {
     'SQLite durability: `full` fsyncs every group commit (survives power loss); `normal` survives a process crash only.',
     oneOf('full', 'normal'),
   ),
+  callerCacheEntries: knob(
+    'HUB_CALLER_CACHE_ENTRIES',
+    '100000',
+    "Most callers each in-process table keeps (verified tokens, accounts' last password change, rate-limit buckets, login windows, callers' last write): about 200 bytes each; the least recently used go first (a forgotten token is verified again, a forgotten bucket starts full).",
+    int(1000, 10_000_000),
+  ),
+  stateCacheEntries: knob(
+    'HUB_STATE_CACHE_ENTRIES',
+    '10000',
+    "Most entries of each in-process cache of states (aggregates by kind and API thread, device actors, unsealed device secrets, subscriptions): up to a few KB each (a device's metadata maps); the least recently used go first and are read again when needed. The default fits a 512 MiB container.",
+    int(100, 10_000_000),
+  ),
   embeddedState: knob(
     'HUB_EMBEDDED_STATE',
     'sqlite',

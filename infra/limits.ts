@@ -2,6 +2,7 @@
 // attempts per account and per address): in memory (embedded) or in Redis, shared by every API
 // process (distributed).
 import type { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
 
 export interface Limiter {
   /** Counts one hit; returns 0 when allowed, else the seconds until the window ends. */
@@ -9,19 +10,16 @@ export interface Limiter {
 }
 
 export class MemoryLimiter implements Limiter {
-  private readonly windows = new Map<string, { count: number; resetAt: number }>();
-  private readonly max: number;
+  private readonly windows: LRUCache<string, { count: number; resetAt: number }>;
   constructor(max = 100_000) {
-    this.max = max;
+    this.windows = new LRUCache({ max });
   }
   async hit(key: string, limit: number, windowMs: number): Promise<number> {
     const now = Date.now();
     let w = this.windows.get(key);
     if (!w || w.resetAt <= now) {
-      this.windows.delete(key);
       w = { count: 0, resetAt: now + windowMs };
       this.windows.set(key, w);
-      if (this.windows.size > this.max) this.windows.delete(this.windows.keys().next().value as string);
     }
     w.count++;
     return w.count > limit ? Math.max(1, Math.ceil((w.resetAt - now) / 1000)) : 0;

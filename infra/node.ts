@@ -185,8 +185,8 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
     return {
       store,
       readStore,
-      lastWrites: new MemoryLastWrites(),
-      limiter: new MemoryLimiter(),
+      lastWrites: new MemoryLastWrites(config.callerCacheEntries),
+      limiter: new MemoryLimiter(config.callerCacheEntries),
       checkpoints,
       eventLog: derived ? new SqliteEventLog(derived, { retentionMs }) : new MemoryEventLog({ retentionMs }),
       actorStates: derived
@@ -383,10 +383,11 @@ export async function startNode(
         log: stores.eventLog,
         // Distributed: an owner's subscriptions are read from Redis at most once a second, so a
         // change takes effect within a second of being projected (embedded: at once).
-        subscriptions: projectedSubscriptions(readStore, embedded ? 0 : 1000),
+        subscriptions: projectedSubscriptions(readStore, embedded ? 0 : 1000, config.stateCacheEntries),
         logger,
         metrics: new ProcessorMetrics(metrics.registry),
         concurrency: config.processorConcurrency,
+        maxActors: config.stateCacheEntries,
         partitionsConcurrently: embedded ? 1 : config.kafkaPartitions,
         handOff: embedded
           ? async (jobs) => {
@@ -452,6 +453,7 @@ export async function startNode(
         timeoutMs: config.webhookTimeoutMs,
         maxInFlight: config.dispatcherMaxInFlight,
         maxInFlightPerSubscription: config.webhookMaxInFlight,
+        cacheEntries: config.stateCacheEntries,
         rotationWindowMs: config.webhookRotationWindowS * 1000,
         httpThreads: config.dispatcherHttpThreads,
       });

@@ -142,7 +142,9 @@ export interface RuntimeStats {
 }
 
 export class ActorRuntime<S, M, O> {
-  private readonly actors = new Map<string, Actor<S, M>>(); // least recently used first
+  /** Least recently used first. Not an LRU library's cache: an actor must not leave while a batch
+   * runs it, so eviction waits for the batch's end (and idle actors leave then too). */
+  private readonly actors = new Map<string, Actor<S, M>>();
   private readonly behaviour: ActorBehaviour<S, M, O>;
   private readonly states: ActorStates<S>;
   private readonly concurrency: number;

@@ -4,7 +4,9 @@
 // A slow or failing endpoint holds only its own subscription's slots: each subscription has a
 // bounded number of attempts in flight and of jobs waiting here; jobs beyond them are left in the
 // schedule until its queue drains. Connections are pooled per origin (undici).
+
 import { randomBytes } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { withTimeout } from '../api/app.ts';
 import { unseal } from '../api/auth/secrets.ts';
@@ -121,6 +123,8 @@ export interface DispatcherOptions {
   maxInFlight: number;
   /** Attempts in flight per subscription in this process. */
   maxInFlightPerSubscription: number;
+  /** Subscriptions whose signer and target this dispatcher keeps (HUB_STATE_CACHE_ENTRIES). */
+  cacheEntries?: number;
   /** How long after a rotation the previous secret still signs, ms (0: until the next rotation). */
   rotationWindowMs: number;
   /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1. */
@@ -199,13 +203,14 @@ export class Dispatcher {
   private readonly idPrefix = randomBytes(7).toString('hex');
   private attempts = 0;
   private attemptsInFlight = 0;
-  private readonly cache = new Map<string, Cached>();
+  private readonly cache: LRUCache<string, Cached>;
   private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
   private renewer: NodeJS.Timeout | undefined;
 
   constructor(options: DispatcherOptions) {
     this.o = options;
+    this.cache = new LRUCache({ max: options.cacheEntries ?? 10_000 });
     const http = { egress: options.egress.policy, timeoutMs: options.timeoutMs };
     this.http = options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http);
     this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
@@ -674,7 +679,6 @@ export class Dispatcher {
     const signer = same ? hit.signer : new WebhookSigner(sealed.map((s) => unseal(this.o.sealKey, s)));
     const entry = { sub: state, signer, sealed: sealed.length, target: this.checked(state.url), at: now };
     this.cache.set(id, entry);
-    if (this.cache.size > 10_000) this.cache.delete(this.cache.keys().next().value as string);
     return entry;
   }
 

@@ -3,6 +3,7 @@
 // hands one delivery job per matching subscription to the `deliveries` topic. A batch's offsets
 // are committed only after all of that, and actor states are saved last, so a crash at any point
 // replays the batch into the same events (same ids) and nothing is lost.
+import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Bus, Consumer, InMessage } from '../infra/bus/port.ts';
 import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
@@ -48,8 +49,11 @@ export interface Subscriptions {
  * The subscriptions of the `webhooks` read model. With `cacheMs`, an owner's list is reused for
  * that long (the processor: a subscription created or changed takes effect within it).
  */
-export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0): Subscriptions {
-  const cache = new Map<string, { at: number; subs: Promise<SubscriptionFilter[]> }>();
+export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0, owners = 10_000): Subscriptions {
+  const cache = new LRUCache<string, Promise<SubscriptionFilter[]>>({
+    max: owners,
+    ttl: Math.max(1, cacheMs),
+  });
   const read = async (owner: string) => {
     const generation = await readStore.activeGeneration('webhooks');
     const ids = await readStore.range('webhooks', generation, `webhooks-of:${owner}`);
@@ -59,13 +63,11 @@ export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0): Subsc
   return {
     of(owner) {
       if (cacheMs === 0) return read(owner);
-      const now = Date.now();
       const hit = cache.get(owner);
-      if (hit && now - hit.at < cacheMs) return hit.subs;
+      if (hit) return hit;
       const subs = read(owner);
       subs.catch(() => cache.delete(owner));
-      cache.set(owner, { at: now, subs });
-      if (cache.size > 10_000) cache.delete(cache.keys().next().value as string);
+      cache.set(owner, subs);
       return subs;
     },
   };
@@ -150,6 +152,8 @@ export interface ProcessorOptions {
   metrics: ProcessorMetrics;
   /** Device actors run at once per partition. */
   concurrency?: number;
+  /** Device actors kept in memory per partition between batches (HUB_STATE_CACHE_ENTRIES). */
+  maxActors?: number;
   partitionsConcurrently?: number;
   /** Hands delivery jobs to the dispatcher: the `deliveries` topic (distributed: durable when it
    * resolves), or the dispatcher of this process (embedded: the in-process bus is memory only),
@@ -262,6 +266,7 @@ export class StreamProcessor {
         },
         states: this.states,
         concurrency: this.o.concurrency ?? 64,
+        maxActors: this.o.maxActors,
       });
       this.runtimes.set(partition, r);
     }

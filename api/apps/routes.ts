@@ -92,7 +92,7 @@ const fieldsOf = (body: Partial<AppFields> & { nick: string; name: string }): Ap
 
 export function appRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys, hub.store);
+  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const ownerOf = (ctx: { state: { auth?: { sub: string } } }) => ctx.state.auth!.sub;
 
   /** The caller's app by id, nick or PRN; 404 for anyone else's or a deleted one. */

@@ -2,6 +2,7 @@
 // (ES256 only, our issuer, an audience we serve), then scope checks per route.
 import type { Middleware } from 'koa';
 import koaJwt from 'koa-jwt';
+import { LRUCache } from 'lru-cache';
 import { load } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { appStream, apps } from '../apps/apps.ts';
@@ -23,8 +24,7 @@ declare module 'koa' {
  * present the same token for an hour of requests. A token is an immutable signed value, so a cached
  * verdict stays true until `exp`. Bounded; shared by every route of the process.
  */
-const verifiedByKey = new WeakMap<Keys, Map<string, Claims>>();
-const MAX_VERIFIED = 100_000;
+const verifiedByKey = new WeakMap<Keys, LRUCache<string, Claims>>();
 const USER_PRN_PREFIX = accountPrn('');
 const GRANT_ENDED = "The user's password changed since this token was granted: ask for a new grant.";
 
@@ -33,11 +33,12 @@ const GRANT_ENDED = "The user's password changed since this token was granted: a
  * A token issued to an app (/auth/authorize) holds only while the app does: deleting the app ends
  * its tokens at once (one load of the app's state, cached in this process, per such request).
  */
-export function authenticate(keys: Keys, store: EventStore): Middleware {
+/** `cacheEntries`: HUB_CALLER_CACHE_ENTRIES (the first call for a key sizes its cache). */
+export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_000): Middleware {
   // Per signing key: a verdict under one key says nothing under another.
   let verified = verifiedByKey.get(keys);
   if (!verified) {
-    verified = new Map();
+    verified = new LRUCache({ max: cacheEntries });
     verifiedByKey.set(keys, verified);
   }
   const cache = verified;
@@ -49,7 +50,7 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
     return !state.id || state.deleted !== 0;
   };
   /** When each account last changed its password (ms), read at most once a second each. */
-  const passwordChanges = new Map<string, { readAt: number; changed: number }>();
+  const passwordChanges = new LRUCache<string, { readAt: number; changed: number }>({ max: cacheEntries });
   /** Whether a grant (a token delegated to a service or issued to an app) was issued before its
    * user's last password change, which ends grants as it ends logins (within a second). */
   const grantEnded = async (claims: Claims) => {
@@ -59,7 +60,6 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
     if (!known || Date.now() - known.readAt > 1000) {
       const { state } = await load(store, accountStream(id), accounts);
       known = { readAt: Date.now(), changed: state.passwordChanged };
-      if (passwordChanges.size >= MAX_VERIFIED) passwordChanges.delete(passwordChanges.keys().next().value!);
       passwordChanges.set(id, known);
     }
     return passwordChangedSince(known.changed, claims.orig_iat);
@@ -104,7 +104,6 @@ export function authenticate(keys: Keys, store: EventStore): Middleware {
       throw await refuse('Invalid token: claims missing.');
     if (await appGone(claims)) throw await refuse('The app this token was issued to was deleted.');
     if (await grantEnded(claims)) throw await refuse(GRANT_ENDED);
-    if (cache.size >= MAX_VERIFIED) cache.delete(cache.keys().next().value as string);
     cache.set(token, claims);
     ctx.state.caller = claims.sub;
     await chargeRateLimit(ctx, `account:${claims.sub}`);

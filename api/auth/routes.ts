@@ -128,7 +128,7 @@ const newId = () => randomBytes(12).toString('hex');
 
 export function authRoutes(hub: HubContext) {
   const { store, config, keys } = hub;
-  const auth = authenticate(keys, store);
+  const auth = authenticate(keys, store, config.callerCacheEntries);
   const isAdmin = (nick: string) => config.admins.some((a) => lower(a) === lower(nick));
   /** An admin's own login token: a USER's first-party token, not acting for anyone. Device and
    * service nicks live elsewhere or are chosen freely, so the nick alone proves nothing. */

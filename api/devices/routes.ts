@@ -1,8 +1,10 @@
 // /devices: devices of their owners, the devices themselves, and their two metadata maps.
 // device-meta is the highest-volume write of the system: its path loads the device from a cached
 // state plus the stream's tail, appends nothing when nothing changed, and answers one record.
+
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
+import { LRUCache } from 'lru-cache';
 import {
   claimName,
   handle,
@@ -123,16 +125,15 @@ const pick = (list: string[]) => list[randomBytes(1)[0]! % list.length]!;
 
 export function deviceRoutes(hub: HubContext) {
   const { store, config } = hub;
-  const auth = authenticate(hub.keys, hub.store);
+  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const access = deviceAccess(store, config.admins);
   const { cache, resolve } = access;
   // Unsealing is AES work on the hot path (device-meta answers carry the secret): memoised, bounded.
-  const unsealed = new Map<string, string>();
+  const unsealed = new LRUCache<string, string>({ max: config.stateCacheEntries });
   const secretOf = (d: DeviceState) => () => {
     let secret = unsealed.get(d.secretSealed);
     if (secret === undefined) {
       secret = unseal(hub.keys.sealKey, d.secretSealed);
-      if (unsealed.size >= 50_000) unsealed.delete(unsealed.keys().next().value as string);
       unsealed.set(d.secretSealed, secret);
     }
     return secret;

@@ -49,7 +49,7 @@ const STEP = {
 
 export function trailRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys, hub.store);
+  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const access = deviceAccess(store, hub.config.admins);
 
   return (routes: Routes) => {

@@ -54,7 +54,7 @@ const setFields = (m: Record<string, string>) =>
 
 export function profileRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys, hub.store);
+  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
 
   async function own(prn: string): Promise<AccountState> {
     const id = await nameOwner(store, 'prn', prn);

@@ -238,7 +238,7 @@ function attemptFor(ctx: Context, attempt: AttemptRecord): AttemptRecord {
 }
 
 export function webhookRoutes(hub: HubContext) {
-  const auth = authenticate(hub.keys, hub.store);
+  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const read = [auth, requireScope('webhooks', 'read')];
 
   const write = [auth, requireScope('webhooks', 'write')];
