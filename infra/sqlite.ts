@@ -12,7 +12,13 @@ export interface DerivedDatabase {
   readonly path: string;
   /** Applies a component's migrations not yet applied, each once, in order. */
   migrate(component: string, migrations: string[]): void;
-  /** Runs `work` in one transaction (nested calls join the outer one). */
+  /**
+   * Runs `work` all or nothing (a savepoint) in the transaction of this turn of the event loop,
+   * which commits once the turn ends: every follower's batch of a turn (each projection, the event
+   * log, the actors' states) and its checkpoint commit together, one commit instead of one each.
+   * A crash before the commit loses the turn's writes with their checkpoints: the next start derives
+   * them again. The connection reads its own writes at once.
+   */
   transaction<T>(work: () => T): T;
   close(): Promise<void>;
 }
@@ -33,16 +39,36 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
     'INSERT INTO migrations (component, version) VALUES (?, ?) ON CONFLICT (component) DO UPDATE SET version = excluded.version',
   );
   let closing: Promise<void> | undefined;
+  let depth = 0;
+  let committing: NodeJS.Immediate | undefined;
+  const commit = () => {
+    committing = undefined;
+    if (!db.isOpen || !db.isTransaction) return;
+    try {
+      db.exec('COMMIT');
+    } catch (err) {
+      // A full disk, an I/O error: the turn's writes go with their checkpoints, and followers find
+      // their checkpoint moved back (they resume from it); a start resumes from what was committed.
+      if (db.isTransaction) db.exec('ROLLBACK');
+      process.emitWarning(`derived state not committed (${path}): ${(err as Error).message}`);
+    }
+  };
   const transaction = <T>(work: () => T): T => {
-    if (db.isTransaction) return work();
-    db.exec('BEGIN IMMEDIATE');
+    if (!db.isTransaction) {
+      db.exec('BEGIN IMMEDIATE');
+      committing = setImmediate(commit);
+    }
+    const savepoint = `s${depth++}`;
+    db.exec(`SAVEPOINT ${savepoint}`);
     try {
       const result = work();
-      db.exec('COMMIT');
+      db.exec(`RELEASE ${savepoint}`);
       return result;
     } catch (err) {
-      if (db.isTransaction) db.exec('ROLLBACK');
+      if (db.isTransaction) db.exec(`ROLLBACK TO ${savepoint}; RELEASE ${savepoint}`);
       throw err;
+    } finally {
+      depth--;
     }
   };
   return {
@@ -61,6 +87,8 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
     close() {
       closing ??= (async () => {
         if (!db.isOpen) return;
+        if (committing) clearImmediate(committing);
+        commit();
         await unwatch(path);
         db.close();
       })();
