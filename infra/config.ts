@@ -188,7 +188,7 @@ export const knobs = {
   ),
   snapshotEvery: knob(
     'HUB_SNAPSHOT_EVERY',
-    '500',
+    '250',
     "Events between snapshots of an aggregate's state (a device, an account, a trail, …), in every event store: the first load of a stream after a start reads its snapshot and the events after it, and a load or a command that leaves a stream this many events past its snapshot writes a new one. 0: no snapshots are read or written.",
     int(0, 1_000_000),
   ),
