@@ -24,6 +24,7 @@ import {
   type ExpectedRevision,
   type NewEvent,
   type RecordedEvent,
+  type Snapshot,
   WrongExpectedRevisionError,
 } from '../infra/eventstore/port.ts';
 import type { Limiter } from '../infra/limits.ts';
@@ -75,7 +76,7 @@ errorsCrossThreads(
 
 // What an API thread may call on the main thread: the methods the routes use, no more.
 const SERVED = {
-  store: ['append', 'readStream', 'readAll', 'head'],
+  store: ['append', 'readStream', 'readAll', 'head', 'readSnapshot', 'saveSnapshot'],
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
   limiter: ['hit'],
@@ -99,6 +100,7 @@ interface ThreadData {
   port: number;
   readiness: string[];
   storeKind: string;
+  snapshotEvery: number;
 }
 
 export interface ApiThreads {
@@ -154,6 +156,8 @@ export async function startApiThreads(o: {
     readStream: owned.store.readStream.bind(owned.store),
     readAll: owned.store.readAll.bind(owned.store),
     head: owned.store.head.bind(owned.store),
+    readSnapshot: async (stream: string, kind: string) => owned.store.readSnapshot?.(stream, kind),
+    saveSnapshot: async (stream: string, snapshot: Snapshot) => owned.store.saveSnapshot?.(stream, snapshot),
   });
   // One budget per caller for the whole process, whichever thread its connections reach.
   const rateLimiter = new RateLimiter(
@@ -170,6 +174,7 @@ export async function startApiThreads(o: {
         port,
         readiness: Object.keys(o.readiness),
         storeKind: owned.store.kind,
+        snapshotEvery: owned.store.snapshotEvery ?? 0,
       };
       const worker = new Worker(new URL(import.meta.url), { workerData: { apiThread: data } });
       const channel = new ThreadChannel(worker);
@@ -323,6 +328,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
   const store = remote<EventStore>('store', {
     kind: data.storeKind,
     exclusiveWriter: false,
+    snapshotEvery: data.snapshotEvery,
     subscribe: () => {
       throw new Error('subscriptions run on the main thread');
     },

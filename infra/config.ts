@@ -204,6 +204,12 @@ export const knobs = {
     'EventStoreDB connection string, e.g. `esdb://127.0.0.1:2113?tls=false`. Also enables its contract tests.',
     url('esdb:', 'esdb+discover:'),
   ),
+  snapshotEvery: knob(
+    'HUB_SNAPSHOT_EVERY',
+    '250',
+    "Events between snapshots of an aggregate's state (a device, an account, a trail, …), in every event store: the first load of a stream after a start reads its snapshot and the events after it, and a load or a command that leaves a stream this many events past its snapshot writes a new one. 0: no snapshots are read or written.",
+    int(0, 1_000_000),
+  ),
   redisUrl: knob(
     'HUB_REDIS_URL',
     'redis://127.0.0.1:6380',

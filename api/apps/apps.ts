@@ -35,6 +35,7 @@ export const appStream = (id: string) => `app-${id}`;
 export const appPrn = (id: string) => `prn:::apps:/${id}`;
 
 export const apps = {
+  snapshot: { kind: 'app', shape: 1 },
   initial: (): AppState => ({
     id: '',
     prn: '',

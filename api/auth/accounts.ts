@@ -39,6 +39,7 @@ export const servicePrn = (nick: string, domain = '') => `prn:${domain}:auth:/${
 const EMAIL_REQUESTS = new Set(['VerificationEmailRequested', 'PasswordResetRequested']);
 
 export const accounts = {
+  snapshot: { kind: 'account', shape: 1 },
   initial: (): AccountState => ({
     id: '',
     prn: '',

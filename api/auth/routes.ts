@@ -1186,7 +1186,8 @@ interface RefreshFamily {
   spent: Set<string>;
   revoked: boolean;
 }
-const refreshFamilies = {
+export const refreshFamilies = {
+  snapshot: { kind: 'refresh-family', shape: 1 },
   initial: (): RefreshFamily => ({
     issued: 0,
     accountId: '',
@@ -1231,7 +1232,8 @@ interface Grant {
   /** When the code was granted (ms; the event's time). */
   issued: number;
 }
-const codes = {
+export const codes = {
+  snapshot: { kind: 'access-code', shape: 1 },
   initial: (): { grant: Grant | undefined; redeemed: boolean } => ({ grant: undefined, redeemed: false }),
   evolve(
     c: { grant: Grant | undefined; redeemed: boolean },

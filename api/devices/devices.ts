@@ -58,6 +58,7 @@ export const REV = /^(?:0|[1-9]\d{0,8})$/;
 type Ev = Pick<RecordedEvent, 'type' | 'data' | 'created'>;
 
 export const devices = {
+  snapshot: { kind: 'device', shape: 1 },
   initial: (): DeviceState => ({
     id: '',
     prn: '',
@@ -215,6 +216,7 @@ export interface TrailState {
 }
 
 export const trails = {
+  snapshot: { kind: 'trail', shape: 1 },
   initial: (): TrailState => ({ deviceId: '', steps: new Map(), lastRev: -1 }),
   evolve(t: TrailState, e: Ev): TrailState {
     const d = e.data as Record<string, unknown>;

@@ -47,6 +47,7 @@ export const webhookStream = (id: string) => `webhook-${id}`;
 type Ev = Pick<RecordedEvent, 'type' | 'data' | 'created'>;
 
 export const subscriptions = {
+  snapshot: { kind: 'webhook', shape: 1 },
   initial: (): Subscription => ({
     id: '',
     ownerPrn: '',

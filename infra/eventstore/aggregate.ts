@@ -1,13 +1,14 @@
-// Command handling over the event store: load an aggregate by folding its stream, decide new
-// events from its state (a pure function supplied by the domain), append them at the revision
-// that was read, and on a concurrent change read again and decide again.
-import { getRandomValues } from 'node:crypto';
+// Command handling over the event store: load an aggregate by folding its stream (from its
+// snapshot on), decide new events from its state (a pure function supplied by the domain), append
+// them at the revision that was read, and on a concurrent change read again and decide again.
+import { createHash, getRandomValues } from 'node:crypto';
 import { v7 } from 'uuid';
 import {
   type AppendResult,
   type EventStore,
   type NewEvent,
   type RecordedEvent,
+  type Snapshot,
   WrongExpectedRevisionError,
 } from './port.ts';
 
@@ -41,12 +42,21 @@ export function timeOrderedId(): string {
 export interface Evolver<S> {
   initial: () => S;
   evolve: (state: S, event: RecordedEvent) => S;
+  /**
+   * Keep snapshots of the state (see snapshotShape): `kind` names the aggregate in the store,
+   * `shape` is the version of the state's shape. Bump it when what the state holds changes
+   * without the text of `initial` or `evolve` changing (a helper they call, a type they build).
+   */
+  snapshot?: { kind: string; shape: number };
 }
 
 export interface Loaded<S> {
   state: S;
   /** Revision of the stream's last event; -1 when the stream does not exist. */
   revision: number;
+  /** Revision of the stream's newest snapshot this process knows of (read or written); absent:
+   * none. The snapshot policy counts from it. */
+  snapshot?: number;
 }
 
 /**
@@ -133,7 +143,16 @@ export function appendedElsewhere(store: EventStore, stream: string, events: Rec
     }
     let state = cached.state;
     for (const e of events) state = evolver.evolve(state, e);
-    cache.set(stream, { state, revision: last.revision });
+    // The thread that appended took the snapshot the policy asked for, if any: not this one too.
+    const snapshot = snapshotDue(store, evolver, last.revision, cached.snapshot)
+      ? last.revision
+      : cached.snapshot;
+    cache.set(
+      stream,
+      snapshot === undefined
+        ? { state, revision: last.revision }
+        : { state, revision: last.revision, snapshot },
+    );
   }
 }
 
@@ -145,8 +164,9 @@ export async function load<S>(
 ): Promise<Loaded<S>> {
   const cached = cache.get(stream);
   if (cached && store.exclusiveWriter) return cached;
-  let state = cached?.state ?? evolver.initial();
-  let revision = cached?.revision ?? -1;
+  const from = cached ?? (await fromStoredSnapshot(store, stream, evolver));
+  let state = from?.state ?? evolver.initial();
+  let revision = from?.revision ?? -1;
   for (let page = await store.readStream(stream, revision + 1, 1000); page.length > 0; ) {
     for (const e of page) {
       state = evolver.evolve(state, e);
@@ -155,8 +175,13 @@ export async function load<S>(
     if (page.length < 1000) break;
     page = await store.readStream(stream, revision + 1, 1000);
   }
-  if (revision >= 0 && revision !== cached?.revision) cache.set(stream, { state, revision });
-  return { state, revision };
+  const loaded: Loaded<S> = { state, revision };
+  if (from?.snapshot !== undefined) loaded.snapshot = from.snapshot;
+  if (revision >= 0 && revision !== cached?.revision) {
+    saveSnapshotIfDue(store, stream, evolver, loaded);
+    cache.set(stream, loaded);
+  }
+  return loaded;
 }
 
 /** What `load` answers at once when it need not read (an exclusive writer's cached state), else
@@ -269,7 +294,11 @@ export function handle<S, T>(
         // The state after the append, without reading it back.
         let after = state;
         for (const e of appendedEvents(stream, newEvents, appended)) after = evolver.evolve(after, e);
-        cache.set(stream, { state: after, revision: appended.nextRevision });
+        const current: Loaded<S> = { state: after, revision: appended.nextRevision };
+        const snapshot = cache.get(stream)?.snapshot;
+        if (snapshot !== undefined) current.snapshot = snapshot;
+        saveSnapshotIfDue(store, stream, evolver, current);
+        cache.set(stream, current);
         return { result, appended, state, after };
       } catch (err) {
         // Someone else wrote: the next load reads what is newer than the cached state (where this
@@ -292,6 +321,135 @@ export function handle<S, T>(
   });
 }
 
+// ---------------------------------------------------------------- snapshots
+
+/**
+ * The shape a snapshot of this evolver's state is stored with: its declared `shape` and a hash of
+ * the source text of its `initial` and `evolve`. A change of either makes the snapshots stored
+ * before it ignored (read again from the events: one full read per stream after such an upgrade),
+ * never wrong. A change elsewhere that changes what the state holds needs the declared number
+ * bumped. (SchemaCheckedStore adds the event schemas' versions: an upcast changes states too.)
+ */
+const shapes = new WeakMap<object, string>();
+export function snapshotShape<S>(evolver: Evolver<S>): string | undefined {
+  if (!evolver.snapshot) return undefined;
+  let shape = shapes.get(evolver);
+  if (shape === undefined) {
+    const source = `${evolver.initial}\n${evolver.evolve}`;
+    shape = `${evolver.snapshot.shape}.${createHash('sha256').update(source).digest('hex').slice(0, 12)}`;
+    shapes.set(evolver, shape);
+  }
+  return shape;
+}
+
+/** The stream's snapshot for this evolver, of its shape, as a state to fold the events after it
+ * into. Anything amiss (none, another shape, a store that fails to answer, a state that does not
+ * decode) is no snapshot: the stream is read from its start. */
+async function fromStoredSnapshot<S>(
+  store: EventStore,
+  stream: string,
+  evolver: Evolver<S>,
+): Promise<Loaded<S> | undefined> {
+  const shape = snapshotShape(evolver);
+  if (!shape || !store.snapshotEvery || !store.readSnapshot) return undefined;
+  try {
+    const found = await store.readSnapshot(stream, evolver.snapshot!.kind);
+    if (!found || found.shape !== shape || !(found.revision >= 0)) return undefined;
+    return { state: fromSnapshot(found.state) as S, revision: found.revision, snapshot: found.revision };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether the policy asks for a snapshot of a state at `revision`, the last one being at `last`. */
+function snapshotDue<S>(
+  store: EventStore,
+  evolver: Evolver<S>,
+  revision: number,
+  last: number | undefined,
+): boolean {
+  const every = store.snapshotEvery ?? 0;
+  return every > 0 && evolver.snapshot !== undefined && revision - (last ?? -1) >= every;
+}
+
+/**
+ * Stores a snapshot of `loaded` when the policy asks for one, and records it there. The write is
+ * not waited for, and is done after the current turn (the command's answer first); should it fail,
+ * the next load reads a longer tail, and the next snapshot is due `snapshotEvery` events on.
+ */
+function saveSnapshotIfDue<S>(
+  store: EventStore,
+  stream: string,
+  evolver: Evolver<S>,
+  loaded: Loaded<S>,
+): void {
+  if (!store.saveSnapshot || !snapshotDue(store, evolver, loaded.revision, loaded.snapshot)) return;
+  loaded.snapshot = loaded.revision;
+  const { state, revision } = loaded; // states are never changed in place: this one stays as it is
+  setImmediate(() => {
+    let snapshot: Snapshot;
+    try {
+      snapshot = {
+        kind: evolver.snapshot!.kind,
+        shape: snapshotShape(evolver)!,
+        revision,
+        state: toSnapshot(state),
+      };
+    } catch {
+      return; // a state the encoding cannot hold exactly is not snapshotted
+    }
+    store.saveSnapshot!(stream, snapshot).catch(() => {});
+  });
+}
+
+/**
+ * A state as a JSON value that reads back as exactly the same state: JSON alone would lose Maps,
+ * Sets and properties set to undefined, which aggregate states hold. Those become single-key
+ * objects tagged `$map`, `$set`, `$undefined`; a key of the state's own that begins with `$` (user
+ * metadata may have one) gets one `$` more, so no data is ever read as a tag. Records (plain
+ * objects, or instances holding their data in own properties, as Avro's records do) are read back
+ * as plain objects. Anything else (a Date, a non-finite number, a bigint) throws: such a state is
+ * not snapshotted rather than read back changed.
+ */
+export function toSnapshot(value: unknown): unknown {
+  switch (typeof value) {
+    case 'string':
+    case 'boolean':
+      return value;
+    case 'number':
+      if (!Number.isFinite(value)) throw new Error(`a snapshot cannot hold ${value}`);
+      return value;
+    case 'undefined':
+      return { $undefined: true };
+    case 'object': {
+      if (value === null) return null;
+      if (Array.isArray(value)) return value.map(toSnapshot);
+      if (value instanceof Map) return { $map: [...value].map(([k, v]) => [toSnapshot(k), toSnapshot(v)]) };
+      if (value instanceof Set) return { $set: [...value].map(toSnapshot) };
+      if (Object.prototype.toString.call(value) !== '[object Object]')
+        throw new Error(`a snapshot cannot hold a ${value.constructor?.name ?? 'special object'}`);
+      return Object.fromEntries(
+        Object.entries(value).map(([k, v]) => [k.startsWith('$') ? `$${k}` : k, toSnapshot(v)]),
+      );
+    }
+    default:
+      throw new Error(`a snapshot cannot hold a ${typeof value}`);
+  }
+}
+
+/** The state a `toSnapshot` value stands for. */
+export function fromSnapshot(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map(fromSnapshot);
+  const entries = Object.entries(value);
+  const [tag, tagged] = entries.length === 1 ? entries[0]! : [];
+  if (tag === '$undefined') return undefined;
+  if (tag === '$map')
+    return new Map((tagged as [unknown, unknown][]).map(([k, v]) => [fromSnapshot(k), fromSnapshot(v)]));
+  if (tag === '$set') return new Set((tagged as unknown[]).map(fromSnapshot));
+  return Object.fromEntries(entries.map(([k, v]) => [k.startsWith('$') ? k.slice(1) : k, fromSnapshot(v)]));
+}
+
 // ---------------------------------------------------------------- unique names
 
 export class NameTakenError extends Error {
@@ -306,7 +464,8 @@ export class NameTakenError extends Error {
 interface Claim {
   owner: string | undefined;
 }
-const claims: Evolver<Claim> = {
+export const claims: Evolver<Claim> = {
+  snapshot: { kind: 'name-claim', shape: 1 },
   initial: () => ({ owner: undefined }),
   evolve: (s, e) =>
     e.type === 'NameClaimed'

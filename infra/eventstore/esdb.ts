@@ -4,9 +4,14 @@
 // append may share a commit position), but not contiguous. Reading from {commit: p, prepare: p}
 // and keeping prepare > p resumes exactly after the event at p, since an event's commit position
 // is never below its prepare position.
+//
+// Snapshots are streams of their own (snapshotStream), each capped at its newest event by its
+// metadata ($maxCount 1), so the server drops the older ones; reads of the log skip them.
 import {
   ANY,
   type AppendExpectedRevision,
+  BACKWARDS,
+  END,
   EventStoreDBClient,
   excludeSystemEvents,
   FORWARDS,
@@ -24,17 +29,25 @@ import {
   type ExpectedRevision,
   type NewEvent,
   type RecordedEvent,
+  type Snapshot,
   type SubscribeOptions,
   type Subscription,
   WrongExpectedRevisionError,
 } from './port.ts';
 
+/** Streams of snapshots begin so: no stream of the domain does (device-, account-, unique-, …). */
+const SNAPSHOTS = 'hub-snapshot-';
+const snapshotStream = (stream: string, kind: string) => `${SNAPSHOTS}${kind}-${stream}`;
+
 export class EsdbEventStore implements EventStore {
   readonly kind = 'esdb';
+  readonly snapshotEvery: number;
   private readonly client: EventStoreDBClient;
 
-  constructor(connectionString: string) {
+  /** `snapshotEvery`: events between snapshots of an aggregate's state (see EventStore); 0: none. */
+  constructor(connectionString: string, options: { snapshotEvery?: number } = {}) {
     this.client = EventStoreDBClient.connectionString(connectionString);
+    this.snapshotEvery = options.snapshotEvery ?? 0;
   }
 
   async append(
@@ -87,6 +100,46 @@ export class EsdbEventStore implements EventStore {
       throw err;
     }
     return out;
+  }
+
+  async readSnapshot(stream: string, kind: string): Promise<Snapshot | undefined> {
+    return (await this.lastSnapshot(snapshotStream(stream, kind)))?.snapshot;
+  }
+
+  /** Appended after the stored one, at its revision: a save that meets another's reads the
+   * stored one again (each such conflict is another save done) and is dropped if that is newer. */
+  async saveSnapshot(stream: string, snapshot: Snapshot): Promise<void> {
+    const name = snapshotStream(stream, snapshot.kind);
+    for (;;) {
+      const stored = await this.lastSnapshot(name);
+      if (stored && stored.snapshot.revision > snapshot.revision) return;
+      if (!stored) await this.client.setStreamMetadata(name, { maxCount: 1 });
+      try {
+        await this.client.appendToStream(name, jsonEvent({ type: 'Snapshot', data: snapshot as never }), {
+          expectedRevision: stored ? stored.at : NO_STREAM,
+        });
+        return;
+      } catch (err) {
+        if (!(err instanceof WrongExpectedVersionError)) throw err;
+      }
+    }
+  }
+
+  private async lastSnapshot(name: string): Promise<{ snapshot: Snapshot; at: bigint } | undefined> {
+    try {
+      for await (const resolved of this.client.readStream(name, {
+        fromRevision: END,
+        direction: BACKWARDS,
+        maxCount: 1,
+      })) {
+        if (resolved.event)
+          return { snapshot: resolved.event.data as unknown as Snapshot, at: resolved.event.revision };
+      }
+    } catch (err) {
+      if (err instanceof StreamNotFoundError) return undefined;
+      throw err;
+    }
+    return undefined;
   }
 
   async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
@@ -181,7 +234,8 @@ async function* batches<T>(source: AsyncIterable<T>, max: number): AsyncGenerato
 
 function toRecorded(resolved: ResolvedEvent): RecordedEvent | undefined {
   const e = resolved.event;
-  if (!e || e.streamId.startsWith('$') || e.type.startsWith('$')) return undefined;
+  if (!e || e.streamId.startsWith('$') || e.type.startsWith('$') || e.streamId.startsWith(SNAPSHOTS))
+    return undefined;
   return {
     id: e.id,
     type: e.type,

@@ -11,6 +11,7 @@ export async function openEventStore(config: Config): Promise<EventStore> {
         synchronous: config.sqliteSync,
         writerThread: true,
         sharedWithThreads: config.apiThreads > 0,
+        snapshotEvery: config.snapshotEvery,
       });
     }
     case 'postgres': {
@@ -19,11 +20,11 @@ export async function openEventStore(config: Config): Promise<EventStore> {
       const url = new URL(config.postgresUrl);
       const schema = url.searchParams.get('schema') ?? undefined;
       url.searchParams.delete('schema');
-      return new PostgresEventStore({ url: url.href, schema });
+      return new PostgresEventStore({ url: url.href, schema, snapshotEvery: config.snapshotEvery });
     }
     case 'esdb': {
       const { EsdbEventStore } = await import('./esdb.ts');
-      return new EsdbEventStore(config.esdbUrl);
+      return new EsdbEventStore(config.esdbUrl, { snapshotEvery: config.snapshotEvery });
     }
   }
 }

@@ -43,11 +43,34 @@ export interface Subscription extends AsyncIterable<RecordedEvent[]> {
   close(): void;
 }
 
+/**
+ * An aggregate's state as of a revision of its stream: a load starts from it and reads only the
+ * events after it (see aggregate.ts). The store keeps one per stream and kind.
+ */
+export interface Snapshot {
+  /** The aggregate kind (an evolver's `snapshot.kind`): one stream may be folded by several. */
+  kind: string;
+  /** The version of the state's shape: a snapshot of another shape than the reader's is ignored. */
+  shape: string;
+  /** The revision of the stream's last event the state includes. */
+  revision: number;
+  /** The state as a JSON value. */
+  state: unknown;
+}
+
 export interface EventStore {
   readonly kind: string;
   /** True when this process is the only one that appends (the embedded SQLite file): states it
    * cached after its own appends are then current without reading the stream's tail. */
   readonly exclusiveWriter?: boolean;
+  /** Events between snapshots of an aggregate's state (HUB_SNAPSHOT_EVERY); 0 or absent: loads
+   * neither read nor write snapshots. */
+  readonly snapshotEvery?: number;
+  /** The stream's snapshot of that kind, if one is stored. */
+  readSnapshot?(stream: string, kind: string): Promise<Snapshot | undefined>;
+  /** Stores a snapshot in place of the stream's one of its kind, unless that one is of a later
+   * revision (one of the same revision is replaced: it may be of another shape). */
+  saveSnapshot?(stream: string, snapshot: Snapshot): Promise<void>;
   append(stream: string, events: NewEvent[], expected?: ExpectedRevision): Promise<AppendResult>;
   /** Events of one stream from a revision on; a missing stream reads as empty. */
   readStream(stream: string, fromRevision?: number, max?: number): Promise<RecordedEvent[]>;

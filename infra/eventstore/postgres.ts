@@ -13,6 +13,7 @@ import {
   type Planned,
   planBatch,
   type RecordedEvent,
+  type Snapshot,
   type StoredId,
   type SubscribeOptions,
   type Subscription,
@@ -69,6 +70,15 @@ const MIGRATIONS = [
      PERFORM pg_notify(channel, (head + cardinality(ids))::text);
      RETURN json_build_object('head', head, 'revisions', revs);
    END $$`,
+  // One snapshot per stream and aggregate kind (see aggregate.ts): the newest revision stays.
+  `CREATE TABLE hub_snapshots (
+     stream   text   NOT NULL,
+     kind     text   NOT NULL,
+     shape    text   NOT NULL,
+     revision bigint NOT NULL,
+     state    json   NOT NULL,
+     PRIMARY KEY (stream, kind)
+   )`,
 ];
 
 const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
@@ -100,6 +110,14 @@ export const STATEMENTS = {
    coalesce((SELECT position FROM hub_events ORDER BY position DESC LIMIT 1), 0)::bigint AS head`,
   'hub-read-stream': `SELECT ${COLUMNS} FROM hub_events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
   'hub-read-all': `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
+  'hub-read-snapshot':
+    'SELECT kind, shape, revision, state FROM hub_snapshots WHERE stream = $1 AND kind = $2',
+  /** Replaces the stored snapshot unless it is of a later revision (one of the same revision may be
+   * of another shape, written before an upgrade). */
+  'hub-save-snapshot': `INSERT INTO hub_snapshots (stream, kind, shape, revision, state) VALUES ($1, $2, $3, $4, $5)
+   ON CONFLICT (stream, kind) DO UPDATE
+     SET shape = excluded.shape, revision = excluded.revision, state = excluded.state
+     WHERE excluded.revision >= hub_snapshots.revision`,
 } as const;
 
 /** The settings of every connection of a store (see STATEMENTS). READ COMMITTED whatever the
@@ -122,10 +140,13 @@ export interface PostgresOptions {
   schema?: string;
   poolSize?: number;
   maxBatch?: number;
+  /** Events between snapshots of an aggregate's state (see EventStore.snapshotEvery); 0: none. */
+  snapshotEvery?: number;
 }
 
 export class PostgresEventStore implements EventStore {
   readonly kind = 'postgres';
+  readonly snapshotEvery: number;
   private readonly pool: pg.Pool;
   private readonly schema: string;
   private readonly maxBatch: number;
@@ -142,6 +163,7 @@ export class PostgresEventStore implements EventStore {
     this.schema = options.schema ?? 'public';
     if (!/^[a-z_][a-z0-9_]*$/.test(this.schema)) throw new Error(`invalid schema name ${this.schema}`);
     this.maxBatch = options.maxBatch ?? 1000;
+    this.snapshotEvery = options.snapshotEvery ?? 0;
     this.pool = new pg.Pool({
       connectionString: options.url,
       max: options.poolSize ?? 8,
@@ -341,6 +363,26 @@ export class PostgresEventStore implements EventStore {
       values: [stream, fromRevision, max],
     });
     return rows.map(toRecorded);
+  }
+
+  async readSnapshot(stream: string, kind: string): Promise<Snapshot | undefined> {
+    await this.whenReady();
+    const { rows } = await this.pool.query<Snapshot>({
+      name: 'hub-read-snapshot',
+      text: STATEMENTS['hub-read-snapshot'],
+      values: [stream, kind],
+    });
+    return rows[0];
+  }
+
+  async saveSnapshot(stream: string, snapshot: Snapshot): Promise<void> {
+    if (this.closed) throw new Error('the event store is closed');
+    await this.whenReady();
+    await this.pool.query({
+      name: 'hub-save-snapshot',
+      text: STATEMENTS['hub-save-snapshot'],
+      values: [stream, snapshot.kind, snapshot.shape, snapshot.revision, JSON.stringify(snapshot.state)],
+    });
   }
 
   /**

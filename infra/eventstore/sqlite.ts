@@ -18,6 +18,7 @@ import {
   type Planned,
   planBatch,
   type RecordedEvent,
+  type Snapshot,
   type StoredId,
   type SubscribeOptions,
   type Subscription,
@@ -37,6 +38,15 @@ const MIGRATIONS = [
      metadata TEXT    NOT NULL,
      created  INTEGER NOT NULL,
      UNIQUE (stream, revision)
+   ) STRICT`,
+  // One snapshot per stream and aggregate kind (see aggregate.ts): the newest revision stays.
+  `CREATE TABLE snapshots (
+     stream   TEXT    NOT NULL,
+     kind     TEXT    NOT NULL,
+     shape    TEXT    NOT NULL,
+     revision INTEGER NOT NULL,
+     state    TEXT    NOT NULL,
+     PRIMARY KEY (stream, kind)
    ) STRICT`,
 ];
 
@@ -76,6 +86,8 @@ export interface SqliteOptions {
    * for the state.
    */
   sharedWithThreads?: boolean;
+  /** Events between snapshots of an aggregate's state (see EventStore.snapshotEvery); 0: none. */
+  snapshotEvery?: number;
 }
 
 /** A planned append as it crosses from the writer's thread: errors travel as their arguments. */
@@ -88,9 +100,15 @@ type WirePlan =
 /** The outcome of one group commit: a plan per append, or one error for all of them. */
 type Committed = { plans: WirePlan[]; created: number } | { error: string; errcode?: number };
 
+/** A snapshot for the writer thread to store: a message of its own, beside the appends' batches. */
+type SnapshotWrite = { stream: string; snapshot: Snapshot };
+/** The writer thread's answer to the snapshot messages it stored together (`error`: none were). */
+type SnapshotsSaved = { saved: number; error?: string };
+
 export class SqliteEventStore implements EventStore {
   readonly kind = 'sqlite';
   readonly exclusiveWriter: boolean;
+  readonly snapshotEvery: number;
   /** Reads (and, without a writer thread, the writes too). */
   private readonly db: DatabaseSync;
   private readonly path: string;
@@ -101,6 +119,8 @@ export class SqliteEventStore implements EventStore {
    * transaction each, so a batch need not wait for the answer to the one before it.
    */
   private readonly committing: Waiting[][] = [];
+  /** Snapshots posted to the writer thread, oldest first, waiting for it to store them. */
+  private readonly saving: PromiseWithResolvers<void>[] = [];
   private flushScheduled = false;
   private lastPosition: number;
   /**
@@ -125,7 +145,7 @@ export class SqliteEventStore implements EventStore {
   /** Set once close() has drained the queue: later appends are refused. */
   private closed = false;
   private closing: Promise<void> | undefined;
-  private readonly sql: { readStream: StatementSync; readAll: StatementSync };
+  private readonly sql: { readStream: StatementSync; readAll: StatementSync; readSnapshot: StatementSync };
 
   constructor(path: string, options: SqliteOptions = {}) {
     if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
@@ -135,6 +155,7 @@ export class SqliteEventStore implements EventStore {
     this.maxBatch = options.maxBatch ?? 1024;
     this.postEvery = options.postEvery ?? 32;
     this.exclusiveWriter = !options.sharedWithThreads;
+    this.snapshotEvery = options.snapshotEvery ?? 0;
     this.tailEvents = options.tailEvents ?? 20_000;
     this.appended.setMaxListeners(0);
     this.sql = {
@@ -142,6 +163,9 @@ export class SqliteEventStore implements EventStore {
         'SELECT * FROM events WHERE stream = ? AND revision >= ? ORDER BY revision LIMIT ?',
       ),
       readAll: this.db.prepare('SELECT * FROM events WHERE position > ? ORDER BY position LIMIT ?'),
+      readSnapshot: this.db.prepare(
+        'SELECT kind, shape, revision, state FROM snapshots WHERE stream = ? AND kind = ?',
+      ),
     };
     this.lastPosition = headOf(this.db);
     if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
@@ -199,12 +223,18 @@ export class SqliteEventStore implements EventStore {
     const thread = new Worker(new URL(import.meta.url), {
       workerData: { sqliteWriter: { path: this.path, synchronous: this.synchronous } },
     });
-    thread.on('message', (answers: Committed[]) => {
-      for (const committed of answers) {
-        const batch = this.committing.shift();
-        if (batch) this.settle(batch, committed);
+    thread.on('message', (answers: Committed[] | SnapshotsSaved) => {
+      if (Array.isArray(answers)) {
+        for (const committed of answers) {
+          const batch = this.committing.shift();
+          if (batch) this.settle(batch, committed);
+        }
+      } else {
+        for (const w of this.saving.splice(0, answers.saved))
+          if (answers.error === undefined) w.resolve();
+          else w.reject(new Error(answers.error));
       }
-      if (this.committing.length === 0) thread.unref();
+      if (this.committing.length === 0 && this.saving.length === 0) thread.unref();
     });
     const gone = (err: Error) => {
       if (this.thread !== thread) return;
@@ -215,6 +245,7 @@ export class SqliteEventStore implements EventStore {
       this.heads.clear();
       if (this.db.isOpen) this.lastPosition = headOf(this.db);
       for (const batch of this.committing.splice(0)) for (const w of batch) w.reject(err);
+      for (const w of this.saving.splice(0)) w.reject(err);
       this.scheduleFlush();
     };
     thread.on('error', gone);
@@ -290,6 +321,30 @@ export class SqliteEventStore implements EventStore {
     return (this.sql.readAll.all(after, max) as Row[]).map(toRecorded);
   }
 
+  async readSnapshot(stream: string, kind: string): Promise<Snapshot | undefined> {
+    const row = this.sql.readSnapshot.get(stream, kind) as
+      | { kind: string; shape: string; revision: number; state: string }
+      | undefined;
+    return row && { ...row, state: JSON.parse(row.state) };
+  }
+
+  /** Written by the file's one writer (the writer thread, when there is one), in a transaction of
+   * its own: the reading connection never contends for the write lock. */
+  saveSnapshot(stream: string, snapshot: Snapshot): Promise<void> {
+    if (this.closed || !this.db.isOpen) return Promise.reject(new Error('the event store is closed'));
+    const write: SnapshotWrite = { stream, snapshot };
+    if (this.writer) {
+      const saved = this.writer.saveSnapshots([write]);
+      return saved.error === undefined ? Promise.resolve() : Promise.reject(new Error(saved.error));
+    }
+    const thread = this.writerThread();
+    const waiting = Promise.withResolvers<void>();
+    thread.ref();
+    this.saving.push(waiting);
+    thread.postMessage({ snapshot: write });
+    return waiting.promise;
+  }
+
   subscribe(after = 0, options: SubscribeOptions = {}): Subscription {
     return catchUpSubscription(
       (from, max) => this.readAll(from, max),
@@ -313,7 +368,12 @@ export class SqliteEventStore implements EventStore {
   }
 
   private async shut(): Promise<void> {
-    while (this.committing.length > 0 || this.queue.length > 0 || this.flushScheduled) {
+    while (
+      this.committing.length > 0 ||
+      this.queue.length > 0 ||
+      this.flushScheduled ||
+      this.saving.length > 0
+    ) {
       if (!this.flushScheduled) this.flush();
       await new Promise((r) => setImmediate(r));
     }
@@ -339,7 +399,12 @@ class SqliteWriter {
   /** Last revision of recently written streams: this is the file's only writer. */
   private readonly revisions = new Map<string, number>();
   static readonly MAX_CACHED_STREAMS = 100_000;
-  private readonly sql: { insert: StatementSync; revision: StatementSync; byId: StatementSync };
+  private readonly sql: {
+    insert: StatementSync;
+    revision: StatementSync;
+    byId: StatementSync;
+    saveSnapshot: StatementSync;
+  };
 
   constructor(db: DatabaseSync) {
     this.db = db;
@@ -350,7 +415,29 @@ class SqliteWriter {
       ),
       revision: db.prepare('SELECT max(revision) AS r FROM events WHERE stream = ?'),
       byId: db.prepare('SELECT stream, revision, position, created FROM events WHERE id = ?'),
+      // Replaces the stored snapshot unless it is of a later revision (one of the same revision may
+      // be of another shape, written before an upgrade).
+      saveSnapshot: db.prepare(
+        `INSERT INTO snapshots (stream, kind, shape, revision, state) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (stream, kind) DO UPDATE
+           SET shape = excluded.shape, revision = excluded.revision, state = excluded.state
+           WHERE excluded.revision >= snapshots.revision`,
+      ),
     };
+  }
+
+  /** Snapshots that waited for the writer together, in one transaction. */
+  saveSnapshots(writes: SnapshotWrite[]): SnapshotsSaved {
+    try {
+      this.db.exec('BEGIN IMMEDIATE');
+      for (const { stream, snapshot: s } of writes)
+        this.sql.saveSnapshot.run(stream, s.kind, s.shape, s.revision, JSON.stringify(s.state));
+      this.db.exec('COMMIT');
+      return { saved: writes.length };
+    } catch (err) {
+      if (this.db.isTransaction) this.db.exec('ROLLBACK');
+      return { saved: writes.length, error: (err as Error).message };
+    }
   }
 
   /** Batches that waited for the thread together: one transaction, an answer for each. */
@@ -481,10 +568,14 @@ if (!isMainThread && workerData?.sqliteWriter) {
   const { path, synchronous } = workerData.sqliteWriter as { path: string; synchronous: 'full' | 'normal' };
   const writer = new SqliteWriter(openDatabase(path, synchronous));
   const port = parentPort!;
-  port.on('message', (batch: PendingAppend[]) => {
-    const batches = [batch];
-    for (let more = receiveMessageOnPort(port); more; more = receiveMessageOnPort(port))
-      batches.push(more.message as PendingAppend[]);
-    port.postMessage(writer.commitAll(batches));
+  port.on('message', (first: PendingAppend[] | { snapshot: SnapshotWrite }) => {
+    const batches: PendingAppend[][] = [];
+    const snapshots: SnapshotWrite[] = [];
+    for (let m: typeof first | undefined = first; m; m = receiveMessageOnPort(port)?.message) {
+      if (Array.isArray(m)) batches.push(m);
+      else snapshots.push(m.snapshot);
+    }
+    if (batches.length > 0) port.postMessage(writer.commitAll(batches));
+    if (snapshots.length > 0) port.postMessage(writer.saveSnapshots(snapshots));
   });
 }

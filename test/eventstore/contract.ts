@@ -8,6 +8,7 @@ import {
   type EventStore,
   type NewEvent,
   type RecordedEvent,
+  type Snapshot,
   WrongExpectedRevisionError,
 } from '../../infra/eventstore/port.ts';
 
@@ -459,6 +460,71 @@ export function eventStoreContract(
 
       it('reads a missing stream as empty', async () => {
         assert.deepEqual(await store.readStream(stream()), []);
+      });
+    });
+
+    describe('snapshots', () => {
+      const snapshot = (revision: number, state: unknown = { revision }, shape = '1.a'): Snapshot => ({
+        kind: 'tested',
+        shape,
+        revision,
+        state,
+      });
+      const save = (s: string, snap: Snapshot) => store.saveSnapshot!(s, snap);
+      const read = (s: string, kind = 'tested') => store.readSnapshot!(s, kind);
+
+      it('reads a missing snapshot as undefined', async () => {
+        assert.equal(typeof store.readSnapshot, 'function');
+        assert.equal(typeof store.saveSnapshot, 'function');
+        assert.equal(await read(stream()), undefined);
+      });
+
+      it('reads back what was saved, exactly, also after a restart; one per stream and kind', async () => {
+        const s = stream();
+        const state = {
+          text: 'Grüße, 设备, 🚀, "quoted" \\ back',
+          list: [1, 2.5, true, null, { $map: [['k', 'v']] }],
+          nested: { empty: {}, none: [] },
+        };
+        await store.append(s, [ev(), ev()]);
+        await save(s, snapshot(1, state));
+        await save(s, { ...snapshot(0), kind: 'other' });
+        assert.deepEqual(await read(s), snapshot(1, state));
+        assert.deepEqual(await read(s, 'other'), { ...snapshot(0), kind: 'other' });
+        assert.equal(await read(stream()), undefined);
+        await store.close();
+        store = await harness.open();
+        assert.deepEqual(await read(s), snapshot(1, state));
+      });
+
+      it('a newer revision replaces the stored one; an older one does not', async () => {
+        const s = stream();
+        await save(s, snapshot(10));
+        await save(s, snapshot(20));
+        assert.deepEqual(await read(s), snapshot(20));
+        await save(s, snapshot(15));
+        assert.deepEqual(await read(s), snapshot(20));
+        // The same revision in another shape (folded by an upgraded process) replaces it.
+        await save(s, snapshot(20, { other: true }, '2.b'));
+        assert.deepEqual(await read(s), snapshot(20, { other: true }, '2.b'));
+      });
+
+      it('racing saves leave the newest', async () => {
+        const s = stream();
+        await Promise.all([5, 30, 10, 25, 20].map((r) => save(s, snapshot(r))));
+        assert.deepEqual(await read(s), snapshot(30));
+      });
+
+      it('are not events: the stream, the log and the head stay as they were', async () => {
+        const s = stream();
+        await store.append(s, [ev()]);
+        const head = await store.head();
+        const log = await readEverything(store);
+        await save(s, snapshot(0));
+        await save(stream(), snapshot(3));
+        assert.equal(await store.head(), head);
+        assert.deepEqual(await readEverything(store), log);
+        assert.equal((await store.readStream(s)).length, 1);
       });
     });
   });

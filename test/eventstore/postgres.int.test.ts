@@ -71,11 +71,15 @@ describe('PostgreSQL event store: the plans it keeps', () => {
     'hub-append-known': `ARRAY['id-1','id-2','x'], ARRAY['device-0','device-1','nope']`,
     'hub-read-stream': `'device-0', 10, 100`,
     'hub-read-all': `10, 100`,
+    'hub-read-snapshot': `'device-0', 'device'`,
+    'hub-save-snapshot': `'device-0', 'device', '1.abc', 10, '{}'`,
   };
   const types: Record<keyof typeof STATEMENTS, string> = {
     'hub-append-known': 'text[], text[]',
     'hub-read-stream': 'text, bigint, int',
     'hub-read-all': 'bigint, int',
+    'hub-read-snapshot': 'text, text',
+    'hub-save-snapshot': 'text, text, text, bigint, json',
   };
   const names = Object.keys(STATEMENTS) as (keyof typeof STATEMENTS)[];
   // The generic plan, made for what the table holds now: the one PostgreSQL keeps after five calls.
