@@ -17,7 +17,7 @@ import { isMainThread, parentPort, Worker, workerData } from 'node:worker_thread
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
-import { appendedElsewhere, appendedEvents } from '../infra/eventstore/aggregate.ts';
+import { appendedElsewhere, appendedEvents, boundStateCaches } from '../infra/eventstore/aggregate.ts';
 import {
   DuplicateEventIdError,
   type EventStore,
@@ -334,6 +334,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
     },
     close: async () => {},
   });
+  boundStateCaches(store, config.stateCacheEntries);
   channel.serve(
     'appended',
     { apply: (stream: string, events: RecordedEvent[]) => appendedElsewhere(store, stream, events) },

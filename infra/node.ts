@@ -54,6 +54,7 @@ import { MemoryBus } from './bus/memory.ts';
 import { type Bus, TOPICS } from './bus/port.ts';
 import { type CheckpointStore, FileCheckpoints, MemoryCheckpoints, RedisCheckpoints } from './checkpoints.ts';
 import { type Config, ConfigError } from './config.ts';
+import { boundStateCaches } from './eventstore/aggregate.ts';
 import { openEventStore } from './eventstore/open.ts';
 import type { EventStore } from './eventstore/port.ts';
 import { SchemaCheckedStore } from './eventstore/schema-checked.ts';
@@ -166,6 +167,7 @@ async function assertPortFree(host: string, port: number): Promise<void> {
 export async function openStores(config: Config, metrics?: PromRegistry): Promise<Stores> {
   const registry = SchemaRegistry.load();
   const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
+  boundStateCaches(store, config.stateCacheEntries);
   if (config.profile === 'embedded') {
     const retentionMs = config.eventLogRetentionDays * 86_400_000;
     // Derived state on disk (HUB_EMBEDDED_STATE=sqlite): a start resumes from its checkpoints.

@@ -2,6 +2,7 @@
 // snapshot on), decide new events from its state (a pure function supplied by the domain), append
 // them at the revision that was read, and on a concurrent change read again and decide again.
 import { createHash, getRandomValues } from 'node:crypto';
+import { LRUCache } from 'lru-cache';
 import { v7 } from 'uuid';
 import {
   type AppendResult,
@@ -67,10 +68,9 @@ export interface Loaded<S> {
  * handle), the append's expected revision checking it.
  */
 export class StateCache<S> {
-  private readonly entries = new Map<string, Loaded<S>>();
-  private readonly max: number;
+  private readonly entries: LRUCache<string, Loaded<S>>;
   constructor(max = 50_000) {
-    this.max = max;
+    this.entries = new LRUCache({ max });
   }
   get(stream: string): Loaded<S> | undefined {
     return this.entries.get(stream);
@@ -79,10 +79,14 @@ export class StateCache<S> {
     this.entries.delete(stream);
   }
   set(stream: string, loaded: Loaded<S>): void {
-    this.entries.delete(stream);
     this.entries.set(stream, loaded);
-    if (this.entries.size > this.max) this.entries.delete(this.entries.keys().next().value as string);
   }
+}
+
+/** How many states each cache of a store keeps (HUB_STATE_CACHE_ENTRIES), set before its first load. */
+const cacheEntries = new WeakMap<EventStore, number>();
+export function boundStateCaches(store: EventStore, entries: number): void {
+  cacheEntries.set(store, entries);
 }
 
 /**
@@ -98,7 +102,7 @@ export function cacheOf<S>(store: EventStore, evolver: Evolver<S>): StateCache<S
   }
   let cache = byKind.get(evolver as Evolver<unknown>);
   if (!cache) {
-    cache = new StateCache();
+    cache = new StateCache(cacheEntries.get(store));
     byKind.set(evolver as Evolver<unknown>, cache);
   }
   return cache as StateCache<S>;

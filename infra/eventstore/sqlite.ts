@@ -6,6 +6,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { isMainThread, parentPort, receiveMessageOnPort, Worker, workerData } from 'node:worker_threads';
+import { LRUCache } from 'lru-cache';
 import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../checkpointer.ts';
 import {
   type AppendResult,
@@ -26,6 +27,9 @@ import {
   type Waiting,
   WrongExpectedRevisionError,
 } from './port.ts';
+
+/** Streams whose last revision the store and its writer remember (the least recently written go first). */
+const MAX_CACHED_STREAMS = 100_000;
 
 const MIGRATIONS = [
   `CREATE TABLE events (
@@ -136,7 +140,7 @@ export class SqliteEventStore implements EventStore {
    * of a stream's tail past it needs no query. Command handlers whose cached state is current ask
    * exactly that (the API threads, on every request that changes nothing).
    */
-  private readonly heads = new Map<string, number>();
+  private readonly heads = new LRUCache<string, number>({ max: MAX_CACHED_STREAMS });
   private readonly appended = new EventEmitter();
   private readonly maxBatch: number;
   private readonly postEvery: number;
@@ -169,6 +173,9 @@ export class SqliteEventStore implements EventStore {
     };
     this.lastPosition = headOf(this.db);
     if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
+    // Started now, not at the first append: loading its code took the first command after a
+    // restart 200-500 ms (it waits for the thread's answer); idle, the thread keeps no process up.
+    else this.writerThread();
     watch(path);
   }
 
@@ -285,10 +292,7 @@ export class SqliteEventStore implements EventStore {
         });
       });
       this.lastPosition = plan.result.position;
-      this.heads.delete(w.stream); // re-insert: the map's order is the eviction order
       this.heads.set(w.stream, plan.result.nextRevision);
-      if (this.heads.size > SqliteWriter.MAX_CACHED_STREAMS)
-        this.heads.delete(this.heads.keys().next().value!);
     });
     this.tail.push(...written); // in position order: planBatch numbers a batch in its order
     // Cut back to tailEvents only once it is a quarter over: cutting the front of the array moves
@@ -397,8 +401,7 @@ class SqliteWriter {
   private readonly db: DatabaseSync;
   private lastPosition: number;
   /** Last revision of recently written streams: this is the file's only writer. */
-  private readonly revisions = new Map<string, number>();
-  static readonly MAX_CACHED_STREAMS = 100_000;
+  private readonly revisions = new LRUCache<string, number>({ max: MAX_CACHED_STREAMS });
   private readonly sql: {
     insert: StatementSync;
     revision: StatementSync;
@@ -504,12 +507,8 @@ class SqliteWriter {
       const plan = plans[i]!;
       if (plan.kind !== 'write') return;
       this.lastPosition = plan.result.position;
-      this.revisions.delete(w.stream); // re-insert: the map's order is the eviction order
       this.revisions.set(w.stream, plan.result.nextRevision);
     });
-    while (this.revisions.size > SqliteWriter.MAX_CACHED_STREAMS) {
-      this.revisions.delete(this.revisions.keys().next().value as string);
-    }
     return { plans: plans.map(toWire), created: now };
   }
 }
