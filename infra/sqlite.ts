@@ -13,15 +13,22 @@ export interface DerivedDatabase {
   /** Applies a component's migrations not yet applied, each once, in order. */
   migrate(component: string, migrations: string[]): void;
   /**
-   * Runs `work` all or nothing (a savepoint) in the transaction of this turn of the event loop,
-   * which commits once the turn ends: every follower's batch of a turn (each projection, the event
-   * log, the actors' states) and its checkpoint commit together, one commit instead of one each.
-   * A crash before the commit loses the turn's writes with their checkpoints: the next start derives
-   * them again. The connection reads its own writes at once.
+   * Runs `work` all or nothing (a savepoint) in the open transaction, which commits COMMIT_EVERY_MS
+   * after it began: every follower's batch of that time (each projection, the event log, the
+   * actors' states) and its checkpoint commit together, a page that many batches change written
+   * once. A crash before the commit loses those writes with their checkpoints: the next start
+   * derives them again. The connection reads its own writes at once.
    */
   transaction<T>(work: () => T): T;
   close(): Promise<void>;
 }
+
+/**
+ * How long the derived state's transaction stays open, ms. Under the ingestion load, a commit per
+ * turn of the event loop (hundreds a second) wrote the same hot pages (an owner's index, the event
+ * totals) over and over, and their copies back cost the WAL checkpointer a fifth of a core.
+ */
+const COMMIT_EVERY_MS = 50;
 
 export function openDerivedDatabase(path: string): DerivedDatabase {
   const db = new DatabaseSync(path, { timeout: BUSY_TIMEOUT_MS });
@@ -40,7 +47,7 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
   );
   let closing: Promise<void> | undefined;
   let depth = 0;
-  let committing: NodeJS.Immediate | undefined;
+  let committing: NodeJS.Timeout | undefined;
   const commit = () => {
     committing = undefined;
     if (!db.isOpen || !db.isTransaction) return;
@@ -56,7 +63,7 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
   const transaction = <T>(work: () => T): T => {
     if (!db.isTransaction) {
       db.exec('BEGIN IMMEDIATE');
-      committing = setImmediate(commit);
+      committing = setTimeout(commit, COMMIT_EVERY_MS);
     }
     const savepoint = `s${depth++}`;
     db.exec(`SAVEPOINT ${savepoint}`);
@@ -87,7 +94,7 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
     close() {
       closing ??= (async () => {
         if (!db.isOpen) return;
-        if (committing) clearImmediate(committing);
+        if (committing) clearTimeout(committing);
         commit();
         await unwatch(path);
         db.close();

@@ -73,7 +73,10 @@ export class SqliteReadStore implements ReadStore {
         'INSERT INTO rm_projections (projection, replay_target) VALUES (?, ?) ON CONFLICT (projection) DO UPDATE SET replay_target = excluded.replay_target',
       ),
       fields: prepare('SELECT field, value FROM rm_fields WHERE gen = ? AND key = ?'),
-      field: prepare('SELECT value FROM rm_fields WHERE gen = ? AND key = ? AND field = ?'),
+      incr: prepare(
+        `INSERT INTO rm_fields (gen, key, field, value) VALUES (?1, ?2, ?3, CAST(?4 AS TEXT))
+         ON CONFLICT (gen, key, field) DO UPDATE SET value = CAST(CAST(value AS INTEGER) + ?4 AS TEXT)`,
+      ),
       setField: prepare(
         'INSERT INTO rm_fields (gen, key, field, value) VALUES (?, ?, ?, ?) ON CONFLICT (gen, key, field) DO UPDATE SET value = excluded.value',
       ),
@@ -185,11 +188,9 @@ export class SqliteReadStore implements ReadStore {
         s.delDoc!.run(gen, w.key);
         s.delIndex!.run(gen, w.key);
         return;
-      case 'incr': {
-        const row = s.field!.get(gen, w.key, w.field) as { value: string } | undefined;
-        s.setField!.run(gen, w.key, w.field, String(Number(row?.value ?? 0) + w.by));
+      case 'incr':
+        s.incr!.run(gen, w.key, w.field, w.by);
         return;
-      }
       case 'zadd':
         s.zadd!.run(gen, w.key, w.member, w.score);
         return;
