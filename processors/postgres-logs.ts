@@ -187,7 +187,8 @@ export class PostgresLogs {
     }
   }
 
-  private ready(): Promise<void> {
+  /** The tables made, by this process or another; the database's error otherwise. */
+  ready(): Promise<void> {
     this.migrated ??= this.migrate().catch((err: unknown) => {
       this.migrated = undefined; // tried again at the next call (PostgreSQL was down)
       throw err;
@@ -561,6 +562,8 @@ export const MOVED_KEY = 'hub:logs:moved';
 /** Held (with an expiry, renewed) by the process moving them. */
 const MOVING_KEY = 'hub:logs:moving';
 const MOVING_LEASE_MS = 60_000;
+/** How often a process that does not hold it looks whether the move is done (or its mover died). */
+const MOVE_LOOK_MS = 5000;
 const PROGRESS_EVERY_MS = 10_000;
 /** Renews the lease if it is still this process's. */
 const RENEW_MOVING = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
@@ -568,33 +571,55 @@ const RENEW_MOVING = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis
 /**
  * The upgrade from versions that kept the event log and the attempt records in Redis: they are
  * copied to PostgreSQL once, by one process at a time (a lease in Redis; the others look again
- * each minute, in case it dies), in batches of a SCAN; each batch's keys are removed from Redis
+ * every few seconds, in case it dies), in batches of a SCAN; each batch's keys are removed from Redis
  * once its rows are committed, so a move cut short resumes where it stopped (appends are
  * idempotent). Then the old indexes go, and `hub:logs:moved` is set. Records past the retention
  * are not copied; a record that cannot be read is left to expire with its retention. Until the
  * move says it is done, the logs lack what is not moved yet. Processes of the earlier version must
  * be stopped first: what they write in Redis afterwards is not moved (it expires unseen).
  */
-export async function moveLogsFromRedis(o: {
+export async function moveLogsFromRedis(o: LogMove): Promise<void> {
+  const { redis, logger, signal } = o;
+  const token = randomBytes(8).toString('hex');
+  while (!signal.aborted) {
+    try {
+      if (await redis.exists(MOVED_KEY)) return;
+      // Held: moved, then the key above is set (or stopped, and the loop ends).
+      if (await redis.set(MOVING_KEY, token, 'PX', MOVING_LEASE_MS, 'NX')) {
+        await moveHeld(o, token);
+        continue;
+      }
+    } catch (err) {
+      logger.warn(
+        { err: (err as Error).message },
+        'moving the logs from Redis to PostgreSQL failed; tried again in a few seconds',
+      );
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, MOVE_LOOK_MS);
+      signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true },
+      );
+    });
+  }
+}
+
+interface LogMove {
   redis: Redis;
   events: PostgresEventLog;
   attempts: PostgresAttemptLog;
   logger: Logger;
   signal: AbortSignal;
-}): Promise<void> {
+}
+
+/** The move, by the holder of its lease (`token`); gives the lease back when it ends. */
+async function moveHeld(o: LogMove, token: string): Promise<void> {
   const { redis, logger, signal } = o;
-  const token = randomBytes(8).toString('hex');
-  for (;;) {
-    if (signal.aborted || (await redis.exists(MOVED_KEY))) return;
-    if (await redis.set(MOVING_KEY, token, 'PX', MOVING_LEASE_MS, 'NX')) break;
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, MOVING_LEASE_MS);
-      signal.addEventListener('abort', () => {
-        clearTimeout(timer);
-        resolve();
-      });
-    });
-  }
   const renewal = setInterval(() => {
     redis.eval(RENEW_MOVING, 1, MOVING_KEY, token, MOVING_LEASE_MS).catch(() => {});
   }, MOVING_LEASE_MS / 3);
