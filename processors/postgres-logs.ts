@@ -51,8 +51,11 @@ const END_OF_TIME = Number.MAX_SAFE_INTEGER;
 /** INSERTs in flight per table and process. */
 const PARALLEL_INSERTS = 2;
 
-type Table = 'hub_event_log' | 'hub_attempt_log';
-const TABLES: Table[] = ['hub_event_log', 'hub_attempt_log'];
+type Table = 'hub_event_log' | 'hub_attempt_log' | 'hub_log_counts';
+const TABLES: Table[] = ['hub_event_log', 'hub_attempt_log', 'hub_log_counts'];
+/** The width of a count's bucket (or the partition's, if narrower): a total counts the rows of at
+ * most two buckets, at its ends, one by one. */
+const BUCKET_MS = 3_600_000;
 
 /**
  * Versioned, each applied once, in order, under LOGS_LOCK, recorded in hub_log_migrations (apart
@@ -63,6 +66,12 @@ const TABLES: Table[] = ['hub_event_log', 'hub_attempt_log'];
  * by account, then by type, by device, by device and type (as Redis's four sorted sets), each by
  * time then store order; the attempts by subscription (all, by status, and the failures apart, as
  * `failed` is two statuses) by start, and by event.
+ *
+ * Totals come from hub_log_counts: rows added per key (an account, an account and a type; a
+ * subscription, a subscription and a status filter) and hour, written by the statement that adds
+ * the rows (counting only those it added), so that a total reads the hours wholly inside its range
+ * there and counts rows only in the two hours at its ends: counting an account's rows one by one
+ * took 0.55 s for 900,000 of them. A device's events are counted one by one (a device's share).
  */
 const MIGRATIONS = [
   `CREATE TABLE hub_event_log (
@@ -93,7 +102,13 @@ const MIGRATIONS = [
    CREATE INDEX hub_attempt_log_subscription ON hub_attempt_log (subscription_id, started, id);
    CREATE INDEX hub_attempt_log_status ON hub_attempt_log (subscription_id, status, started, id);
    CREATE INDEX hub_attempt_log_failed ON hub_attempt_log (subscription_id, started, id) WHERE status <> 'succeeded';
-   CREATE INDEX hub_attempt_log_event ON hub_attempt_log (event_id)`,
+   CREATE INDEX hub_attempt_log_event ON hub_attempt_log (event_id);
+   CREATE TABLE hub_log_counts (
+     key    text COLLATE "C" NOT NULL,
+     bucket bigint NOT NULL,
+     n      bigint NOT NULL,
+     PRIMARY KEY (key, bucket)
+   ) PARTITION BY RANGE (bucket)`,
 ];
 
 interface Partition {
@@ -125,6 +140,8 @@ export interface PostgresLogsOptions {
 /** The pool and the partitioned tables both logs share in a process. */
 export class PostgresLogs {
   readonly retentionMs: number;
+  /** The width of a count's bucket: an hour, or the partition's if narrower (tests). */
+  readonly bucketMs: number;
   private readonly partitionMs: number;
   private readonly schema: string;
   private readonly pool: pg.Pool;
@@ -144,6 +161,7 @@ export class PostgresLogs {
     this.partitionMs = o.partitionMs ?? DAY_MS;
     if (this.partitionMs < 1000 || this.partitionMs % 1000 !== 0)
       throw new Error('a partition spans whole seconds');
+    this.bucketMs = this.partitionMs % BUCKET_MS === 0 ? BUCKET_MS : this.partitionMs;
     this.logger = o.logger;
     this.pool = new pg.Pool({
       connectionString: url.href,
@@ -159,9 +177,50 @@ export class PostgresLogs {
     return (await this.pool.query<R>({ name, text, values })).rows;
   }
 
+  /**
+   * How many rows of `table` match `where` (over `values`, from $1) with `time` from `lo` to `hi`
+   * (exclusive). With a `key`, the counts of the whole buckets between them and the rows of the
+   * bucket parts at the ends; without, the rows.
+   */
+  async count(
+    name: string,
+    table: Table,
+    time: string,
+    where: string,
+    values: unknown[],
+    range: { lo: number; hi: number; key?: string },
+  ): Promise<number> {
+    const { lo, hi, key } = range;
+    const rows = (from: string, to: string) =>
+      `(SELECT count(*) FROM ${table} WHERE ${where} AND ${time} >= $${from} AND ${time} < $${to})`;
+    const n = values.length;
+    if (key === undefined) {
+      const [row] = await this.read<{ n: string }>(
+        `${name}-rows`,
+        `SELECT ${rows(`${n + 1}`, `${n + 2}`)} AS n`,
+        [...values, lo, hi],
+      );
+      return Number(row!.n);
+    }
+    // The whole buckets [first, last); the rows of [lo, first) and [last, hi). Within one bucket (or
+    // two parts of adjacent ones), the rows of [lo, hi) alone.
+    const b = this.bucketMs;
+    let first = Math.ceil(lo / b) * b;
+    let last = hi >= END_OF_TIME ? hi : Math.floor(hi / b) * b;
+    if (first >= last) first = last = hi;
+    const [row] = await this.read<{ n: string }>(
+      `${name}-buckets`,
+      `SELECT (SELECT coalesce(sum(n), 0) FROM hub_log_counts WHERE key = $${n + 1} AND bucket >= $${n + 3} AND bucket < $${n + 4})
+         + ${rows(`${n + 2}`, `${n + 3}`)} + ${rows(`${n + 4}`, `${n + 5}`)} AS n`,
+      [...values, key, lo, first, last, hi],
+    );
+    return Number(row!.n);
+  }
+
   /** An insert of rows at `times` into `table`, their partitions made first. A partition dropped
    * since this process looked (by one whose clock is ahead) is made again, and the insert sent again. */
   async insert(table: Table, times: number[], query: pg.QueryConfig): Promise<void> {
+    const tables: Table[] = [table, 'hub_log_counts'];
     await this.ready();
     if (!this.upkept) {
       this.upkept = this.upkeepNow();
@@ -177,12 +236,12 @@ export class PostgresLogs {
     }
     // The first upkeep is waited for once (it may fail: the insert makes what it needs).
     await this.upkept.catch(() => {});
-    await this.ensure(table, times);
+    for (const t of tables) await this.ensure(t, times);
     try {
       await this.pool.query(query);
     } catch (err) {
       if ((err as { code?: string }).code !== '23514') throw err; // not "no partition … found for row"
-      await this.ensure(table, times, true);
+      for (const [i, t] of tables.entries()) await this.ensure(t, times, i === 0);
       await this.pool.query(query);
     }
   }
@@ -394,9 +453,21 @@ const timeOf = (e: WebhookEvent) => e.created * 1000;
 /** An event as its row: id, at, owner, type, resource_prn, source_position, sequence, body. */
 type EventRow = [string, number, string, string, string, number, number, string];
 
-const EVENT_INSERT = `INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
+/** The rows added to a log, counted into hub_log_counts by key and bucket ($n: the bucket's width),
+ * in the order of their keys: statements that count into the same keys lock them in one order. */
+const countAdded = (keys: string, time: string, n: number) => `INSERT INTO hub_log_counts (key, bucket, n)
+  SELECT key, ${time} - ${time} % $${n}, count(*) FROM added CROSS JOIN LATERAL unnest(${keys}) AS k(key)
+  WHERE key IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2
+  ON CONFLICT (key, bucket) DO UPDATE SET n = hub_log_counts.n + excluded.n`;
+
+const EVENT_INSERT = `WITH added AS (
+  INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
   SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::text[])
-  ON CONFLICT DO NOTHING`;
+  ON CONFLICT DO NOTHING RETURNING owner, type, at)
+  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`;
+
+/** The key of an account's counts, and of its counts of a type. */
+const eventKey = (owner: string, type?: string) => (type ? `e:${owner}\t${type}` : `e:${owner}`);
 
 /** Newest first: by time, then the store order of the changes, then the order of derivation. */
 const EVENT_ORDER = 'ORDER BY at DESC, source_position DESC, sequence DESC';
@@ -412,7 +483,11 @@ export class PostgresEventLog implements EventLog {
       this.logs.insert(
         'hub_event_log',
         rows.map((r) => r[1]),
-        { name: 'hub-evlog-append', text: EVENT_INSERT, values: columns(rows, 8) },
+        {
+          name: 'hub-evlog-append',
+          text: EVENT_INSERT,
+          values: [...columns(rows, 8), this.logs.bucketMs],
+        },
       ),
     );
   }
@@ -439,28 +514,27 @@ export class PostgresEventLog implements EventLog {
   }
 
   async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {
-    const values: unknown[] = [
-      owner,
-      Math.max(q.since ?? 0, Date.now() - this.logs.retentionMs),
-      q.until ?? END_OF_TIME,
-    ];
-    let where = 'owner = $1 AND at >= $2 AND at < $3';
+    const lo = Math.max(q.since ?? 0, Date.now() - this.logs.retentionMs);
+    const hi = q.until ?? END_OF_TIME;
+    const values: unknown[] = [owner];
+    let where = 'owner = $1';
     if (q.type) where += ` AND type = $${values.push(q.type)}`;
     if (q.resource_prn) where += ` AND resource_prn = $${values.push(q.resource_prn)}`;
     const variant = `${q.type ? 't' : ''}${q.resource_prn ? 'r' : ''}`;
-    const [page, count] = await Promise.all([
+    const n = values.length;
+    const [page, total] = await Promise.all([
       this.logs.read<{ body: string }>(
         `hub-evlog-list-${variant}`,
-        `SELECT body FROM hub_event_log WHERE ${where} ${EVENT_ORDER} LIMIT $${values.length + 1} OFFSET $${values.length + 2}`,
-        [...values, q.limit, q.skip],
+        `SELECT body FROM hub_event_log WHERE ${where} AND at >= $${n + 1} AND at < $${n + 2} ${EVENT_ORDER} LIMIT $${n + 3} OFFSET $${n + 4}`,
+        [...values, lo, hi, q.limit, q.skip],
       ),
-      this.logs.read<{ n: string }>(
-        `hub-evlog-count-${variant}`,
-        `SELECT count(*) AS n FROM hub_event_log WHERE ${where}`,
-        values,
-      ),
+      this.logs.count(`hub-evlog-count-${variant}`, 'hub_event_log', 'at', where, values, {
+        lo,
+        hi,
+        key: q.resource_prn ? undefined : eventKey(owner, q.type),
+      }),
     ]);
-    return { items: page.map((r) => JSON.parse(r.body) as WebhookEvent), total: Number(count[0]!.n) };
+    return { items: page.map((r) => JSON.parse(r.body) as WebhookEvent), total };
   }
 
   async get(owner: string, id: string): Promise<WebhookEvent | undefined> {
@@ -477,9 +551,22 @@ export class PostgresEventLog implements EventLog {
  * as the API shows it (JSON). */
 type AttemptRow = [string, number, string, string, string, string, string];
 
-const ATTEMPT_INSERT = `INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
+/** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
+const ATTEMPT_INSERT = `WITH added AS (
+  INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
   SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-  ON CONFLICT DO NOTHING`;
+  ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
+  ${countAdded(
+    `ARRAY['a:' || subscription_id,
+       'a:' || subscription_id || E'\\t' || CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+       CASE WHEN status = 'dead_lettered' THEN 'a:' || subscription_id || E'\\tdead_lettered' END]`,
+    'started',
+    8,
+  )}`;
+
+/** The key of a subscription's counts, and of its counts of a status filter. */
+const attemptKey = (subscription: string, status?: StatusFilter) =>
+  status ? `a:${subscription}\t${status}` : `a:${subscription}`;
 
 /** Each status filter's condition; `failed` is every attempt that did not succeed. */
 const STATUS_WHERE: Record<StatusFilter | 'all', string> = {
@@ -500,7 +587,11 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
       this.logs.insert(
         'hub_attempt_log',
         rows.map((r) => r[1]),
-        { name: 'hub-attlog-append', text: ATTEMPT_INSERT, values: columns(rows, 7) },
+        {
+          name: 'hub-attlog-append',
+          text: ATTEMPT_INSERT,
+          values: [...columns(rows, 7), this.logs.bucketMs],
+        },
       ),
     );
   }
@@ -521,21 +612,21 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
     q: { status?: StatusFilter; limit: number; skip: number },
   ): Promise<{ items: AttemptRecord[]; total: number }> {
     const status = q.status ?? 'all';
-    const where = `subscription_id = $1 AND started >= $2${STATUS_WHERE[status]}`;
-    const values = [subscription, Date.now() - this.logs.retentionMs];
-    const [page, count] = await Promise.all([
+    const where = `subscription_id = $1${STATUS_WHERE[status]}`;
+    const lo = Date.now() - this.logs.retentionMs;
+    const [page, total] = await Promise.all([
       this.logs.read<{ body: string }>(
         `hub-attlog-list-${status}`,
-        `SELECT body FROM hub_attempt_log WHERE ${where} ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
-        [...values, q.limit, q.skip],
+        `SELECT body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
+        [subscription, lo, q.limit, q.skip],
       ),
-      this.logs.read<{ n: string }>(
-        `hub-attlog-count-${status}`,
-        `SELECT count(*) AS n FROM hub_attempt_log WHERE ${where}`,
-        values,
-      ),
+      this.logs.count(`hub-attlog-count-${status}`, 'hub_attempt_log', 'started', where, [subscription], {
+        lo,
+        hi: END_OF_TIME,
+        key: attemptKey(subscription, q.status),
+      }),
     ]);
-    return { items: page.map((r) => JSON.parse(r.body) as AttemptRecord), total: Number(count[0]!.n) };
+    return { items: page.map((r) => JSON.parse(r.body) as AttemptRecord), total };
   }
 
   async attempt(id: string): Promise<AttemptRecord | undefined> {
