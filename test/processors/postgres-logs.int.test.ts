@@ -106,6 +106,79 @@ describe('PostgreSQL logs: partitions', () => {
   });
 });
 
+describe('PostgreSQL logs: totals', () => {
+  const schema = `test_totals_${randomBytes(4).toString('hex')}`;
+  let logs: PostgresLogs;
+  before(() => {
+    logs = new PostgresLogs({ url: inSchema(schema), retentionMs: 3 * DAY });
+  });
+  after(async () => {
+    await logs.close();
+    await dropSchema(postgresUrl, schema);
+  });
+
+  it('equal the rows matched, whatever the range: whole hours from the counts, the ends row by row; a row appended twice counts once', async () => {
+    const log = new PostgresEventLog(logs);
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const now = Date.now();
+    const types = ['device.created', 'device.updated', 'device.device_meta.updated'] as const;
+    // 600 events over the last 50 hours, and one just past the retention (not stored).
+    const events = Array.from({ length: 600 }, (_, i) =>
+      event(owner, types[i % 3]!, `d${i % 4}`, Math.floor((now - ((i * 7919) % 600) * 300_000) / 1000)),
+    );
+    await log.append(events);
+    await log.append(events.slice(100, 200)); // again, after a crash
+    await log.append([event(owner, 'device.created', 'd0', Math.floor((now - 3 * DAY - 60_000) / 1000))]);
+    const horizon = now - 3 * DAY;
+    const ranges: [number | undefined, number | undefined][] = [
+      [undefined, undefined],
+      [now - 10 * 3_600_000 - 1234, undefined],
+      [undefined, now - 20 * 3_600_000 + 777],
+      [now - 30 * 3_600_000 + 5, now - 29 * 3_600_000 - 5], // within one hour
+      [now - 30 * 3_600_000 + 5, now - 28 * 3_600_000 - 5], // parts of two
+      [now - 45 * 3_600_000 + 999, now - 3_600_000 + 1],
+    ];
+    for (const [since, until] of ranges)
+      for (const type of [undefined, 'device.updated'] as const)
+        for (const resource of [undefined, 'prn:::devices:/d1']) {
+          const expected = events.filter(
+            (e) =>
+              e.created * 1000 >= Math.max(since ?? 0, horizon) &&
+              (until === undefined || e.created * 1000 < until) &&
+              (!type || e.type === type) &&
+              (!resource || e.resource_prn === resource),
+          ).length;
+          const { total } = await log.list(owner, {
+            since,
+            until,
+            type,
+            resource_prn: resource,
+            limit: 1,
+            skip: 0,
+          });
+          assert.equal(total, expected, JSON.stringify({ since, until, type, resource }));
+        }
+  });
+
+  it('of attempts, by status filter, a dead-lettered one among the failed', async () => {
+    const records = new PostgresAttemptLog(logs);
+    const j = job(`sub_${randomBytes(4).toString('hex')}`);
+    const statuses = ['succeeded', 'failed', 'dead_lettered'] as const;
+    const attempts = Array.from({ length: 90 }, (_, i) => ({
+      ...attemptOf(j, i + 1, statuses[i % 3]!),
+      started: Date.now() - i * 1_800_000, // every half hour, 45 hours back
+    }));
+    await records.append(attempts.map((a) => records.rowOf(a)));
+    await records.append(attempts.slice(0, 10).map((a) => records.rowOf(a)));
+    const total = async (status?: (typeof statuses)[number]) =>
+      (await records.attempts(j.subscription_id, { status, limit: 1, skip: 0 })).total;
+    assert.deepEqual(
+      [await total(), await total('succeeded'), await total('failed'), await total('dead_lettered')],
+      [90, 30, 60, 30],
+    );
+  });
+});
+
 describe('PostgreSQL logs: the upgrade from a Redis set of an earlier version', () => {
   const schema = `test_move_${randomBytes(4).toString('hex')}`;
   // A database of its own: the move scans the whole keyspace.
