@@ -223,19 +223,19 @@ export class PostgresLogs {
     const tables: Table[] = [table, 'hub_log_counts'];
     await this.ready();
     if (!this.upkept) {
-      this.upkept = this.upkeepNow();
-      this.upkeep = setInterval(() => {
+      const upkeep = () =>
         this.upkeepNow().catch((err: Error) =>
           this.logger?.warn(
             { err: err.message },
-            'event and delivery logs: partitions not kept up; tried again in an hour',
+            'event and delivery logs: partitions not made ahead or dropped; tried again in an hour',
           ),
         );
-      }, UPKEEP_MS);
+      this.upkept = upkeep();
+      this.upkeep = setInterval(upkeep, UPKEEP_MS);
       this.upkeep.unref();
     }
-    // The first upkeep is waited for once (it may fail: the insert makes what it needs).
-    await this.upkept.catch(() => {});
+    // The first upkeep is waited for once (failed, the insert still makes what it needs).
+    await this.upkept;
     for (const t of tables) await this.ensure(t, times);
     try {
       await this.pool.query(query);
@@ -448,6 +448,12 @@ class GroupedInserts<Row> {
  * record's write.
  */
 function columns(rows: unknown[][], width: number): unknown[] {
+  // In id order (the first column): statements that add the same ids (a batch derived again by
+  // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
+  // their counts' keys are taken in one order too (countAdded).
+  rows.sort((a, b) =>
+    (a[0] as string) < (b[0] as string) ? -1 : (a[0] as string) > (b[0] as string) ? 1 : 0,
+  );
   const out = Array.from({ length: width - 1 }, () => new Array<unknown>(rows.length));
   const json = new Array<string>(rows.length);
   for (let i = 0; i < rows.length; i++) {
