@@ -195,7 +195,7 @@ export const knobs = {
   redisUrl: knob(
     'HUB_REDIS_URL',
     'redis://127.0.0.1:6380',
-    'Redis (read models, actor state) in the distributed profile.',
+    'Redis (read models, actor states, the delivery schedule) in the distributed profile.',
     url('redis:', 'rediss:'),
   ),
   kafkaBrokers: knob(
