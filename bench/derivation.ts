@@ -3,13 +3,14 @@
 // processor (actors, every derived event logged, subscriptions matched), beside the ceiling
 // measured in the same run: a plain consumer loop reading the same topic and doing nothing else.
 //   embedded:    the in-process bus, actors and event log in memory (one partition, as `hub start`)
-//   distributed: Kafka, actor states and the event log in Redis
+//   distributed: Kafka, actor states in Redis, the event log in PostgreSQL
 //
 //   node bench/derivation.ts [changes]      (the distributed run needs `npm run infra:up`)
 //   HUB_BENCH_PRINT_ONLY=1                  printed, docs untouched
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
+import pg from 'pg';
 import { Registry } from 'prom-client';
 import { KafkaBus } from '../infra/bus/kafka.ts';
 import { MemoryBus } from '../infra/bus/memory.ts';
@@ -20,7 +21,8 @@ import { RedisReadStore } from '../infra/readstore/redis.ts';
 import { createLogger } from '../infra/telemetry.ts';
 import { type ActorStates, MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
 import type { DeviceActor } from '../processors/derive.ts';
-import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
+import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
+import { PostgresEventLog, PostgresLogs } from '../processors/postgres-logs.ts';
 import {
   ProcessorMetrics,
   projectedSubscriptions,
@@ -232,6 +234,12 @@ async function distributedRun(): Promise<Run> {
   const bus = new KafkaBus({ brokers: config.kafkaBrokers, clientId: 'bench', logger, prefix });
   const redis = new Redis(config.redisUrl, { enableAutoPipelining: false });
   const readStore = new RedisReadStore(config.redisUrl);
+  // The log's tables in a schema of the run's own, dropped after it.
+  const schema = `bench_${Date.now()}`;
+  const logs = new PostgresLogs({
+    url: `${config.postgresUrl}${config.postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+    retentionMs: 86_400_000,
+  });
   try {
     await bus.ensureTopics([
       { topic: TOPICS.changes, partitions: PARTITIONS },
@@ -242,13 +250,13 @@ async function distributedRun(): Promise<Run> {
     process.stderr.write(`Kafka ceiling: ${fmt(plain)} changes/s\n`);
     const run = await derivation(bus, {
       states: new RedisActorStates<DeviceActor>(redis, `${prefix}device`),
-      log: new RedisEventLog({ redis, retentionMs: 86_400_000 }),
+      log: new PostgresEventLog(logs),
       subscriptions: projectedSubscriptions(readStore),
       partitionsConcurrently: PARTITIONS,
     });
     return {
       profile: 'distributed',
-      name: `Kafka (${PARTITIONS} partitions), actor states and event log in Redis`,
+      name: `Kafka (${PARTITIONS} partitions), actor states in Redis, event log in PostgreSQL`,
       ceilingName: 'plain kafkajs consumer loop',
       ceiling: plain,
       ...run,
@@ -257,6 +265,10 @@ async function distributedRun(): Promise<Run> {
     await bus.close();
     redis.disconnect();
     await readStore.close();
+    await logs.close();
+    const client = new pg.Client({ connectionString: config.postgresUrl });
+    await client.connect();
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).finally(() => client.end());
   }
 }
 
@@ -269,7 +281,7 @@ ${fmt(CHANGES)} changes of ${fmt(DEVICES)} devices (each created, then reporting
 stream processor in one process: device actors, every derived event written to the account's event
 log, subscriptions matched. Embedded: the in-process bus with one partition (as \`hub start\` runs it),
 actors and event log in memory. Distributed: ${PARTITIONS} partitions on one local Kafka 3.9 broker, actor states
-and the event log in Redis. Each ceiling, measured in the same run, is a plain consumer of the same bus
+in Redis and the event log in PostgreSQL. Each ceiling, measured in the same run, is a plain consumer of the same bus
 reading the same topic and doing nothing.
 
 Target: ≥ 20,000 events/s on a 2-core machine with a single broker.

@@ -33,6 +33,7 @@ import {
 import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
 import { Dispatcher, type DispatcherOptions, SPILL_MS } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
+import { PostgresAttemptLog, PostgresLogs } from '../processors/postgres-logs.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
   benchDevices,
@@ -457,16 +458,22 @@ async function main() {
       });
       const redis = new Redis(env.HUB_REDIS_URL!);
       const pg = await openEventStore(loadConfig(env));
+      // The attempt records in PostgreSQL, as the distributed hub keeps them.
+      const logs = new PostgresLogs({ url: env.HUB_POSTGRES_URL!, retentionMs: 86_400_000 });
       try {
-        kafkaRow = await dispatchRun('distributed (Kafka, Redis schedule)', rx.url, {
+        kafkaRow = await dispatchRun('distributed (Kafka, Redis schedule, attempts in PostgreSQL)', rx.url, {
           bus: kafka,
           store: pg,
-          deliveries: new RedisDeliveryStore(redis, { retentionMs: 86_400_000 }),
+          deliveries: new RedisDeliveryStore(redis, {
+            retentionMs: 86_400_000,
+            records: new PostgresAttemptLog(logs),
+          }),
           route: 'topic',
         });
       } finally {
         await kafka.close();
         redis.disconnect();
+        await logs.close();
         await pg.close();
         await releaseDistributed(env, 3);
       }
@@ -539,7 +546,7 @@ taken the last: it delivers first what it has room for, the rest of a batch wait
 free, and stores a job only if it is unfinished after ${fmt(SPILL_MS)} ms; the time counted runs until every
 job is delivered and durable. Distributed: the Kafka topic is prefilled with both, then consumed
 (each job stored in the Redis schedule before it is delivered, as a partition's offsets must wait
-for it); the time is counted from the warm-up's last delivery. The ceiling, in the same run, is
+for it; the attempts recorded in PostgreSQL); the time is counted from the warm-up's last delivery. The ceiling, in the same run, is
 a plain undici loop POSTing to the same receiver at ${CONCURRENCY} requests in flight, after ${fmt(WARMUP_JOBS)} requests
 left out as well, in a process of its own as the receiver is (run in the dispatcher's process it
 left the dispatcher there with more CPU per delivery in some runs; a hub's dispatcher runs no such

@@ -195,8 +195,14 @@ export const knobs = {
   postgresUrl: knob(
     'HUB_POSTGRES_URL',
     'postgres://hub@127.0.0.1:5433/hub',
-    'PostgreSQL connection string (the event store of the distributed profile); `?schema=<name>` uses a schema other than public.',
+    'PostgreSQL connection string of the distributed profile: its event store (HUB_EVENT_STORE `postgres`), and in any case its event log and delivery attempt records (with EventStoreDB too); `?schema=<name>` uses a schema other than public.',
     url('postgres:', 'postgresql:'),
+  ),
+  postgresLogConnections: knob(
+    'HUB_POSTGRES_LOG_CONNECTIONS',
+    '4',
+    "Distributed profile: connections per process to HUB_POSTGRES_URL for the event log and the delivery attempt records (besides the event store's own). Writes take at most two per log, reads one each (a list two).",
+    int(1, 100),
   ),
   esdbUrl: knob(
     'HUB_ESDB_URL',
@@ -213,7 +219,7 @@ export const knobs = {
   redisUrl: knob(
     'HUB_REDIS_URL',
     'redis://127.0.0.1:6380',
-    'Redis (read models, actor state) in the distributed profile.',
+    'Redis (read models, actor states, the delivery schedule) in the distributed profile.',
     url('redis:', 'rediss:'),
   ),
   kafkaBrokers: knob(

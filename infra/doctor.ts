@@ -74,8 +74,8 @@ export async function runDoctor(
       bounded('sqlite', async () => sqliteCheck(config)),
     );
   } else {
-    if (config.eventStoreKind === 'postgres')
-      checks.push(bounded('postgres', () => postgresCheck(config, timeoutMs)));
+    // PostgreSQL keeps the event log and the delivery records, whichever the event store.
+    checks.push(bounded('postgres', () => postgresCheck(config, timeoutMs)));
     if (config.eventStoreKind === 'esdb') checks.push(bounded('esdb', () => esdbCheck(config)));
     checks.push(bounded('redis', () => redisCheck(config, timeoutMs)));
     checks.push(bounded('kafka', () => kafkaChecks(config, timeoutMs)));
@@ -277,7 +277,9 @@ async function postgresCheck(config: Config, timeoutMs: number): Promise<CheckRe
       [schema],
     );
     const { version, standby, user, schemaExists } = info.rows[0]!;
-    const what = `PostgreSQL ${version.split(' ')[0]} at ${shown}, schema ${schema}`;
+    // With EventStoreDB, PostgreSQL holds only the logs.
+    const logsOnly = config.eventStoreKind !== 'postgres';
+    const what = `PostgreSQL ${version.split(' ')[0]} at ${shown}, schema ${schema}${logsOnly ? ' (the event log and the delivery records)' : ''}`;
     if (standby)
       return result(
         'postgres',
@@ -287,10 +289,11 @@ async function postgresCheck(config: Config, timeoutMs: number): Promise<CheckRe
     const table = schemaExists
       ? (
           await client.query<{ t: string | null }>('SELECT to_regclass($1)::text AS t', [
-            `${schema}.hub_events`,
+            `${schema}.${logsOnly ? 'hub_event_log' : 'hub_events'}`,
           ])
         ).rows[0]!.t
       : null;
+    if (table && logsOnly) return result('postgres', 'ok', what);
     if (table) {
       const head = await client.query<{ p: string }>(
         `SELECT coalesce(max(position), 0)::text AS p FROM ${schema}.hub_events`,
@@ -309,10 +312,14 @@ async function postgresCheck(config: Config, timeoutMs: number): Promise<CheckRe
       return result(
         'postgres',
         'fail',
-        `${what}: no events table yet, and user ${user} may not create it: GRANT CREATE ON ${schemaExists ? `SCHEMA ${schema}` : 'DATABASE'} to ${user}`,
+        `${what}: no ${logsOnly ? 'log tables' : 'events table'} yet, and user ${user} may not create ${logsOnly ? 'them' : 'it'}: GRANT CREATE ON ${schemaExists ? `SCHEMA ${schema}` : 'DATABASE'} to ${user}`,
       );
     }
-    return result('postgres', 'ok', `${what}, no events yet (the tables are created at the first start)`);
+    return result(
+      'postgres',
+      'ok',
+      `${what}, no ${logsOnly ? 'logs' : 'events'} yet (the tables are created at the first start)`,
+    );
   } catch (err) {
     return result(
       'postgres',

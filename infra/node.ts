@@ -39,9 +39,15 @@ import {
 import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { Egress } from '../processors/egress.ts';
-import { type EventLog, MemoryEventLog, RedisEventLog } from '../processors/eventlog.ts';
+import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
 import { SqliteEventLog } from '../processors/eventlog-sqlite.ts';
 import { mailProcessor } from '../processors/mailer.ts';
+import {
+  moveLogsFromRedis,
+  PostgresAttemptLog,
+  PostgresEventLog,
+  PostgresLogs,
+} from '../processors/postgres-logs.ts';
 import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
 import { publicityProcessor } from '../processors/publicity.ts';
 import { relay } from '../processors/relay.ts';
@@ -163,8 +169,10 @@ async function assertPortFree(host: string, port: number): Promise<void> {
   }
 }
 
-/** The adapters of the profile, shared by every role of the process. */
-export async function openStores(config: Config, metrics?: PromRegistry): Promise<Stores> {
+/** The adapters of the profile, shared by every role of the process. With a logger (a role's
+ * process, not a one-off command), the distributed stores check PostgreSQL's logs at once and move
+ * what an earlier version kept of them in Redis. */
+export async function openStores(config: Config, metrics?: PromRegistry, logger?: Logger): Promise<Stores> {
   const registry = SchemaRegistry.load();
   const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   boundStateCaches(store, config.stateCacheEntries);
@@ -220,22 +228,53 @@ export async function openStores(config: Config, metrics?: PromRegistry): Promis
     await store.close();
     throw new Error(`Redis at HUB_REDIS_URL: ${unusable}`);
   }
+  // The event log and the attempt records grow with traffic × retention: in PostgreSQL, whatever
+  // the event store (docs/webhooks.md); Redis keeps the delivery schedule.
+  const retentionMs = config.eventLogRetentionDays * 86_400_000;
+  const logs = new PostgresLogs({
+    url: config.postgresUrl,
+    retentionMs,
+    connections: config.postgresLogConnections,
+    logger,
+  });
+  const eventLog = new PostgresEventLog(logs);
+  const records = new PostgresAttemptLog(logs);
+  const deliveries = new RedisDeliveryStore(redis, { retentionMs, records });
+  const moving = new AbortController();
+  let moved: Promise<void> | undefined;
+  const close = async () => {
+    moving.abort();
+    await moved;
+    await deliveries.close();
+    await logs.close();
+    redis.disconnect();
+    await readStore.close();
+    await store.close();
+  };
+  if (logger) {
+    try {
+      await logs.ready();
+    } catch (err) {
+      await close();
+      throw new Error(
+        `PostgreSQL at HUB_POSTGRES_URL (the event log and the delivery records): ${(err as Error).message}`,
+      );
+    }
+    // Ends once the logs are moved (or were already), or at the close.
+    moved = moveLogsFromRedis({ redis, events: eventLog, attempts: records, logger, signal: moving.signal });
+  }
   return {
     store,
     readStore,
     lastWrites: new RedisLastWrites(redis),
     limiter: new RedisLimiter(redis),
     checkpoints: new RedisCheckpoints(redis),
-    eventLog: new RedisEventLog({ redis, retentionMs: config.eventLogRetentionDays * 86_400_000 }),
+    eventLog,
     actorStates: new RedisActorStates<DeviceActor>(redis, 'device'),
-    deliveries: new RedisDeliveryStore(redis, { retentionMs: config.eventLogRetentionDays * 86_400_000 }),
+    deliveries,
     redis,
     registry,
-    close: async () => {
-      redis.disconnect();
-      await readStore.close();
-      await store.close();
-    },
+    close,
   };
 }
 
@@ -266,7 +305,7 @@ export async function startNode(
   let stopped: Promise<void> | undefined;
   try {
     await assertPortFree(config.host, config.port);
-    const stores = await openStores(config, metrics.registry);
+    const stores = await openStores(config, metrics.registry, logger);
     closers.push(() => stores.close());
     const { store, readStore } = stores;
     const readiness: Record<string, ReadinessCheck> = {

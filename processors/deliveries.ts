@@ -1,6 +1,7 @@
 // The dispatcher's durable state: pending jobs with their due time (new ones, and retries), and
 // the record of every attempt. Adapters: SQLite (embedded; a file of its own in HUB_DATA_DIR) and
-// Redis (distributed; shared by every dispatcher process). Jobs are claimed with a lease that the
+// Redis (distributed; shared by every dispatcher process; the hub keeps its attempt records in
+// PostgreSQL, processors/postgres-logs.ts). Jobs are claimed with a lease that the
 // dispatcher renews while it holds them: one that dies mid-attempt leaves the job to be claimed
 // again when the lease ends.
 import { randomBytes } from 'node:crypto';
@@ -206,6 +207,25 @@ export interface DeliveryStore {
   /** Called when jobs become due sooner than the caller may think (in this process). */
   onEnqueue(listener: () => void): () => void;
   close(): Promise<void>;
+}
+
+/**
+ * Where a store keeps its attempt records when they do not live beside its schedule: the
+ * distributed profile's Redis schedule records them in PostgreSQL (processors/postgres-logs.ts),
+ * so that Redis holds the work in flight and not the retention's history.
+ */
+export interface AttemptLog<Row = unknown> {
+  /** The attempt as the log writes it; throws when it cannot be made (its finish then fails
+   * alone, not its batch). */
+  rowOf(a: Attempt): Row;
+  /** Durable when it resolves; idempotent by attempt id. */
+  append(rows: Row[]): Promise<void>;
+  attempts(
+    subscription: string,
+    q: { status?: StatusFilter; limit: number; skip: number },
+  ): Promise<{ items: AttemptRecord[]; total: number }>;
+  attempt(id: string): Promise<AttemptRecord | undefined>;
+  attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]>;
 }
 
 /** How many jobs of each subscription a claim may take: `of` for those listed, else `otherwise`. */
@@ -1088,15 +1108,19 @@ return 0
 `;
 
 /** A finish as FINISH takes it: the job's id, body and next due time, then the attempt's id,
- * record, start and index keys (empty without an attempt). */
-function redisFinish({ job, attempt, next }: FinishedJob, offset: number): (string | number)[] {
+ * record, start and index keys (empty without an attempt, or when it is recorded elsewhere). */
+function redisFinish(
+  { job, attempt, next }: FinishedJob,
+  offset: number,
+  record: boolean,
+): (string | number)[] {
   // A finished job's record only marks its id as seen (a job sent twice is known): no body.
   const values: (string | number)[] = [
     job.job_id,
     next === null ? '' : redisBody(job),
     next === null ? '' : next + offset, // on Redis's clock
   ];
-  if (!attempt) values.push('', '', 0, '');
+  if (!attempt || !record) values.push('', '', 0, '');
   else {
     const sub = attempt.subscription_id;
     const keys = [
@@ -1126,10 +1150,14 @@ type Scripted = Redis & {
  * the schedule `hub:jobs:due` (score: due ms), the claimed jobs `hub:jobs:leased` (score: the
  * lease's end; a job is in one of the two sets while pending); each attempt `hub:att:<id>`, indexed per
  * subscription (all, succeeded, failed, dead_lettered) and per event, all expiring with the retention.
+ * With `records` (what the distributed profile runs), the attempts are written there instead, each
+ * batch before the schedule's script: a batch whose records fail changes no job (its leases run
+ * out, and the jobs are tried again), and one whose script fails has its attempts recorded.
  */
 export class RedisDeliveryStore implements DeliveryStore {
   private readonly redis: Scripted;
   private readonly retentionMs: number;
+  private readonly records: AttemptLog | undefined;
   private readonly emitter = new EventEmitter();
   /** Names this store's leases in hub:jobs:holder: its finishes and renewals act on those only. */
   private readonly holder = randomBytes(8).toString('hex');
@@ -1154,9 +1182,16 @@ export class RedisDeliveryStore implements DeliveryStore {
 
   constructor(
     redis: Redis,
-    o: { retentionMs: number /** This process's clock (tests). */; clock?: () => number },
+    o: {
+      retentionMs: number;
+      /** This process's clock (tests). */
+      clock?: () => number;
+      /** Where the attempts are recorded; without it, in Redis. */
+      records?: AttemptLog;
+    },
   ) {
     this.redis = redis as Scripted;
+    this.records = o.records;
     this.clock = o.clock ?? Date.now;
     this.synced = this.sync();
     this.syncer = setInterval(() => void this.sync(), CLOCK_SYNC_MS);
@@ -1245,9 +1280,13 @@ export class RedisDeliveryStore implements DeliveryStore {
     // `now` trims the attempt indexes, scored by the attempts' own (this process's) start times.
     const args: (string | number)[] = [this.clock(), this.retentionMs, this.holder];
     const sent: FinishedJob[] = [];
+    const rows: unknown[] = [];
+    const { records } = this;
     for (const f of batch) {
       try {
-        args.push(...redisFinish(f, this.offset));
+        const values = redisFinish(f, this.offset, !records);
+        if (records && f.attempt) rows.push(records.rowOf(f.attempt));
+        args.push(...values);
         sent.push(f);
       } catch (err) {
         f.done(err as Error); // a finish that cannot be written fails alone, not its batch
@@ -1256,6 +1295,7 @@ export class RedisDeliveryStore implements DeliveryStore {
     if (sent.length === 0) return;
     let failure: Error | undefined;
     try {
+      if (rows.length > 0) await records!.append(rows);
       await this.redis.hubJobsFinish(...args);
     } catch (err) {
       failure = err as Error;
@@ -1295,6 +1335,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   async attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
+    if (this.records) return this.records.attempts(subscription, q);
     const key = q.status ? `hub:atts:${subscription}:${q.status}` : `hub:atts:${subscription}`;
     const from = this.listedFrom;
     const [ids, total] = await Promise.all([
@@ -1305,11 +1346,13 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   async attempt(id: string): Promise<AttemptRecord | undefined> {
+    if (this.records) return this.records.attempt(id);
     const body = await this.redis.get(`hub:att:${id}`);
     return body ? (JSON.parse(body) as AttemptRecord) : undefined;
   }
 
   async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
+    if (this.records) return this.records.attemptsOfEvent(owner, eventId);
     return this.bodies(
       await this.redis.zrangebyscore(`hub:atts-evt:${owner}:${eventId}`, this.listedFrom, '+inf'),
     );

@@ -113,6 +113,19 @@ describe('hub doctor (e2e)', function () {
     assert.ok(r.ms < 15_000, `took ${r.ms} ms`);
   });
 
+  it('distributed on EventStoreDB: PostgreSQL is still checked, for the event log and the delivery records', async () => {
+    const r = await doctor({
+      HUB_PROFILE: 'distributed',
+      HUB_EVENT_STORE: 'esdb',
+      HUB_ESDB_URL: 'esdb://127.0.0.1:1?tls=false',
+    });
+    assert.match(
+      line(r.stdout, 'ok', 'postgres') ?? '',
+      /PostgreSQL \d+\S* at postgres:\/\/.*, schema \w+ \(the event log and the delivery records\)/,
+    );
+    assert.ok(line(r.stdout, 'FAIL', 'esdb'), r.stdout);
+  });
+
   it('a Redis database the server does not have is a FAIL line (ioredis would use database 0)', async () => {
     const url = new URL(process.env.HUB_REDIS_URL ?? 'redis://127.0.0.1:6380');
     url.pathname = '/99';

@@ -1,14 +1,18 @@
-// The event log contract on both adapters: in memory (embedded) and on the real Redis.
+// The event log contract on every adapter: in memory and SQLite (embedded), on the real Redis, and
+// on the real PostgreSQL (distributed).
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import pg from 'pg';
 import { openDerivedDatabase } from '../../infra/sqlite.ts';
 import type { WebhookEvent } from '../../processors/derive.ts';
 import { MemoryEventLog, RedisEventLog } from '../../processors/eventlog.ts';
 import { SqliteEventLog } from '../../processors/eventlog-sqlite.ts';
-import { testConfig } from '../harness.ts';
+import { PostgresEventLog, PostgresLogs } from '../../processors/postgres-logs.ts';
+import { dropSchema, testConfig } from '../harness.ts';
 import { event, eventLogContract } from './eventlog.ts';
 
 eventLogContract('memory', async (retentionMs) => ({ log: new MemoryEventLog({ retentionMs }) }));
@@ -19,6 +23,43 @@ eventLogContract('Redis', async (retentionMs) => ({
   log: new RedisEventLog({ redis, retentionMs }),
   keysOf: async (owner) => (await redis.keys(`hub:evlog:${owner}*`)).length,
 }));
+
+// Partitions of a second each, in a schema of the suite's own: the retention's test sees its rows
+// go with their partition.
+const { postgresUrl } = testConfig();
+const schema = `test_evlog_${randomBytes(4).toString('hex')}`;
+const opened: PostgresLogs[] = [];
+after(async () => {
+  await Promise.all(opened.map((l) => l.close()));
+  await dropSchema(postgresUrl, schema);
+});
+eventLogContract('PostgreSQL', async (retentionMs) => {
+  const logs = new PostgresLogs({
+    url: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+    retentionMs,
+    partitionMs: 1000,
+  });
+  opened.push(logs);
+  return {
+    log: new PostgresEventLog(logs),
+    // A row goes with its partition, once all of it is past the retention: at most a partition's
+    // width after the row itself.
+    keysOf: async (owner) => {
+      await logs.upkeepNow(Date.now() + 1000);
+      const client = new pg.Client({ connectionString: postgresUrl });
+      await client.connect();
+      try {
+        const { rows } = await client.query(
+          `SELECT count(*)::int AS n FROM ${schema}.hub_event_log WHERE owner = $1`,
+          [owner],
+        );
+        return rows[0].n as number;
+      } finally {
+        await client.end();
+      }
+    },
+  };
+});
 
 describe('memory event log: the per-owner cap', () => {
   it('keeps the newest maxPerOwner events of an owner, drops the oldest (by id too), and stays ordered', async () => {

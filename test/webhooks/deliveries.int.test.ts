@@ -1,5 +1,7 @@
-// The delivery store contract on every adapter: SQLite, SQLite on its own thread (embedded), and the real Redis.
+// The delivery store contract on every adapter: SQLite, SQLite on its own thread (embedded), the
+// real Redis, and the real Redis with its attempt records in the real PostgreSQL (distributed).
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +15,8 @@ import {
   SqliteDeliveryStore,
   ThreadedDeliveryStore,
 } from '../../processors/deliveries.ts';
-import { testConfig } from '../harness.ts';
+import { PostgresAttemptLog, PostgresLogs } from '../../processors/postgres-logs.ts';
+import { dropSchema, testConfig } from '../harness.ts';
 import { attemptOf, deliveryStoreContract, job } from './deliveries.ts';
 
 const RETENTION_MS = 86_400_000;
@@ -24,6 +27,19 @@ const freshPath = () => join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'de
 // A database of its own: the schedule's keys are global to a Redis database.
 const redis = new Redis(`${testConfig().redisUrl.replace(/\/\d*$/, '')}/11`);
 after(() => redis.disconnect());
+
+// The attempt records' schema of its own, kept for the whole file (ids are random, and every list
+// of the contract is of a subscription or an event of its own test).
+const { postgresUrl } = testConfig();
+const schema = `test_attlog_${randomBytes(4).toString('hex')}`;
+const logs = new PostgresLogs({
+  url: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+  retentionMs: RETENTION_MS,
+});
+after(async () => {
+  await logs.close();
+  await dropSchema(postgresUrl, schema);
+});
 
 /** Every adapter, each opened empty. */
 const STORES = [
@@ -37,6 +53,16 @@ const STORES = [
     async () => {
       await redis.flushdb();
       return new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS });
+    },
+  ],
+  [
+    'Redis, its attempt records in PostgreSQL',
+    async () => {
+      await redis.flushdb();
+      return new RedisDeliveryStore(redis, {
+        retentionMs: RETENTION_MS,
+        records: new PostgresAttemptLog(logs),
+      });
     },
   ],
 ] as const;

@@ -1,0 +1,826 @@
+// The distributed profile's logs in PostgreSQL: the account event log (GET /webhooks/events) and
+// the delivery attempt records (GET /webhooks/{id}/deliveries, an event's deliveries), each kept
+// for HUB_EVENT_LOG_RETENTION_DAYS. They grow with traffic × retention, so they live on disk,
+// in the database HUB_POSTGRES_URL names (whatever the event store is), and not in Redis, which
+// keeps what the fleet and the work in flight size: read models, actor states, the schedule.
+//
+// Each table is range-partitioned by its rows' time (an event's `created`, an attempt's start), a
+// partition a day: the retention drops whole partitions (no row-by-row deletes, no dead rows to
+// vacuum), and every read carries the retention's bound, which skips a partition past it that is
+// not dropped yet. The processes that write make the partitions ahead and drop the old ones, at
+// their first write and then hourly, under an advisory lock (any number of them may share it); a
+// row whose partition is missing (a clock ahead, a partition dropped by a process whose clock is)
+// has it made before its insert.
+//
+// Appends are idempotent by id: the primary key is (id, time), as a partitioned table's unique keys
+// must hold its partition key, and an id always comes with one time (an event's id is derived from
+// its change, whose time is fixed; an attempt's id is made once). A batch is one
+// INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING; at most two are in flight per table and
+// process, and the appends made meanwhile go together in the next.
+//
+// Commits do not wait for the WAL to be flushed (synchronous_commit off, for these connections
+// only): a crash of PostgreSQL's host may lose the last moments of log records (never a
+// corruption), as Redis's appendfsync everysec did for them before. A crash of the hub loses none.
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import pg from 'pg';
+import type { Logger } from '../infra/telemetry.ts';
+import {
+  type Attempt,
+  type AttemptLog,
+  type AttemptRecord,
+  attemptOfRecord,
+  recordOf,
+  type StatusFilter,
+} from './deliveries.ts';
+import type { WebhookEvent } from './derive.ts';
+import type { EventLog, EventQuery } from './eventlog.ts';
+
+const DAY_MS = 86_400_000;
+/** Serialises the logs' DDL across processes (the event store's locks are 0x68756265 and the next). */
+const LOGS_LOCK = 0x6875626c; // "hubl"
+/** Partitions made ahead of the current one. */
+const AHEAD = 2;
+/** How often a writing process makes partitions ahead and drops old ones. */
+const UPKEEP_MS = 3_600_000;
+/** How long DDL waits for its table's lock: a partition made or dropped locks its parent, and
+ * waiting behind a long read it would hold up every read and write queued behind it. */
+const DDL_LOCK_TIMEOUT = '5s';
+/** `until` when none is given (a bigint bound). */
+const END_OF_TIME = Number.MAX_SAFE_INTEGER;
+/** INSERTs in flight per table and process. */
+const PARALLEL_INSERTS = 2;
+
+type Table = 'hub_event_log' | 'hub_attempt_log' | 'hub_log_counts';
+const TABLES: Table[] = ['hub_event_log', 'hub_attempt_log', 'hub_log_counts'];
+/** The width of a count's bucket (or the partition's, if narrower): a total counts the rows of at
+ * most two buckets, at its ends, one by one. */
+const BUCKET_MS = 3_600_000;
+
+/**
+ * Versioned, each applied once, in order, under LOGS_LOCK, recorded in hub_log_migrations (apart
+ * from the event store's own, which may be another database's). Identifiers compare as bytes
+ * (COLLATE "C"): faster than a language's rules, and the order of ids the Redis log had.
+ *
+ * The indexes are those of the documented queries, each ordered as its query reads: the event log
+ * by account, then by type, by device, by device and type (as Redis's four sorted sets), each by
+ * time then store order; the attempts by subscription (all, by status, and the failures apart, as
+ * `failed` is two statuses) by start, and by event.
+ *
+ * Totals come from hub_log_counts: rows added per key (an account, an account and a type; a
+ * subscription, a subscription and a status filter) and hour, written by the statement that adds
+ * the rows (counting only those it added), so that a total reads the hours wholly inside its range
+ * there and counts rows only in the two hours at its ends: counting an account's rows one by one
+ * took 0.55 s for 900,000 of them. A device's events are counted one by one (a device's share).
+ */
+const MIGRATIONS = [
+  `CREATE TABLE hub_event_log (
+     id              text COLLATE "C" NOT NULL,
+     at              bigint NOT NULL,
+     owner           text COLLATE "C" NOT NULL,
+     type            text COLLATE "C" NOT NULL,
+     resource_prn    text COLLATE "C" NOT NULL,
+     source_position bigint NOT NULL,
+     sequence        int NOT NULL,
+     body            text NOT NULL,
+     PRIMARY KEY (id, at)
+   ) PARTITION BY RANGE (at);
+   CREATE INDEX hub_event_log_owner ON hub_event_log (owner, at, source_position, sequence);
+   CREATE INDEX hub_event_log_type ON hub_event_log (owner, type, at, source_position, sequence);
+   CREATE INDEX hub_event_log_resource ON hub_event_log (owner, resource_prn, at, source_position, sequence);
+   CREATE INDEX hub_event_log_resource_type ON hub_event_log (owner, resource_prn, type, at, source_position, sequence);
+   CREATE TABLE hub_attempt_log (
+     id              text COLLATE "C" NOT NULL,
+     started         bigint NOT NULL,
+     subscription_id text COLLATE "C" NOT NULL,
+     event_id        text COLLATE "C" NOT NULL,
+     owner           text COLLATE "C" NOT NULL,
+     status          text COLLATE "C" NOT NULL,
+     body            text NOT NULL,
+     PRIMARY KEY (id, started)
+   ) PARTITION BY RANGE (started);
+   CREATE INDEX hub_attempt_log_subscription ON hub_attempt_log (subscription_id, started, id);
+   CREATE INDEX hub_attempt_log_status ON hub_attempt_log (subscription_id, status, started, id);
+   CREATE INDEX hub_attempt_log_failed ON hub_attempt_log (subscription_id, started, id) WHERE status <> 'succeeded';
+   CREATE INDEX hub_attempt_log_event ON hub_attempt_log (event_id);
+   CREATE TABLE hub_log_counts (
+     key    text COLLATE "C" NOT NULL,
+     bucket bigint NOT NULL,
+     n      bigint NOT NULL,
+     PRIMARY KEY (key, bucket)
+   ) PARTITION BY RANGE (bucket)`,
+];
+
+interface Partition {
+  name: string;
+  from: number;
+  to: number;
+}
+
+/** A partition's bounds as the catalog prints them: FOR VALUES FROM ('…') TO ('…'). */
+const BOUND = /FROM \('?(-?\d+)'?\) TO \('?(-?\d+)'?\)/;
+
+/** `hub_event_log_20261127` for a day, `…_20261127t101500` for a partition starting within one. */
+function partitionName(table: Table, from: number): string {
+  const stamp = new Date(from).toISOString().replace(/[-:]/g, '').toLowerCase();
+  return `${table}_${from % DAY_MS === 0 ? stamp.slice(0, 8) : stamp.slice(0, 15)}`;
+}
+
+export interface PostgresLogsOptions {
+  /** HUB_POSTGRES_URL; `?schema=<name>` keeps the tables in a schema other than public. */
+  url: string;
+  retentionMs: number;
+  /** Connections of the pool (HUB_POSTGRES_LOG_CONNECTIONS). */
+  connections?: number;
+  /** Width of a partition, ms, at least a second: a day (tests use seconds). */
+  partitionMs?: number;
+  logger?: Logger;
+}
+
+/** The pool and the partitioned tables both logs share in a process. */
+export class PostgresLogs {
+  readonly retentionMs: number;
+  /** The width of a count's bucket: an hour, or the partition's if narrower (tests). */
+  readonly bucketMs: number;
+  private readonly partitionMs: number;
+  private readonly schema: string;
+  private readonly pool: pg.Pool;
+  private readonly logger: Logger | undefined;
+  private migrated: Promise<void> | undefined;
+  /** Each table's partitions, as last read from the catalog or made here. */
+  private readonly partitions = new Map<Table, Partition[]>();
+  private upkept: Promise<void> | undefined;
+  private upkeep: NodeJS.Timeout | undefined;
+
+  constructor(o: PostgresLogsOptions) {
+    const url = new URL(o.url);
+    this.schema = url.searchParams.get('schema') ?? 'public';
+    url.searchParams.delete('schema');
+    if (!/^[a-z_][a-z0-9_]*$/.test(this.schema)) throw new Error(`invalid schema name ${this.schema}`);
+    this.retentionMs = o.retentionMs;
+    this.partitionMs = o.partitionMs ?? DAY_MS;
+    if (this.partitionMs < 1000 || this.partitionMs % 1000 !== 0)
+      throw new Error('a partition spans whole seconds');
+    this.bucketMs = this.partitionMs % BUCKET_MS === 0 ? BUCKET_MS : this.partitionMs;
+    this.logger = o.logger;
+    this.pool = new pg.Pool({
+      connectionString: url.href,
+      max: o.connections ?? 4,
+      options: `-c search_path=${this.schema} -c synchronous_commit=off`,
+    });
+    this.pool.on('error', () => {}); // an idle client's error is seen again by the next query
+  }
+
+  /** The rows of a read, the tables made first if no process has made them yet. */
+  async read<R extends pg.QueryResultRow>(name: string, text: string, values: unknown[]): Promise<R[]> {
+    await this.ready();
+    return (await this.pool.query<R>({ name, text, values })).rows;
+  }
+
+  /**
+   * How many rows of `table` match `where` (over `values`, from $1) with `time` from `lo` to `hi`
+   * (exclusive). With a `key`, the counts of the whole buckets between them and the rows of the
+   * bucket parts at the ends; without, the rows.
+   */
+  async count(
+    name: string,
+    table: Table,
+    time: string,
+    where: string,
+    values: unknown[],
+    range: { lo: number; hi: number; key?: string },
+  ): Promise<number> {
+    const { lo, hi, key } = range;
+    const rows = (from: string, to: string) =>
+      `(SELECT count(*) FROM ${table} WHERE ${where} AND ${time} >= $${from} AND ${time} < $${to})`;
+    const n = values.length;
+    if (key === undefined) {
+      const [row] = await this.read<{ n: string }>(
+        `${name}-rows`,
+        `SELECT ${rows(`${n + 1}`, `${n + 2}`)} AS n`,
+        [...values, lo, hi],
+      );
+      return Number(row!.n);
+    }
+    // The whole buckets [first, last); the rows of [lo, first) and [last, hi). Within one bucket (or
+    // two parts of adjacent ones), the rows of [lo, hi) alone.
+    const b = this.bucketMs;
+    let first = Math.ceil(lo / b) * b;
+    let last = hi >= END_OF_TIME ? hi : Math.floor(hi / b) * b;
+    if (first >= last) first = last = hi;
+    const [row] = await this.read<{ n: string }>(
+      `${name}-buckets`,
+      `SELECT (SELECT coalesce(sum(n), 0) FROM hub_log_counts WHERE key = $${n + 1} AND bucket >= $${n + 3} AND bucket < $${n + 4})
+         + ${rows(`${n + 2}`, `${n + 3}`)} + ${rows(`${n + 4}`, `${n + 5}`)} AS n`,
+      [...values, key, lo, first, last, hi],
+    );
+    return Number(row!.n);
+  }
+
+  /** An insert of rows at `times` into `table`, their partitions made first. A partition dropped
+   * since this process looked (by one whose clock is ahead) is made again, and the insert sent again. */
+  async insert(table: Table, times: number[], query: pg.QueryConfig): Promise<void> {
+    const tables: Table[] = [table, 'hub_log_counts'];
+    await this.ready();
+    if (!this.upkept) {
+      const upkeep = () =>
+        this.upkeepNow().catch((err: Error) =>
+          this.logger?.warn(
+            { err: err.message },
+            'event and delivery logs: partitions not made ahead or dropped; tried again in an hour',
+          ),
+        );
+      this.upkept = upkeep();
+      this.upkeep = setInterval(upkeep, UPKEEP_MS);
+      this.upkeep.unref();
+    }
+    // The first upkeep is waited for once (failed, the insert still makes what it needs).
+    await this.upkept;
+    for (const t of tables) await this.ensure(t, times);
+    try {
+      await this.pool.query(query);
+    } catch (err) {
+      if ((err as { code?: string }).code !== '23514') throw err; // not "no partition … found for row"
+      for (const [i, t] of tables.entries()) await this.ensure(t, times, i === 0);
+      await this.pool.query(query);
+    }
+  }
+
+  /** The tables made, by this process or another; the database's error otherwise. */
+  ready(): Promise<void> {
+    this.migrated ??= this.migrate().catch((err: unknown) => {
+      this.migrated = undefined; // tried again at the next call (PostgreSQL was down)
+      throw err;
+    });
+    return this.migrated;
+  }
+
+  private async migrate(): Promise<void> {
+    const client = await this.pool.connect();
+    try {
+      const version = async () => {
+        const made = await client.query<{ t: string | null }>(
+          "SELECT to_regclass('hub_log_migrations')::text AS t",
+        );
+        if (!made.rows[0]!.t) return 0;
+        const { rows } = await client.query<{ v: number | null }>(
+          'SELECT max(version) AS v FROM hub_log_migrations',
+        );
+        return rows[0]!.v ?? 0;
+      };
+      // Most starts find the tables made: no lock for them.
+      if ((await version()) >= MIGRATIONS.length) {
+        client.release();
+        return;
+      }
+      try {
+        await client.query(`CREATE SCHEMA IF NOT EXISTS ${this.schema}`);
+      } catch (err) {
+        // Made meanwhile by another process (the event store's migration, under its own lock).
+        if ((err as { code?: string }).code !== '23505') throw err;
+      }
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock($1)', [LOGS_LOCK]);
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS hub_log_migrations (version int PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())',
+      );
+      for (let v = await version(); v < MIGRATIONS.length; v++) {
+        await client.query(MIGRATIONS[v]!);
+        await client.query('INSERT INTO hub_log_migrations (version) VALUES ($1)', [v + 1]);
+      }
+      await client.query('COMMIT');
+      client.release();
+    } catch (err) {
+      client.release(err as Error); // discarded: it may hold an aborted transaction
+      throw err;
+    }
+  }
+
+  private async readPartitions(client: pg.PoolClient | pg.Pool = this.pool): Promise<void> {
+    const { rows } = await client.query<{ parent: Table; name: string; bound: string }>(
+      `SELECT p.relname AS parent, c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound
+       FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+       WHERE p.relnamespace = $1::regnamespace AND p.relname = ANY($2)`,
+      [this.schema, TABLES],
+    );
+    for (const table of TABLES) this.partitions.set(table, []);
+    for (const { parent, name, bound } of rows) {
+      const m = BOUND.exec(bound);
+      if (m) this.partitions.get(parent)!.push({ name, from: Number(m[1]), to: Number(m[2]) });
+    }
+  }
+
+  /** Makes the partitions rows at `times` need, unless known; `fresh`: the catalog read again. */
+  private async ensure(table: Table, times: number[], fresh = false): Promise<void> {
+    if (fresh || !this.partitions.has(table)) await this.readPartitions();
+    const known = this.partitions.get(table)!;
+    const missing = new Set<number>();
+    let last: Partition | undefined;
+    for (const t of times) {
+      if (last && t >= last.from && t < last.to) continue;
+      last = known.find((p) => t >= p.from && t < p.to);
+      if (!last) missing.add(t - (((t % this.partitionMs) + this.partitionMs) % this.partitionMs));
+    }
+    if (missing.size > 0) await this.ddl((client) => this.make(client, table, [...missing]));
+  }
+
+  /** DDL in one transaction under LOGS_LOCK, the partitions read again inside it. */
+  private async ddl(work: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`SET LOCAL lock_timeout = '${DDL_LOCK_TIMEOUT}'`);
+      await client.query('SELECT pg_advisory_xact_lock($1)', [LOGS_LOCK]);
+      await this.readPartitions(client);
+      await work(client);
+      await client.query('COMMIT');
+      client.release();
+    } catch (err) {
+      client.release(err as Error);
+      this.partitions.clear(); // what was made here is rolled back: read it again
+      throw err;
+    }
+  }
+
+  /** Makes a partition from each of `froms` (a partition's start) that no partition covers,
+   * clipped to its neighbours' bounds (made with another width, or by a version with another). */
+  private async make(client: pg.PoolClient, table: Table, froms: number[]): Promise<void> {
+    const known = this.partitions.get(table)!;
+    for (const start of froms) {
+      let from = start;
+      let to = start + this.partitionMs;
+      for (const p of [...known].sort((a, b) => a.from - b.from)) {
+        if (p.to <= from) continue;
+        if (p.from <= from)
+          from = p.to; // covers the start: the rest begins after it
+        else {
+          to = Math.min(to, p.from); // the first one after the start ends the new one
+          break;
+        }
+      }
+      if (from >= to) continue;
+      const name = partitionName(table, from);
+      await client.query(`CREATE TABLE ${name} PARTITION OF ${table} FOR VALUES FROM (${from}) TO (${to})`);
+      known.push({ name, from, to });
+    }
+  }
+
+  /** Makes the current partition and AHEAD more of each table, and drops those past the retention. */
+  async upkeepNow(now = Date.now()): Promise<void> {
+    await this.ready();
+    const current = now - (now % this.partitionMs);
+    const froms = Array.from({ length: AHEAD + 1 }, (_, i) => current + i * this.partitionMs);
+    await this.ddl(async (client) => {
+      for (const table of TABLES) {
+        await this.make(client, table, froms);
+        const known = this.partitions.get(table)!;
+        for (const p of known.filter((p) => p.to <= now - this.retentionMs)) {
+          await client.query(`DROP TABLE ${p.name}`);
+          known.splice(known.indexOf(p), 1);
+        }
+      }
+    });
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.upkeep);
+    await this.pool.end();
+  }
+}
+
+/**
+ * Appends to one table in as few statements as the load allows: at most PARALLEL_INSERTS in
+ * flight, and the rows appended meanwhile go together in the next. Each append is answered when
+ * the statement that carried its rows has committed (or failed).
+ */
+class GroupedInserts<Row> {
+  private readonly write: (rows: Row[]) => Promise<void>;
+  private rows: Row[] = [];
+  private waiting: { resolve: () => void; reject: (err: Error) => void }[] = [];
+  private inFlight = 0;
+
+  constructor(write: (rows: Row[]) => Promise<void>) {
+    this.write = write;
+  }
+
+  add(rows: Row[]): Promise<void> {
+    if (rows.length === 0) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      for (const r of rows) this.rows.push(r);
+      this.waiting.push({ resolve, reject });
+      this.send();
+    });
+  }
+
+  private send(): void {
+    if (this.inFlight >= PARALLEL_INSERTS || this.waiting.length === 0) return;
+    const { rows, waiting } = this;
+    this.rows = [];
+    this.waiting = [];
+    this.inFlight++;
+    let written: Promise<void>;
+    try {
+      written = this.write(rows);
+    } catch (err) {
+      written = Promise.reject(err);
+    }
+    written
+      .then(
+        () => {
+          for (const w of waiting) w.resolve();
+        },
+        (err: Error) => {
+          for (const w of waiting) w.reject(err);
+        },
+      )
+      .finally(() => {
+        this.inFlight--;
+        this.send();
+      });
+  }
+}
+
+/**
+ * The rows' values by column, as an INSERT … FROM unnest(…) takes them: an array per column, but
+ * the last (the row's JSON) one text of them all, a newline apart, split by the statement
+ * (`string_to_array(…, E'\n')`): JSON.stringify writes no newline, and an array's text escapes
+ * every quote and backslash of a JSON body, which cost the dispatcher more than the rest of a
+ * record's write.
+ */
+function columns(rows: unknown[][], width: number): unknown[] {
+  // In id order (the first column): statements that add the same ids (a batch derived again by
+  // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
+  // their counts' keys are taken in one order too (countAdded).
+  rows.sort((a, b) =>
+    (a[0] as string) < (b[0] as string) ? -1 : (a[0] as string) > (b[0] as string) ? 1 : 0,
+  );
+  const out = Array.from({ length: width - 1 }, () => new Array<unknown>(rows.length));
+  const json = new Array<string>(rows.length);
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i]!;
+    for (let c = 0; c < width - 1; c++) out[c]![i] = row[c];
+    json[i] = row[width - 1] as string;
+  }
+  return [...out, json.join('\n')];
+}
+
+/** The log's time of an event: its `created`, in ms (whole seconds). */
+const timeOf = (e: WebhookEvent) => e.created * 1000;
+
+/** An event as its row: id, at, owner, type, resource_prn, source_position, sequence, body. */
+type EventRow = [string, number, string, string, string, number, number, string];
+
+/** The rows added to a log, counted into hub_log_counts by key and bucket ($n: the bucket's width),
+ * in the order of their keys: statements that count into the same keys lock them in one order. */
+const countAdded = (keys: string, time: string, n: number) => `INSERT INTO hub_log_counts (key, bucket, n)
+  SELECT key, ${time} - ${time} % $${n}, count(*) FROM added CROSS JOIN LATERAL unnest(${keys}) AS k(key)
+  WHERE key IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2
+  ON CONFLICT (key, bucket) DO UPDATE SET n = hub_log_counts.n + excluded.n`;
+
+const EVENT_INSERT = `WITH added AS (
+  INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
+  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], string_to_array($8, E'\\n'))
+  ON CONFLICT DO NOTHING RETURNING owner, type, at)
+  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`;
+
+/** The key of an account's counts, and of its counts of a type. */
+const eventKey = (owner: string, type?: string) => (type ? `e:${owner}\t${type}` : `e:${owner}`);
+
+/** Newest first: by time, then the store order of the changes, then the order of derivation. */
+const EVENT_ORDER = 'ORDER BY at DESC, source_position DESC, sequence DESC';
+
+/** The event log on PostgreSQL (what the distributed profile runs). */
+export class PostgresEventLog implements EventLog {
+  private readonly logs: PostgresLogs;
+  private readonly inserts: GroupedInserts<EventRow>;
+
+  constructor(logs: PostgresLogs) {
+    this.logs = logs;
+    this.inserts = new GroupedInserts((rows) =>
+      this.logs.insert(
+        'hub_event_log',
+        rows.map((r) => r[1]),
+        {
+          name: 'hub-evlog-append',
+          text: EVENT_INSERT,
+          values: [...columns(rows, 8), this.logs.bucketMs],
+        },
+      ),
+    );
+  }
+
+  /** Events older than the retention are not stored. */
+  append(events: WebhookEvent[]): Promise<void> {
+    const horizon = Date.now() - this.logs.retentionMs;
+    const rows: EventRow[] = [];
+    for (const e of events) {
+      const at = timeOf(e);
+      if (at >= horizon)
+        rows.push([
+          e.id,
+          at,
+          e.owner,
+          e.type,
+          e.resource_prn,
+          e.source_position,
+          e.sequence,
+          JSON.stringify(e),
+        ]);
+    }
+    return this.inserts.add(rows);
+  }
+
+  async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {
+    const lo = Math.max(q.since ?? 0, Date.now() - this.logs.retentionMs);
+    const hi = q.until ?? END_OF_TIME;
+    const values: unknown[] = [owner];
+    let where = 'owner = $1';
+    if (q.type) where += ` AND type = $${values.push(q.type)}`;
+    if (q.resource_prn) where += ` AND resource_prn = $${values.push(q.resource_prn)}`;
+    const variant = `${q.type ? 't' : ''}${q.resource_prn ? 'r' : ''}`;
+    const n = values.length;
+    const [page, total] = await Promise.all([
+      this.logs.read<{ body: string }>(
+        `hub-evlog-list-${variant}`,
+        `SELECT body FROM hub_event_log WHERE ${where} AND at >= $${n + 1} AND at < $${n + 2} ${EVENT_ORDER} LIMIT $${n + 3} OFFSET $${n + 4}`,
+        [...values, lo, hi, q.limit, q.skip],
+      ),
+      this.logs.count(`hub-evlog-count-${variant}`, 'hub_event_log', 'at', where, values, {
+        lo,
+        hi,
+        key: q.resource_prn ? undefined : eventKey(owner, q.type),
+      }),
+    ]);
+    return { items: page.map((r) => JSON.parse(r.body) as WebhookEvent), total };
+  }
+
+  async get(owner: string, id: string): Promise<WebhookEvent | undefined> {
+    const [row] = await this.logs.read<{ body: string }>(
+      'hub-evlog-get',
+      'SELECT body FROM hub_event_log WHERE id = $1 AND at >= $2 AND owner = $3',
+      [id, Date.now() - this.logs.retentionMs, owner],
+    );
+    return row ? (JSON.parse(row.body) as WebhookEvent) : undefined;
+  }
+}
+
+/** An attempt as its row: id, started, subscription_id, event_id, owner, status, and its record
+ * as the API shows it (JSON). */
+type AttemptRow = [string, number, string, string, string, string, string];
+
+/** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
+const ATTEMPT_INSERT = `WITH added AS (
+  INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
+  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], string_to_array($7, E'\\n'))
+  ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
+  ${countAdded(
+    `ARRAY['a:' || subscription_id,
+       'a:' || subscription_id || E'\\t' || CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+       CASE WHEN status = 'dead_lettered' THEN 'a:' || subscription_id || E'\\tdead_lettered' END]`,
+    'started',
+    8,
+  )}`;
+
+/** The key of a subscription's counts, and of its counts of a status filter. */
+const attemptKey = (subscription: string, status?: StatusFilter) =>
+  status ? `a:${subscription}\t${status}` : `a:${subscription}`;
+
+/** Each status filter's condition; `failed` is every attempt that did not succeed. */
+const STATUS_WHERE: Record<StatusFilter | 'all', string> = {
+  all: '',
+  succeeded: " AND status = 'succeeded'",
+  failed: " AND status <> 'succeeded'",
+  dead_lettered: " AND status = 'dead_lettered'",
+};
+
+/** The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile). */
+export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
+  private readonly logs: PostgresLogs;
+  private readonly inserts: GroupedInserts<AttemptRow>;
+
+  constructor(logs: PostgresLogs) {
+    this.logs = logs;
+    this.inserts = new GroupedInserts((rows) =>
+      this.logs.insert(
+        'hub_attempt_log',
+        rows.map((r) => r[1]),
+        {
+          name: 'hub-attlog-append',
+          text: ATTEMPT_INSERT,
+          values: [...columns(rows, 7), this.logs.bucketMs],
+        },
+      ),
+    );
+  }
+
+  rowOf(a: Attempt): AttemptRow {
+    if (!Number.isFinite(a.started)) throw new Error(`attempt ${a.id} has no start time`);
+    return [a.id, a.started, a.subscription_id, a.event_id, a.owner, a.status, JSON.stringify(recordOf(a))];
+  }
+
+  /** Attempts started before the retention are not stored. */
+  append(rows: AttemptRow[]): Promise<void> {
+    const horizon = Date.now() - this.logs.retentionMs;
+    return this.inserts.add(rows.filter((r) => r[1] >= horizon));
+  }
+
+  async attempts(
+    subscription: string,
+    q: { status?: StatusFilter; limit: number; skip: number },
+  ): Promise<{ items: AttemptRecord[]; total: number }> {
+    const status = q.status ?? 'all';
+    const where = `subscription_id = $1${STATUS_WHERE[status]}`;
+    const lo = Date.now() - this.logs.retentionMs;
+    const [page, total] = await Promise.all([
+      this.logs.read<{ body: string }>(
+        `hub-attlog-list-${status}`,
+        `SELECT body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
+        [subscription, lo, q.limit, q.skip],
+      ),
+      this.logs.count(`hub-attlog-count-${status}`, 'hub_attempt_log', 'started', where, [subscription], {
+        lo,
+        hi: END_OF_TIME,
+        key: attemptKey(subscription, q.status),
+      }),
+    ]);
+    return { items: page.map((r) => JSON.parse(r.body) as AttemptRecord), total };
+  }
+
+  async attempt(id: string): Promise<AttemptRecord | undefined> {
+    const [row] = await this.logs.read<{ body: string }>(
+      'hub-attlog-get',
+      'SELECT body FROM hub_attempt_log WHERE id = $1 AND started >= $2',
+      [id, Date.now() - this.logs.retentionMs],
+    );
+    return row ? (JSON.parse(row.body) as AttemptRecord) : undefined;
+  }
+
+  async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
+    const rows = await this.logs.read<{ body: string }>(
+      'hub-attlog-event',
+      'SELECT body FROM hub_attempt_log WHERE event_id = $1 AND owner = $2 AND started >= $3 ORDER BY started, id',
+      [eventId, owner, Date.now() - this.logs.retentionMs],
+    );
+    return rows.map((r) => JSON.parse(r.body) as AttemptRecord);
+  }
+}
+
+/** Set once the logs an earlier version kept in Redis are in PostgreSQL (its value: when). */
+export const MOVED_KEY = 'hub:logs:moved';
+/** Held (with an expiry, renewed) by the process moving them. */
+const MOVING_KEY = 'hub:logs:moving';
+const MOVING_LEASE_MS = 60_000;
+/** How often a process that does not hold it looks whether the move is done (or its mover died). */
+const MOVE_LOOK_MS = 5000;
+const PROGRESS_EVERY_MS = 10_000;
+/** Renews the lease if it is still this process's. */
+const RENEW_MOVING = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
+
+/**
+ * The upgrade from versions that kept the event log and the attempt records in Redis: they are
+ * copied to PostgreSQL once, by one process at a time (a lease in Redis; the others look again
+ * every few seconds, in case it dies), in batches of a SCAN; each batch's keys are removed from Redis
+ * once its rows are committed, so a move cut short resumes where it stopped (appends are
+ * idempotent). Then the old indexes go, and `hub:logs:moved` is set. Records past the retention
+ * are not copied; a record that cannot be read is left to expire with its retention. Until the
+ * move says it is done, the logs lack what is not moved yet. Processes of the earlier version must
+ * be stopped first: what they write in Redis afterwards is not moved (it expires unseen).
+ */
+export async function moveLogsFromRedis(o: LogMove): Promise<void> {
+  const { redis, logger, signal } = o;
+  const token = randomBytes(8).toString('hex');
+  while (!signal.aborted) {
+    try {
+      if (await redis.exists(MOVED_KEY)) return;
+      // Held: moved, then the key above is set (or stopped, and the loop ends).
+      if (await redis.set(MOVING_KEY, token, 'PX', MOVING_LEASE_MS, 'NX')) {
+        await moveHeld(o, token);
+        continue;
+      }
+    } catch (err) {
+      logger.warn(
+        { err: (err as Error).message },
+        'moving the logs from Redis to PostgreSQL failed; tried again in a few seconds',
+      );
+    }
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, MOVE_LOOK_MS);
+      signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        { once: true },
+      );
+    });
+  }
+}
+
+interface LogMove {
+  redis: Redis;
+  events: PostgresEventLog;
+  attempts: PostgresAttemptLog;
+  logger: Logger;
+  signal: AbortSignal;
+}
+
+/** The move, by the holder of its lease (`token`); gives the lease back when it ends. */
+async function moveHeld(o: LogMove, token: string): Promise<void> {
+  const { redis, logger, signal } = o;
+  const renewal = setInterval(() => {
+    redis.eval(RENEW_MOVING, 1, MOVING_KEY, token, MOVING_LEASE_MS).catch(() => {});
+  }, MOVING_LEASE_MS / 3);
+  renewal.unref();
+  const started = Date.now();
+  const counts = { events: 0, attempts: 0, unreadable: 0 };
+  let told = started;
+  const progress = () => {
+    if (Date.now() - told < PROGRESS_EVERY_MS) return;
+    told = Date.now();
+    logger.info(counts, 'moving the logs from Redis to PostgreSQL: so far');
+  };
+  /** Moves the records of the keys matching `pattern`, as `parse` reads them (one it cannot read
+   * is counted and left); answers whether it went through them all. */
+  const move = async <Row>(
+    pattern: string,
+    kind: 'events' | 'attempts',
+    parse: (body: string) => Row,
+    write: (rows: Row[]) => Promise<void>,
+  ) => {
+    let cursor = '0';
+    do {
+      if (signal.aborted) return false;
+      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length === 0) continue;
+      const bodies = await redis.mget(keys);
+      const rows: Row[] = [];
+      const moved: string[] = [];
+      keys.forEach((key, i) => {
+        const body = bodies[i];
+        if (body === null || body === undefined) return; // expired meanwhile
+        try {
+          rows.push(parse(body));
+          moved.push(key);
+        } catch {
+          counts.unreadable++;
+        }
+      });
+      await write(rows);
+      if (moved.length > 0) await redis.unlink(...moved);
+      counts[kind] += moved.length;
+      progress();
+    } while (cursor !== '0');
+    return true;
+  };
+  /** Removes the keys matching `pattern` (the old indexes). */
+  const remove = async (pattern: string) => {
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) await redis.unlink(...keys);
+    } while (cursor !== '0' && !signal.aborted);
+  };
+  try {
+    logger.info(
+      'moving the event log and the delivery attempt records an earlier version kept in Redis to PostgreSQL; until it is done they lack what is not moved yet',
+    );
+    const done =
+      (await move(
+        'hub:evt:*',
+        'events',
+        (body) => {
+          const e = JSON.parse(body) as WebhookEvent;
+          if (typeof e.id !== 'string' || !Number.isFinite(e.created)) throw new Error('not an event');
+          return e;
+        },
+        (events) => o.events.append(events),
+      )) &&
+      (await move(
+        'hub:att:*',
+        'attempts',
+        (body) => o.attempts.rowOf(attemptOfRecord(JSON.parse(body) as AttemptRecord)),
+        (rows) => o.attempts.append(rows),
+      ));
+    if (!done) return;
+    for (const pattern of ['hub:evlog:*', 'hub:atts:*', 'hub:atts-evt:*']) await remove(pattern);
+    if (signal.aborted) return;
+    await redis.set(MOVED_KEY, new Date().toISOString());
+    logger.info(
+      { ...counts, seconds: Math.round((Date.now() - started) / 1000) },
+      'moved the logs from Redis to PostgreSQL: done',
+    );
+  } finally {
+    clearInterval(renewal);
+    await redis
+      .eval(
+        `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`,
+        1,
+        MOVING_KEY,
+        token,
+      )
+      .catch(() => {});
+  }
+}

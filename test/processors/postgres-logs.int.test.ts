@@ -1,0 +1,258 @@
+// The distributed profile's logs in PostgreSQL beyond the contracts: partitions made ahead and on
+// demand, dropped whole past the retention, shared by several processes; and the upgrade from a
+// Redis set where an earlier version kept them.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { RedisDeliveryStore, recordOf } from '../../processors/deliveries.ts';
+import type { WebhookEvent } from '../../processors/derive.ts';
+import { RedisEventLog } from '../../processors/eventlog.ts';
+import {
+  MOVED_KEY,
+  moveLogsFromRedis,
+  PostgresAttemptLog,
+  PostgresEventLog,
+  PostgresLogs,
+} from '../../processors/postgres-logs.ts';
+import { dropSchema, memoryLogger, testConfig } from '../harness.ts';
+import { attemptOf, job } from '../webhooks/deliveries.ts';
+import { event } from './eventlog.ts';
+
+const DAY = 86_400_000;
+const { postgresUrl, redisUrl } = testConfig();
+const inSchema = (schema: string) => `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`;
+
+describe('PostgreSQL logs: partitions', () => {
+  const schema = `test_parts_${randomBytes(4).toString('hex')}`;
+  const opened: PostgresLogs[] = [];
+  const open = () => {
+    const logs = new PostgresLogs({ url: inSchema(schema), retentionMs: 3 * DAY });
+    opened.push(logs);
+    return logs;
+  };
+  let client: pg.Client;
+  const partitions = async (table: string) =>
+    (
+      await client.query<{ name: string }>(
+        `SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = $1::regclass ORDER BY 1`,
+        [`${schema}.${table}`],
+      )
+    ).rows.map((r) => r.name);
+  const day = (ms: number) => new Date(ms).toISOString().slice(0, 10).replaceAll('-', '');
+
+  before(async () => {
+    client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+  });
+  after(async () => {
+    await Promise.all(opened.map((l) => l.close()));
+    await client.end();
+    await dropSchema(postgresUrl, schema);
+  });
+
+  it('a day each, made ahead by the first write and on demand for an older one; dropped whole once past the retention', async () => {
+    const logs = open();
+    const log = new PostgresEventLog(logs);
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const now = Date.now();
+    const s = (ms: number) => Math.floor(ms / 1000);
+    const today = event(owner, 'device.created', 'a', s(now));
+    const older = event(owner, 'device.updated', 'a', s(now - 2 * DAY));
+    await log.append([today, older]);
+    const expected = [now - 2 * DAY, now, now + DAY, now + 2 * DAY].map(day);
+    assert.deepEqual(
+      await partitions('hub_event_log'),
+      expected.map((d) => `hub_event_log_${d}`),
+    );
+    assert.deepEqual(
+      await partitions('hub_attempt_log'),
+      expected.slice(1).map((d) => `hub_attempt_log_${d}`),
+      "the attempts' partitions ahead, made by the same upkeep",
+    );
+    assert.equal((await log.list(owner, { limit: 10, skip: 0 })).total, 2);
+    // Two days on, the older day is past the 3-day retention: its partition goes, rows and all.
+    await logs.upkeepNow(now + 2 * DAY);
+    const kept = [now, now + DAY, now + 2 * DAY, now + 3 * DAY, now + 4 * DAY].map(day);
+    assert.deepEqual(
+      await partitions('hub_event_log'),
+      kept.map((d) => `hub_event_log_${d}`),
+    );
+    assert.deepEqual(
+      (await log.list(owner, { limit: 10, skip: 0 })).items.map((e) => e.id),
+      [today.id],
+    );
+  });
+
+  it('several processes write new days at once; a partition another dropped meanwhile is made again', async () => {
+    const [a, b] = [open(), open()];
+    const [logA, logB] = [new PostgresEventLog(a), new PostgresEventLog(b)];
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const now = Date.now();
+    const events = (n: number) =>
+      Array.from({ length: n }, (_, i) =>
+        event(owner, 'device.device_meta.updated', `d${i}`, Math.floor((now - (i % 3) * DAY) / 1000)),
+      );
+    const [first, second] = [events(30), events(30)];
+    await Promise.all([logA.append(first), logB.append(second), logA.append(second)]);
+    assert.equal((await logA.list(owner, { limit: 100, skip: 0 })).total, 60);
+    // B's process drops yesterday's partition (as one whose clock were days ahead would); A, which
+    // knew it, writes there again.
+    await client.query(`DROP TABLE ${schema}.hub_event_log_${day(now - DAY)}`);
+    const late = event(owner, 'device.updated', 'x', Math.floor((now - DAY) / 1000));
+    await logA.append([late]);
+    assert.deepEqual(await logB.get(owner, late.id), late);
+  });
+});
+
+describe('PostgreSQL logs: totals', () => {
+  const schema = `test_totals_${randomBytes(4).toString('hex')}`;
+  let logs: PostgresLogs;
+  before(() => {
+    logs = new PostgresLogs({ url: inSchema(schema), retentionMs: 3 * DAY });
+  });
+  after(async () => {
+    await logs.close();
+    await dropSchema(postgresUrl, schema);
+  });
+
+  it('equal the rows matched, whatever the range: whole hours from the counts, the ends row by row; a row appended twice counts once', async () => {
+    const log = new PostgresEventLog(logs);
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const now = Date.now();
+    const types = ['device.created', 'device.updated', 'device.device_meta.updated'] as const;
+    // 600 events over the last 50 hours, and one just past the retention (not stored).
+    const events = Array.from({ length: 600 }, (_, i) =>
+      event(owner, types[i % 3]!, `d${i % 4}`, Math.floor((now - ((i * 7919) % 600) * 300_000) / 1000)),
+    );
+    await log.append(events);
+    await log.append(events.slice(100, 200)); // again, after a crash
+    await log.append([event(owner, 'device.created', 'd0', Math.floor((now - 3 * DAY - 60_000) / 1000))]);
+    const horizon = now - 3 * DAY;
+    const ranges: [number | undefined, number | undefined][] = [
+      [undefined, undefined],
+      [now - 10 * 3_600_000 - 1234, undefined],
+      [undefined, now - 20 * 3_600_000 + 777],
+      [now - 30 * 3_600_000 + 5, now - 29 * 3_600_000 - 5], // within one hour
+      [now - 30 * 3_600_000 + 5, now - 28 * 3_600_000 - 5], // parts of two
+      [now - 45 * 3_600_000 + 999, now - 3_600_000 + 1],
+    ];
+    for (const [since, until] of ranges)
+      for (const type of [undefined, 'device.updated'] as const)
+        for (const resource of [undefined, 'prn:::devices:/d1']) {
+          const expected = events.filter(
+            (e) =>
+              e.created * 1000 >= Math.max(since ?? 0, horizon) &&
+              (until === undefined || e.created * 1000 < until) &&
+              (!type || e.type === type) &&
+              (!resource || e.resource_prn === resource),
+          ).length;
+          const { total } = await log.list(owner, {
+            since,
+            until,
+            type,
+            resource_prn: resource,
+            limit: 1,
+            skip: 0,
+          });
+          assert.equal(total, expected, JSON.stringify({ since, until, type, resource }));
+        }
+  });
+
+  it('of attempts, by status filter, a dead-lettered one among the failed', async () => {
+    const records = new PostgresAttemptLog(logs);
+    const j = job(`sub_${randomBytes(4).toString('hex')}`);
+    const statuses = ['succeeded', 'failed', 'dead_lettered'] as const;
+    const attempts = Array.from({ length: 90 }, (_, i) => ({
+      ...attemptOf(j, i + 1, statuses[i % 3]!),
+      started: Date.now() - i * 1_800_000, // every half hour, 45 hours back
+    }));
+    await records.append(attempts.map((a) => records.rowOf(a)));
+    await records.append(attempts.slice(0, 10).map((a) => records.rowOf(a)));
+    const total = async (status?: (typeof statuses)[number]) =>
+      (await records.attempts(j.subscription_id, { status, limit: 1, skip: 0 })).total;
+    assert.deepEqual(
+      [await total(), await total('succeeded'), await total('failed'), await total('dead_lettered')],
+      [90, 30, 60, 30],
+    );
+  });
+});
+
+describe('PostgreSQL logs: the upgrade from a Redis set of an earlier version', () => {
+  const schema = `test_move_${randomBytes(4).toString('hex')}`;
+  // A database of its own: the move scans the whole keyspace.
+  const redis = new Redis(`${redisUrl.replace(/\/\d*$/, '')}/13`);
+  let logs: PostgresLogs;
+  after(async () => {
+    await logs?.close();
+    redis.disconnect();
+    await dropSchema(postgresUrl, schema);
+  });
+
+  it('copies the event log and the attempt records once, removes their keys, and says so in the log', async () => {
+    await redis.flushdb();
+    const retentionMs = 30 * DAY;
+    // What an earlier version wrote: events, attempts with their indexes, a job finished, a record
+    // that cannot be read, and the read models' and the schedule's keys, which stay.
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const t = Math.floor(Date.now() / 1000);
+    const events: WebhookEvent[] = Array.from({ length: 2500 }, (_, i) =>
+      event(owner, i % 2 ? 'device.created' : 'device.device_meta.updated', `d${i % 7}`, t - (i % 5) * 3600),
+    );
+    await new RedisEventLog({ redis, retentionMs }).append(events);
+    const old = new RedisDeliveryStore(redis, { retentionMs });
+    const j = job('sub_moved');
+    const pendingJob = job('sub_moved');
+    await old.enqueue([j, pendingJob]);
+    const attempts = [attemptOf(j, 1, 'failed'), attemptOf(j, 2, 'succeeded')];
+    await old.finish({ ...j, attempt: 1 }, attempts[0]!, Date.now());
+    await old.finish({ ...j, attempt: 2 }, attempts[1]!, null);
+    await old.close();
+    await redis.set('hub:evt:evt_torn', '{"id":"evt_torn",');
+    await redis.set('hub:rm:devices:keep', 'a read model');
+
+    logs = new PostgresLogs({ url: inSchema(schema), retentionMs });
+    const log = new PostgresEventLog(logs);
+    const records = new PostgresAttemptLog(logs);
+    const { logger, lines } = memoryLogger();
+    const signal = new AbortController().signal;
+    await Promise.all([
+      moveLogsFromRedis({ redis, events: log, attempts: records, logger, signal }),
+      // A second process started at once waits for the first, then finds the move done.
+      moveLogsFromRedis({ redis, events: log, attempts: records, logger, signal }),
+    ]);
+
+    const all = await log.list(owner, { limit: 500, skip: 0 });
+    assert.equal(all.total, 2500);
+    const newestFirst = [...events].sort(
+      (a, b) => b.created - a.created || b.source_position - a.source_position,
+    );
+    assert.deepEqual(all.items, newestFirst.slice(0, 500));
+    assert.deepEqual(await log.get(owner, events[1234]!.id), events[1234]);
+    assert.deepEqual(
+      await records.attemptsOfEvent(j.owner, j.event.id),
+      attempts.map(recordOf),
+      'the attempts, as the API showed them',
+    );
+    assert.equal((await records.attempts('sub_moved', { status: 'failed', limit: 10, skip: 0 })).total, 1);
+
+    assert.deepEqual(
+      (await redis.keys('hub:ev*')).sort(),
+      ['hub:evt:evt_torn'],
+      'the moved records and the old indexes are gone; the unreadable one is left to expire',
+    );
+    assert.deepEqual(await redis.keys('hub:att*'), []);
+    assert.equal(await redis.exists(MOVED_KEY, 'hub:rm:devices:keep', `hub:job:${pendingJob.job_id}`), 3);
+    assert.notEqual(await redis.zscore('hub:jobs:due', pendingJob.job_id), null, 'the schedule stays');
+    const said = lines().map((l) => JSON.parse(l) as { msg: string; events?: number; attempts?: number });
+    const done = said.filter((l) => l.msg.endsWith('done'));
+    assert.equal(done.length, 1, 'moved once');
+    assert.deepEqual([done[0]!.events, done[0]!.attempts], [2500, 2]);
+
+    // A later start finds it done and moves nothing.
+    const again = memoryLogger();
+    await moveLogsFromRedis({ redis, events: log, attempts: records, logger: again.logger, signal });
+    assert.deepEqual(again.lines(), []);
+  });
+});
