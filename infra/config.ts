@@ -186,6 +186,12 @@ export const knobs = {
     "Most entries of each in-process cache of states (aggregates by kind and API thread, device actors, unsealed device secrets, subscriptions): up to a few KB each (a device's metadata maps); the least recently used go first and are read again when needed. The default fits a 512 MiB container.",
     int(100, 10_000_000),
   ),
+  doneJobsKeptS: knob(
+    'HUB_DONE_JOBS_KEPT_S',
+    '900',
+    'Distributed profile: how long Redis keeps the id of a delivered (or dead-lettered) job, seconds, so a job sent again meanwhile (a processor or a consumer that restarted) is not delivered twice; its body goes at once. Sized by traffic: about 100 bytes a job.',
+    int(1, 31_536_000),
+  ),
   embeddedState: knob(
     'HUB_EMBEDDED_STATE',
     'sqlite',

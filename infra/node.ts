@@ -239,7 +239,11 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
   });
   const eventLog = new PostgresEventLog(logs);
   const records = new PostgresAttemptLog(logs);
-  const deliveries = new RedisDeliveryStore(redis, { retentionMs, records });
+  const deliveries = new RedisDeliveryStore(redis, {
+    retentionMs,
+    records,
+    doneJobsMs: config.doneJobsKeptS * 1000,
+  });
   const moving = new AbortController();
   let moved: Promise<void> | undefined;
   const close = async () => {

@@ -1042,16 +1042,18 @@ end
 return out
 `;
 
-// One call for a batch of finished jobs: ARGV now, retention, the finisher, then per job seven
+// One call for a batch of finished jobs: ARGV now, retention, the finisher, how long a done job's
+// id is kept (its body goes at once: a done job is sized by traffic, kept only to know one sent
+// twice, which happens within minutes of it: a consumer or a processor that restarts), then per job seven
 // fields: job id, job body, next due ('' when done), attempt id ('' when none), attempt body,
 // started ms, the attempt's index keys (space-separated). The attempt is recorded in any case; the
 // job's state changes only if the finisher holds its lease: a dispatcher that lost its lease (it
 // stalled past it, or Redis was out of its reach) and finishes late neither brings back a job its
 // new holder completed nor cancels the retry it scheduled.
 const FINISH = `
-local now, ttl, finisher = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local now, ttl, finisher, doneTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local indexes, seen = {}, {}
-for i = 4, #ARGV, 7 do
+for i = 5, #ARGV, 7 do
   local job, next, att = ARGV[i], ARGV[i + 2], ARGV[i + 3]
   if att ~= '' then
     redis.call('SET', 'hub:att:' .. att, ARGV[i + 4], 'PX', ttl)
@@ -1076,7 +1078,8 @@ for i = 4, #ARGV, 7 do
     -- it named for someone else. Done, its name goes.
     if next == '' then redis.call('HDEL', 'hub:jobs:holder', job)
     else redis.call('HSET', 'hub:jobs:holder', job, '') end
-    redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl)
+    if next == '' then redis.call('SET', 'hub:job:' .. job, '', 'PX', doneTtl)
+    else redis.call('SET', 'hub:job:' .. job, ARGV[i + 1], 'PX', ttl) end
     redis.call('ZREM', 'hub:jobs:leased', job)
     if next == '' then
       redis.call('ZREM', 'hub:jobs:due', job)
@@ -1146,7 +1149,8 @@ type Scripted = Redis & {
 };
 
 /**
- * Redis layout: each job `hub:job:<id>` (kept for the retention, so a job sent twice is known),
+ * Redis layout: each job `hub:job:<id>` (its body while it is pending, then its id alone for
+ * `doneJobsMs`, so a job sent twice is known),
  * the schedule `hub:jobs:due` (score: due ms), the claimed jobs `hub:jobs:leased` (score: the
  * lease's end; a job is in one of the two sets while pending); each attempt `hub:att:<id>`, indexed per
  * subscription (all, succeeded, failed, dead_lettered) and per event, all expiring with the retention.
@@ -1158,6 +1162,7 @@ export class RedisDeliveryStore implements DeliveryStore {
   private readonly redis: Scripted;
   private readonly retentionMs: number;
   private readonly records: AttemptLog | undefined;
+  private readonly doneJobsMs: number;
   private readonly emitter = new EventEmitter();
   /** Names this store's leases in hub:jobs:holder: its finishes and renewals act on those only. */
   private readonly holder = randomBytes(8).toString('hex');
@@ -1188,9 +1193,12 @@ export class RedisDeliveryStore implements DeliveryStore {
       clock?: () => number;
       /** Where the attempts are recorded; without it, in Redis. */
       records?: AttemptLog;
+      /** How long a done job's id is kept, to know it if it is sent again (HUB_DONE_JOBS_KEPT_S). */
+      doneJobsMs?: number;
     },
   ) {
     this.redis = redis as Scripted;
+    this.doneJobsMs = Math.min(o.doneJobsMs ?? 900_000, o.retentionMs);
     this.records = o.records;
     this.clock = o.clock ?? Date.now;
     this.synced = this.sync();
@@ -1278,7 +1286,7 @@ export class RedisDeliveryStore implements DeliveryStore {
     this.finishing = [];
     if (!this.measured) await this.synced; // no turn lost once measured: see `measured`
     // `now` trims the attempt indexes, scored by the attempts' own (this process's) start times.
-    const args: (string | number)[] = [this.clock(), this.retentionMs, this.holder];
+    const args: (string | number)[] = [this.clock(), this.retentionMs, this.holder, this.doneJobsMs];
     const sent: FinishedJob[] = [];
     const rows: unknown[] = [];
     const { records } = this;

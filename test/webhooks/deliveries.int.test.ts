@@ -166,6 +166,31 @@ describe('Redis delivery store: retention', () => {
   });
 });
 
+describe('Redis delivery store: done jobs', () => {
+  it("a done job's body goes at once and its id after doneJobsMs; a retried job keeps its body; sent again meanwhile, it is not delivered again", async () => {
+    await redis.flushdb();
+    const store = new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS, doneJobsMs: 1500 });
+    try {
+      const [done, retried] = [job('sub_done'), job('sub_done')];
+      await store.enqueue([done, retried]);
+      assert.equal((await store.claim(Date.now() + 1, 10, 30_000)).length, 2);
+      await store.finish({ ...done, attempt: 1 }, attemptOf(done, 1, 'succeeded'), null);
+      await store.finish({ ...retried, attempt: 1 }, attemptOf(retried, 1, 'failed'), Date.now() + 60_000);
+      assert.equal(await redis.get(`hub:job:${done.job_id}`), '', 'no body kept for a done job');
+      const ttl = await redis.pttl(`hub:job:${done.job_id}`);
+      assert.ok(ttl > 0 && ttl <= 1500, `its id kept for doneJobsMs (${ttl} ms)`);
+      assert.ok((await redis.get(`hub:job:${retried.job_id}`))!.length > 10, 'a pending job keeps its body');
+      assert.ok((await redis.pttl(`hub:job:${retried.job_id}`)) > 1500);
+      await store.enqueue([done]); // sent again by a processor that restarted
+      assert.equal((await store.pending()).count, 1, 'the done job is not scheduled again');
+      await new Promise((r) => setTimeout(r, 1700));
+      assert.equal(await redis.exists(`hub:job:${done.job_id}`), 0, 'gone after doneJobsMs');
+    } finally {
+      await store.close();
+    }
+  });
+});
+
 describe('SQLite delivery store: a file from before the schedule and the bodies were apart', () => {
   for (const withSub of [true, false])
     it(`moves its jobs over${withSub ? '' : ' (the oldest files: no sub column)'}: due ones are claimed with their bodies, finished ones stay known`, async () => {
