@@ -110,6 +110,8 @@ export interface Stores {
   actorStates: ActorStates<DeviceActor>;
   /** Pending delivery jobs and the record of attempts. */
   deliveries: DeliveryStore;
+  /** The event log's and the attempt records' PostgreSQL (distributed profile). */
+  logs?: PostgresLogs;
   /** Shared Redis connection (distributed profile). */
   redis: Redis | undefined;
   /** The Avro schemas, loaded once per process. */
@@ -270,6 +272,7 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
   return {
     store,
     readStore,
+    logs,
     lastWrites: new RedisLastWrites(redis),
     limiter: new RedisLimiter(redis),
     checkpoints: new RedisCheckpoints(redis),
@@ -318,6 +321,8 @@ export async function startNode(
       },
     };
     if (readStore instanceof RedisReadStore) readiness.readstore = () => readStore.ping();
+    const { logs } = stores;
+    if (logs) readiness.logs = () => logs.ping();
 
     // The embedded read store lives in this process, so its projector must run here too.
     const runProjector = roles.includes('projector') || config.profile === 'embedded';

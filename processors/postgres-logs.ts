@@ -246,6 +246,11 @@ export class PostgresLogs {
     }
   }
 
+  /** Whether PostgreSQL answers (readiness). */
+  async ping(): Promise<void> {
+    await this.pool.query('SELECT 1');
+  }
+
   /** The tables made, by this process or another; the database's error otherwise. */
   ready(): Promise<void> {
     this.migrated ??= this.migrate().catch((err: unknown) => {

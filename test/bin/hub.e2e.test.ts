@@ -231,6 +231,7 @@ describe('embedded profile start (e2e)', () => {
       const ready = await request(`${node.url}/readyz`);
       assert.equal(ready.status, 200);
       assert.equal(node.store.kind, 'postgres');
+      assert.equal(ready.body.checks.logs, 'ok', 'the PostgreSQL of the event log and the delivery records');
     } finally {
       await node.stop();
     }
