@@ -8,14 +8,14 @@
 //   node bench/history.ts [events…] [--devices N] [--long N] [--load-seconds S] [--profiles embedded,distributed]
 //   (default: 1,000,000 and 10,000,000 events, 100,000 devices, a 1,000,000-event device, 60 s)
 //
-// Seeding appends straight through the store adapter (the API's own path, minus HTTP), behind
+// Seeding appends straight through the store adapter the hub appends through, behind
 // SchemaCheckedStore: the events the API appends, schema-checked. The owner account and the long
 // device are made through the API of a hub started on the empty store (the owner verified through
 // its emailed link), so the bench logs in as they do; the other devices' secrets are sealed with
 // the hub's key, and the devices of the load log in with them.
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -68,7 +68,7 @@ const LOAD_CONNECTIONS = 32;
 /** Appends in flight while seeding: the store group-commits them, many streams per transaction. */
 const SEED_WINDOW = 4096;
 /** A device's metadata reports per append while seeding: the SQLite writer thread, the seeding's
- * limit, took 12,000 events/s so against 6,600 at one a append (the API's way), on this machine. */
+ * limit, took 12,000 events/s so, and 6,600 at one event an append (the API's way), on this machine. */
 const SEED_EVENTS_PER_APPEND = 10;
 const REDIS_DB = 9;
 
@@ -78,14 +78,12 @@ const ms = (from: number) => performance.now() - from;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 const secretOf = (i: number) => `history-bench-secret-${String(i).padStart(8, '0')}`;
 
-/** A hub process of this run: the settings every start of a profile shares. */
+/** A hub process this run started. */
 interface Hub {
   child: ChildProcess;
   url: string;
   /** From the spawn to /readyz answering 200. */
   readyMs: number;
-  /** From the spawn to the hub saying it listens. */
-  listenMs: number;
 }
 
 /** The same settings for every hub of a profile: the empty one and every size. */
@@ -127,7 +125,7 @@ async function startHub(env: Record<string, string>, what: string): Promise<Hub>
   }
   const readyMs = ms(started);
   log(`  ${what}: listening after ${fmt(listenMs)} ms, ready after ${fmt(readyMs)} ms`);
-  return { child, url, readyMs, listenMs };
+  return { child, url, readyMs };
 }
 
 /** SIGTERM, and the time the hub took to exit (SIGKILL after two minutes). */
@@ -254,6 +252,7 @@ function enrolment(owner: Owner, id: string, nick: string, sealed: string): [str
   ];
 }
 
+/** A report of a new temperature: each one changes the map, as the API appends only changes (21 on: the devices start at 20). */
 const metaEvent = (id: string, owner: Owner, temp: number): NewEvent => ({
   id: timeOrderedId(),
   type: 'DeviceMetaUpdated',
@@ -316,7 +315,7 @@ async function seed(
     rounds.set(id, round + n);
     await append(
       deviceStream(id),
-      Array.from({ length: n }, (_, i) => metaEvent(id, owner, 20 + ((round + i) % 15))),
+      Array.from({ length: n }, (_, i) => metaEvent(id, owner, 21 + ((round + i) % 15))),
     );
   }
   await Promise.all(window);
@@ -482,12 +481,14 @@ async function fresh(
   profile: Profile,
 ): Promise<{ env: Record<string, string>; release: () => Promise<void> }> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-history-'));
-  if (profile === 'embedded') return { env: hubEnv(dataDir, {}), release: async () => {} };
+  // Each size's data dir goes once measured, not at the end of the run: 10M events take gigabytes.
+  const removeDir = async () => rmSync(dataDir, { recursive: true, force: true });
+  if (profile === 'embedded') return { env: hubEnv(dataDir, {}), release: removeDir };
   const { privateKey } = await generateKeyPair('ES256', { extractable: true });
   const distributed = await isolatedDistributed(REDIS_DB);
   return {
     env: hubEnv(dataDir, { ...distributed, HUB_JWT_PRIVATE_KEY: await exportPKCS8(privateKey) }),
-    release: () => releaseDistributed(distributed, REDIS_DB),
+    release: () => releaseDistributed(distributed, REDIS_DB).finally(removeDir),
   };
 }
 
@@ -744,13 +745,15 @@ with ${fmt(LONG)} metadata events of its own or half the history's metadata even
 (the table says how many). The owner (registered, verified through its emailed link) and the long
 device are made through the API of a hub started on the empty store; the rest is appended straight
 through the store adapter behind \`SchemaCheckedStore\`, as the API appends it: each device's nick
-and PRN claims and \`DeviceCreated\` (its secret sealed with the hub's key), then \`DeviceMetaUpdated\`,
-one event per append, the long device's spread evenly among the others'. The first start after
+and PRN claims and \`DeviceCreated\` (its secret sealed with the hub's key), one event per append, then
+\`DeviceMetaUpdated\`, ${SEED_EVENTS_PER_APPEND} reports of a device per append, the long device's appends
+spread evenly among the others'. The first start after
 seeding builds the derived state (read models, the event log, the actors' states); "caught up" is
 when the change pipeline has derived the whole store too (the relay past the head, the processor's
 count still). Then the hub is stopped (SIGTERM) and started again: the time from the spawn of
 \`hub start\` to \`/readyz\` answering 200, its RSS then, the first PATCH of a device with a short
-history then of the long device (each with a token taken before the restart), ${LOAD_SECONDS} s of
+history (what any first request costs a new process), then of the long device (each with a token
+taken before the restart), ${LOAD_SECONDS} s of
 \`PATCH /devices/{id}/device-meta\` at ${fmt(LOAD_RATE)} requests/s over ${fmt(LOAD_DEVICES)} devices
 (${LOAD_CONNECTIONS} connections), its RSS then; a second restart for the first GETs. Disk: the data
 dir (embedded), the schema's PostgreSQL relations with their indexes (distributed), after the first
