@@ -132,16 +132,17 @@ async function startHub(env: Record<string, string>, what: string): Promise<Hub>
   return { child, url, readyMs };
 }
 
-/** SIGTERM, and the time the hub took to exit (SIGKILL after two minutes). */
-async function stopHub(hub: Hub): Promise<number> {
-  const started = performance.now();
-  if (hub.child.exitCode !== null || hub.child.signalCode !== null) return 0;
+/** SIGTERM, and the wait for the hub to exit (SIGKILL after two minutes). */
+async function stopHub(hub: Hub): Promise<void> {
+  if (hub.child.exitCode !== null || hub.child.signalCode !== null) return;
   const exited = new Promise((r) => hub.child.once('exit', r));
   hub.child.kill('SIGTERM');
-  const timer = setTimeout(() => hub.child.kill('SIGKILL'), 120_000);
+  const timer = setTimeout(() => {
+    log('  the hub did not stop within two minutes of SIGTERM: killed');
+    hub.child.kill('SIGKILL');
+  }, 120_000);
   await exited;
   clearTimeout(timer);
-  return ms(started);
 }
 
 function rss(hub: Hub): number {
@@ -480,7 +481,7 @@ interface Empty {
 interface SizeRun extends Plan {
   seedSeconds: number;
   /** The first start after seeding: it builds the derived state. */
-  first: { readyMs: number; settledMs: number; rss: number; stopMs: number };
+  first: { readyMs: number; settledMs: number };
   /** The measured restarts (the second only for the first GETs). */
   readyMs: number;
   readyMs2: number;
@@ -569,14 +570,14 @@ async function sizeRun(profile: Profile, events: number): Promise<SizeRun> {
     log(`${what}: first start (builds the derived state)`);
     const firstStarted = performance.now();
     hub = await startHub(env, `${what}, first start`);
-    const firstRss = rss(hub);
     await waitSettled(hub, head, `${what}, first start`);
     const settledMs = ms(firstStarted);
     // Tokens for the restarts, taken now: a login loads the device, which the restart must not find done.
     const loadDevices = devices.slice(2, 2 + LOAD_DEVICES);
     const short = devices[0]!;
     const [longToken, shortToken, ...loadTokens] = await logIn(hub.url, [long, short, ...loadDevices]);
-    const first = { readyMs: hub.readyMs, settledMs, rss: firstRss, stopMs: await stopHub(hub) };
+    await stopHub(hub);
+    const first = { readyMs: hub.readyMs, settledMs };
     log(`${what}: first start ready in ${fmt(first.readyMs)} ms, settled in ${fmt(settledMs)} ms`);
     const disk = profile === 'embedded' ? embeddedDisk(env.HUB_DATA_DIR!) : await postgresDisk(env);
     log(
