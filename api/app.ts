@@ -15,6 +15,10 @@ export const VERSION: string = JSON.parse(
 /** A dependency /readyz asks; it throws (or rejects) when the dependency does not answer. */
 export type ReadinessCheck = () => Promise<void>;
 
+/** What a readiness check throws while the process is still building what it serves: its message
+ * (how far the build is, no address or secret) is shown to the caller, not only logged. */
+export class StillBuilding extends Error {}
+
 export interface AppDeps {
   config: Config;
   logger: Logger;
@@ -63,7 +67,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
           } catch (err) {
             // The detail (addresses, ports) goes to the log, not to an unauthenticated caller.
             logger.warn({ dependency: name, err: (err as Error).message }, 'readiness check failed');
-            return { name, problem: 'does not answer' };
+            return { name, problem: err instanceof StillBuilding ? err.message : 'does not answer' };
           }
         }),
       );

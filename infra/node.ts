@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import type { Registry as PromRegistry } from 'prom-client';
-import { closeServer, createApp, type ReadinessCheck } from '../api/app.ts';
+import { closeServer, createApp, type ReadinessCheck, StillBuilding } from '../api/app.ts';
 import { captchaCheck } from '../api/auth/captcha.ts';
 import { loadKeys } from '../api/auth/keys.ts';
 import {
@@ -350,7 +350,7 @@ export async function startNode(
       readiness.projections = async () => {
         const behind = runners.filter((r) => !r.hasCaughtUp);
         if (behind.length > 0)
-          throw new Error(
+          throw new StillBuilding(
             `catching up: ${behind
               .map((r) => {
                 const { checkpoint, head } = r.status();

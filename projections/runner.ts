@@ -3,6 +3,7 @@
 // one atomic step. Catch-up reads pages and applies them pipelined; once caught up it follows
 // the live subscription. It survives the event store or the read store going away: it backs off
 // and resumes from the checkpoint that was stored.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { EventStore, RecordedEvent, SubscribeOptions } from '../infra/eventstore/port.ts';
 import type { ApplyOutcome, ReadStore, Write } from '../infra/readstore/port.ts';
@@ -254,6 +255,10 @@ export class ProjectionRunner {
       const [, nextPage] = await Promise.all([applying, next]);
       page = nextPage;
       if (!full) break;
+      // The store's reads and the applies may all resolve at once (SQLite): without a turn given
+      // back, a backlog of millions kept the process from serving anything (not even /readyz)
+      // until it was built.
+      await nextTurn();
     }
     if (long && !signal.aborted)
       this.o.logger.info(

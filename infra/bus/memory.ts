@@ -1,6 +1,7 @@
 // The in-process bus of the embedded profile: each partition an array of messages with one
 // cursor per consumer group; a message is dropped once every group has passed it. Senders wait
 // while a partition is full, so a fast producer is held back to its slowest group.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Logger } from '../telemetry.ts';
 import type { Bus, ConsumeOptions, Consumer, InMessage, OutMessage } from './port.ts';
 
@@ -113,6 +114,8 @@ export class MemoryBus implements Bus {
         }
         p.cursors.set(o.group, cursor + batch.length);
         this.trim(p);
+        // A backlog's batches may be handled without waiting on anything: give the turn back.
+        if (p.cursors.get(o.group)! < p.next) await nextTurn();
       }
     };
     o.onAssignment?.(partitions.map((_, i) => i));

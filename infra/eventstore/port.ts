@@ -1,5 +1,6 @@
 // The event store port: the one source of truth. Adapters beside this file (sqlite.ts,
 // postgres.ts, esdb.ts) implement it; test/eventstore/contract.ts holds them to the same rules.
+import { setImmediate as nextTurn } from 'node:timers/promises';
 
 /** What the caller expects of the stream before the append. A number is the revision of its last event. */
 export type ExpectedRevision = 'any' | 'no_stream' | 'stream_exists' | number;
@@ -286,6 +287,9 @@ export function catchUpSubscription(
           }
           yield page;
           if (closed) return; // closed while the consumer held the page: no wait for a poll
+          // A backlog read from a store that answers at once (SQLite) would otherwise hold the
+          // event loop until it is through.
+          if (page.length === batchSize) await nextTurn();
         }
         if (ahead || signalled) continue;
         await new Promise<void>((resolve) => {

@@ -3,8 +3,11 @@
 // again, nothing delivered twice, and the first change after the restart is derived from the
 // state the actor had before it.
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
 import { Receiver } from '../webhooks/receiver.ts';
 import { assertDerived, everyEventType, logOf, subscribe } from './scenario.ts';
@@ -138,5 +141,38 @@ describe('embedded derived state on disk: a restart resumes (e2e)', function () 
       (await hub.call('GET', '/webhooks/events?limit=500', { token: bob.token })).body,
       before.body,
     );
+  });
+
+  it('a long backlog to build does not hold the start: it listens, and /readyz says how far the build is', async () => {
+    await hub.stop();
+    const dataDir = mkdtempSync(join(tmpdir(), 'hub-backlog-'));
+    hub = await startHub({ ...ENV, HUB_DATA_DIR: dataDir }); // its keys, as any data dir has
+    await hub.stop();
+    const store = new SqliteEventStore(join(dataDir, 'events.sqlite'));
+    for (let batch = 0; batch < 20; batch++)
+      await Promise.all(
+        Array.from({ length: 100 }, (_, s) =>
+          store.append(
+            `probe-${s}`,
+            Array.from({ length: 100 }, (_, i) => ({ id: randomUUID(), type: 'Probed', data: { i } })),
+          ),
+        ),
+      );
+    await store.close();
+    hub = await startHub({ ...ENV, HUB_DATA_DIR: dataDir });
+    assert.ok(
+      hub.node.runners.some((r) => !r.hasCaughtUp),
+      'the start resolved while the read models were still being built',
+    );
+    const building = await fetch(`${hub.url}/readyz`);
+    assert.equal(building.status, 503);
+    const { details } = (await building.json()) as { details: { field: string; problem: string }[] };
+    assert.match(
+      details.find((d) => d.field === 'projections')!.problem,
+      /^catching up: .* at \d+ of 2000\d\d/,
+    );
+    for (let i = 0; i < 600 && (await fetch(`${hub.url}/readyz`)).status !== 200; i++)
+      await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await fetch(`${hub.url}/readyz`)).status, 200);
   });
 });
