@@ -17,7 +17,9 @@ export type ReadinessCheck = () => Promise<void>;
 
 /** What a readiness check throws while the process is still building what it serves: its message
  * (how far the build is, no address or secret) is shown to the caller, not only logged. */
-export class StillBuilding extends Error {}
+export class StillBuilding extends Error {
+  override name = 'StillBuilding';
+}
 
 export interface AppDeps {
   config: Config;

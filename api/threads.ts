@@ -35,7 +35,7 @@ import type { DeliveryStore } from '../processors/deliveries.ts';
 import type { EventLog } from '../processors/eventlog.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
 import { SchemaError } from '../schemas/registry.ts';
-import { closeServer, createApp, type ReadinessCheck } from './app.ts';
+import { closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';
 import { appRoutes } from './apps/routes.ts';
 import { captchaCheck } from './auth/captcha.ts';
 import { loadKeys } from './auth/keys.ts';
@@ -72,6 +72,7 @@ errorsCrossThreads(
   ProjectionLagError,
   SchemaError,
   HttpError,
+  StillBuilding, // /readyz on a thread shows how far the main thread's build is
 );
 
 // What an API thread may call on the main thread: the methods the routes use, no more.
