@@ -179,7 +179,7 @@ export function decodeJob(registry: SchemaRegistry, m: InMessage): Job {
 /** `failed` lists every attempt that did not succeed, dead-lettered ones included. */
 export type StatusFilter = 'succeeded' | 'failed' | 'dead_lettered';
 
-export interface DeliveryStore {
+export interface DeliveryStore extends AttemptReads {
   /** Adds jobs due now; a job id seen within the retention is left alone (a job sent twice).
    * With `hold`, the listed jobs that are new are claimed in the same write, leased until
    * `until`, and returned: the dispatcher starts them at once instead of reading them back. */
@@ -198,12 +198,6 @@ export interface DeliveryStore {
   /** The earliest due time, if any job is pending. */
   nextDue(): Promise<number | undefined>;
   pending(): Promise<{ count: number; oldestDue: number | undefined }>;
-  attempts(
-    subscription: string,
-    q: { status?: StatusFilter; limit: number; skip: number },
-  ): Promise<{ items: AttemptRecord[]; total: number }>;
-  attempt(id: string): Promise<AttemptRecord | undefined>;
-  attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]>;
   /** Called when jobs become due sooner than the caller may think (in this process). */
   onEnqueue(listener: () => void): () => void;
   close(): Promise<void>;
@@ -214,12 +208,16 @@ export interface DeliveryStore {
  * distributed profile's Redis schedule records them in PostgreSQL (processors/postgres-logs.ts),
  * so that Redis holds the work in flight and not the retention's history.
  */
-export interface AttemptLog<Row = unknown> {
+export interface AttemptLog<Row = unknown> extends AttemptReads {
   /** The attempt as the log writes it; throws when it cannot be made (its finish then fails
    * alone, not its batch). */
   rowOf(a: Attempt): Row;
   /** Durable when it resolves; idempotent by attempt id. */
   append(rows: Row[]): Promise<void>;
+}
+
+/** The delivery log's reads: of a delivery store, or of the attempt log it records in. */
+export interface AttemptReads {
   attempts(
     subscription: string,
     q: { status?: StatusFilter; limit: number; skip: number },

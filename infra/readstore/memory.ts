@@ -11,17 +11,44 @@ interface Generation {
   checkpoint: Checkpoint;
 }
 
-export class MemoryReadStore implements ReadStore {
-  readonly kind = 'memory';
-  private readonly generations = new Map<string, Generation>();
-  private readonly active = new Map<string, number>();
-  private readonly targets = new Map<string, number>();
-  private readonly leases = new ProcessLeases();
-  private readonly events = new EventEmitter();
+/**
+ * What the embedded read stores (memory, SQLite) do alike: one process holds them (the data dir's
+ * lock), so leases and checkpoint notices live in that process.
+ */
+export abstract class InProcessReadStore {
+  private readonly held = new Map<string, { owner: string; until: number }>();
+  protected readonly events = new EventEmitter();
 
   constructor() {
     this.events.setMaxListeners(0);
   }
+
+  async lock(name: string, owner: string, ttlMs: number): Promise<boolean> {
+    const held = this.held.get(name);
+    if (held && held.owner !== owner && held.until > Date.now()) return false;
+    this.held.set(name, { owner, until: Date.now() + ttlMs });
+    return true;
+  }
+
+  async unlock(name: string, owner: string): Promise<void> {
+    if (this.held.get(name)?.owner === owner) this.held.delete(name);
+  }
+
+  onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
+    this.events.on('checkpoint', listener);
+    return () => this.events.off('checkpoint', listener);
+  }
+
+  async close(): Promise<void> {
+    this.events.removeAllListeners();
+  }
+}
+
+export class MemoryReadStore extends InProcessReadStore implements ReadStore {
+  readonly kind = 'memory';
+  private readonly generations = new Map<string, Generation>();
+  private readonly active = new Map<string, number>();
+  private readonly targets = new Map<string, number>();
 
   private gen(projection: string, generation: number): Generation {
     const id = `${projection}:${generation}`;
@@ -119,37 +146,6 @@ export class MemoryReadStore implements ReadStore {
   async setReplayTarget(projection: string, generation: number | undefined): Promise<void> {
     if (generation === undefined) this.targets.delete(projection);
     else this.targets.set(projection, generation);
-  }
-
-  async lock(name: string, owner: string, ttlMs: number): Promise<boolean> {
-    return this.leases.lock(name, owner, ttlMs);
-  }
-
-  async unlock(name: string, owner: string): Promise<void> {
-    this.leases.unlock(name, owner);
-  }
-
-  onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
-    this.events.on('checkpoint', listener);
-    return () => this.events.off('checkpoint', listener);
-  }
-
-  async close(): Promise<void> {
-    this.events.removeAllListeners();
-  }
-}
-
-/** Leases of one process's stores (the embedded read stores: one process holds the data dir). */
-export class ProcessLeases {
-  private readonly held = new Map<string, { owner: string; until: number }>();
-  lock(name: string, owner: string, ttlMs: number): boolean {
-    const held = this.held.get(name);
-    if (held && held.owner !== owner && held.until > Date.now()) return false;
-    this.held.set(name, { owner, until: Date.now() + ttlMs });
-    return true;
-  }
-  unlock(name: string, owner: string): void {
-    if (this.held.get(name)?.owner === owner) this.held.delete(name);
   }
 }
 

@@ -4,10 +4,9 @@
 // Redis hash's shape), so a patch writes only its fields, without reading the document back; an
 // index is a row per member with a (score, member) index. A batch of writes and its checkpoint
 // commit in one transaction.
-import { EventEmitter } from 'node:events';
 import type { StatementSync } from 'node:sqlite';
 import type { DerivedDatabase } from '../sqlite.ts';
-import { ProcessLeases } from './memory.ts';
+import { InProcessReadStore } from './memory.ts';
 import type { ApplyOutcome, Checkpoint, Doc, RangeOptions, ReadStore, Write } from './port.ts';
 
 const MIGRATIONS = [
@@ -44,20 +43,18 @@ const MIGRATIONS = [
 /** Score bounds as SQLite takes them: Infinity binds as a REAL infinity. */
 const bound = (n: number | undefined, fallback: number) => (n === undefined ? fallback : n);
 
-export class SqliteReadStore implements ReadStore {
+export class SqliteReadStore extends InProcessReadStore implements ReadStore {
   readonly kind = 'sqlite';
   private readonly d: DerivedDatabase;
-  private readonly events = new EventEmitter();
   /** `projection:generation` → the generation's row id (a handful: one per projection and replay). */
   private readonly gens = new Map<string, number>();
   private readonly active = new Map<string, number>();
-  private readonly leases = new ProcessLeases();
   private readonly sql: Record<string, StatementSync>;
 
   constructor(derived: DerivedDatabase) {
+    super();
     this.d = derived;
     derived.migrate('readstore', MIGRATIONS);
-    this.events.setMaxListeners(0);
     const db = derived.db;
     const prepare = (sql: string) => db.prepare(sql);
     this.sql = {
@@ -292,24 +289,5 @@ export class SqliteReadStore implements ReadStore {
 
   async setReplayTarget(projection: string, generation: number | undefined): Promise<void> {
     this.sql.setTarget!.run(projection, generation ?? null);
-  }
-
-  // One process holds the file (the data dir's lock): a lease in memory serves.
-  async lock(name: string, owner: string, ttlMs: number): Promise<boolean> {
-    return this.leases.lock(name, owner, ttlMs);
-  }
-
-  async unlock(name: string, owner: string): Promise<void> {
-    this.leases.unlock(name, owner);
-  }
-
-  onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
-    this.events.on('checkpoint', listener);
-    return () => this.events.off('checkpoint', listener);
-  }
-
-  /** The file is the derived database's, closed by whoever opened it. */
-  async close(): Promise<void> {
-    this.events.removeAllListeners();
   }
 }
