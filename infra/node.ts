@@ -178,8 +178,8 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
   const registry = SchemaRegistry.load();
   const store = new SchemaCheckedStore(await openEventStore(config), registry, metrics);
   boundStateCaches(store, config.stateCacheEntries);
+  const retentionMs = config.eventLogRetentionDays * 86_400_000;
   if (config.profile === 'embedded') {
-    const retentionMs = config.eventLogRetentionDays * 86_400_000;
     // Derived state on disk (HUB_EMBEDDED_STATE=sqlite): a start resumes from its checkpoints.
     let derived: DerivedDatabase | undefined;
     try {
@@ -232,7 +232,6 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
   }
   // The event log and the attempt records grow with traffic × retention: in PostgreSQL, whatever
   // the event store (docs/webhooks.md); Redis keeps the delivery schedule.
-  const retentionMs = config.eventLogRetentionDays * 86_400_000;
   const logs = new PostgresLogs({
     url: config.postgresUrl,
     retentionMs,

@@ -319,26 +319,22 @@ export class StreamProcessor {
       const durable = handed?.durable;
       this.checkpointing = this.checkpointing.then(async () => {
         if (this.checkpointHeld) return;
+        // From a batch that failed on, nothing moves: a start resumes before it.
+        const hold = (err: unknown, what: string) => {
+          this.checkpointHeld = true;
+          this.o.logger.error({ err: (err as Error).message }, `processor: ${what}`);
+        };
         try {
           await durable;
         } catch (err) {
-          this.checkpointHeld = true;
-          this.o.logger.error(
-            { err: (err as Error).message },
-            'processor: delivery jobs not stored; the hand-off checkpoint stays before them until a restart',
-          );
+          hold(err, 'delivery jobs not stored; the hand-off checkpoint stays before them until a restart');
           return;
         }
         if (resume) {
           try {
             await this.o.states.save(changed, { name: resume.name, position: last });
           } catch (err) {
-            // Later batches' states must not be saved past this one's: a start resumes before it.
-            this.checkpointHeld = true;
-            this.o.logger.error(
-              { err: (err as Error).message },
-              'processor: actor states not saved; the change stream resumes before them at the next start',
-            );
+            hold(err, 'actor states not saved; the change stream resumes before them at the next start');
             return;
           }
           this.unsaved.splice(this.unsaved.indexOf(changed), 1);
