@@ -40,6 +40,7 @@ import {
   benchSubscription,
   benchUser,
   fmt,
+  hubArgs,
   isolatedDistributed,
   machine,
   medianBy,
@@ -353,11 +354,11 @@ export async function endToEnd(target: string, receiver: string, env: Record<str
   };
   // Distributed: each role its own process, as it is deployed; embedded: `hub start`.
   const split = env.HUB_PROFILE === 'distributed';
-  const hub = await startListening(['bin/hub.ts', split ? 'api' : 'start'], hubEnv);
+  const hub = await startListening(hubArgs(split ? 'api' : 'start'), hubEnv);
   const roles = split
     ? ['projector', 'processor', 'dispatcher'].map((role) =>
         // The mailer runs with the projector: its links point at the API.
-        spawn(process.execPath, ['bin/hub.ts', role], {
+        spawn(process.execPath, hubArgs(role), {
           cwd: ROOT,
           env: { ...process.env, ...hubEnv, HUB_PUBLIC_URL: hub.url },
           stdio: 'inherit',

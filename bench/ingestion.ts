@@ -7,6 +7,7 @@ import {
   benchDevices,
   benchUser,
   fmt,
+  hubArgs,
   isolatedDistributed,
   machine,
   medianBy,
@@ -142,7 +143,7 @@ async function load(
 async function hubRun(target: string, env: Record<string, string>, floor?: string): Promise<Result[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
   const { child, url } = await startListening(
-    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), 'bin/hub.ts', 'start'],
+    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), ...hubArgs('start')],
     {
       HUB_PORT: '0',
       HUB_LOG_LEVEL: 'warn',

@@ -129,6 +129,14 @@ export async function releaseDistributed(env: Record<string, string>, redisDb: n
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
+/** The Node flags of bin/hub.ts's first line, which `npm start` runs: a bench's hub runs with them. */
+export const HUB_NODE_FLAGS = readFileSync(join(ROOT, 'bin/hub.ts'), 'utf8')
+  .split('\n', 1)[0]!
+  .split(/\s+/)
+  .filter((word) => word.startsWith('--'));
+/** `node bin/hub.ts <args>` as `npm start` runs it. */
+export const hubArgs = (...args: string[]) => [...HUB_NODE_FLAGS, 'bin/hub.ts', ...args];
+
 /** A Node process (a hub, a receiver, a bare server) resolved once it prints "listening on <url>". */
 export async function startListening(
   args: string[],
