@@ -1,7 +1,8 @@
 // The Koa application: middleware in order, system endpoints, then every service's routes.
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
-import Koa from 'koa';
+import Koa, { type Context } from 'koa';
 import type { Config } from '../infra/config.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { HttpError } from './errors.ts';
@@ -83,14 +84,21 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
     },
   });
   const scrape = deps.scrape ?? (() => metrics.registry.metrics());
+  const scraper = metricsScraper(config.metricsToken);
   routes.add({
     method: 'get',
     path: '/metrics',
     tag: 'system',
-    summary: 'Prometheus metrics of this process.',
+    summary: 'Prometheus metrics of this process: for the scraper only.',
+    description:
+      'With HUB_METRICS_TOKEN set, only `Authorization: Bearer <HUB_METRICS_TOKEN>`; without it, only a direct connection from a loopback address (no Forwarded or X-Forwarded-For header). Anyone else: 401.',
     security: 'none',
-    responses: { 200: { description: 'Prometheus text exposition.' } },
+    responses: {
+      200: { description: 'Prometheus text exposition.' },
+      401: { description: 'Not the scraper.', schema: { $ref: '#/components/schemas/Error' } },
+    },
     handler: async (ctx) => {
+      scraper(ctx);
       ctx.type = metrics.registry.contentType;
       ctx.body = await scrape();
     },
@@ -140,3 +148,32 @@ export function withTimeout<T>(p: Promise<T>, ms: number, what = 'no answer'): P
   });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
+
+/**
+ * Who may read /metrics (Node's version, memory, per-route counts: operations data, not the
+ * public's): the bearer of `token` when one is set, else a caller on this machine talking to the
+ * hub directly. The socket's address is asked, not ctx.ip, and a forwarded request is refused: a
+ * reverse proxy on this machine connects from loopback for everyone behind it.
+ */
+function metricsScraper(token: string): (ctx: Context) => void {
+  const expected = createHash('sha256').update(`Bearer ${token}`).digest();
+  return (ctx) => {
+    const allowed = token
+      ? timingSafeEqual(createHash('sha256').update(ctx.get('Authorization')).digest(), expected)
+      : isLoopback(ctx.req.socket.remoteAddress ?? '') &&
+        !ctx.get('Forwarded') &&
+        !ctx.get('X-Forwarded-For');
+    if (!allowed)
+      throw new HttpError(
+        401,
+        'unauthorized',
+        token
+          ? 'Metrics need the scraper’s bearer token (HUB_METRICS_TOKEN).'
+          : 'Metrics are served to this machine only; set HUB_METRICS_TOKEN to scrape from elsewhere.',
+        token ? { headers: { 'WWW-Authenticate': 'Bearer realm="metrics"' } } : {},
+      );
+  };
+}
+
+const isLoopback = (address: string) =>
+  address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.');

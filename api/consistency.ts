@@ -129,16 +129,22 @@ export function consistency(
       ).catch(recordFailed);
     },
     async readable(ctx, projections) {
-      const header = ctx.get('X-Hub-Min-Position');
-      // A position is what a command answered: a decimal integer. Anything else was being ignored.
-      if (header && !/^\d{1,15}$/.test(header))
-        throw badRequest('X-Hub-Min-Position is a decimal integer: an X-Hub-Position a command answered.', [
-          { field: 'X-Hub-Min-Position', problem: 'must be a decimal integer' },
-        ]);
-      const asked = header ? Number(header) : 0;
+      const asked = minPosition(ctx);
       const own = ctx.state.caller ? await lastWrites.get(ctx.state.caller) : 0;
       const position = Math.max(asked, own);
       if (position > 0) await waitFor(projections, position);
     },
   };
+}
+
+/** The request's X-Hub-Min-Position (0 when absent); 400 when it is not what a command answered,
+ * a decimal integer. Every operation that publishes the header checks it (routes.ts), whether or
+ * not its answer then waits. */
+export function minPosition(ctx: Context): number {
+  const header = ctx.get('X-Hub-Min-Position');
+  if (header && !/^\d{1,15}$/.test(header))
+    throw badRequest('X-Hub-Min-Position is a decimal integer: an X-Hub-Position a command answered.', [
+      { field: 'X-Hub-Min-Position', problem: 'must be a decimal integer' },
+    ]);
+  return header ? Number(header) : 0;
 }

@@ -3,7 +3,8 @@
 // access log + duration metric, then the rate limit), and the reading of what a request brings:
 // its JSON body, and the RFC 3339 timestamps of queries.
 
-import { randomBytes } from 'node:crypto';
+import { isUtf8 } from 'node:buffer';
+import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type Server, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
@@ -71,12 +72,19 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
       if (ctx.body === undefined && ctx.status === 404) {
         throw new HttpError(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
       }
+      // The router says 501 for a method it knows no route of (TRACE, PROPFIND, QUERY…): on a path
+      // it has routes for, that is as much "not allowed here" as DELETE on a read-only path; on
+      // any other path there is simply no such route.
       if (ctx.body === undefined && (ctx.status === 405 || ctx.status === 501)) {
         const allow = ctx.response.get('Allow');
+        if (!allow) throw new HttpError(404, 'not_found', `No route for ${ctx.method} ${ctx.path}.`);
         throw new HttpError(
-          ctx.status,
-          ctx.status === 405 ? 'method_not_allowed' : 'not_implemented',
-          `${ctx.method} is not allowed here${allow ? `; allowed: ${allow}` : ''}.`,
+          405,
+          'method_not_allowed',
+          `${ctx.method} is not allowed here; allowed: ${allow}.`,
+          {
+            headers: { Allow: allow },
+          },
         );
       }
     } catch (err) {
@@ -96,7 +104,7 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
           },
           'request answered 503',
         );
-      else if (status >= 500)
+      else if (status >= 500 && status !== 501)
         logger.error({ err, request_id: requestId, method: ctx.method, route }, 'request failed');
       ctx.status = status;
       ctx.set(headers);
@@ -201,9 +209,9 @@ export async function readJsonBody(ctx: Context, limitBytes: number): Promise<un
   if (!JSON_TYPE.test(ctx.get('Content-Type')) && !ctx.is('application/json', '+json')) {
     throw new HttpError(415, 'unsupported_media_type', 'Send the body as application/json.');
   }
-  let raw: string;
+  let bytes: Buffer;
   try {
-    raw = await getRawBody(ctx.req, { limit: limitBytes, length, encoding: 'utf8' });
+    bytes = await getRawBody(ctx.req, { limit: limitBytes, length });
   } catch (err) {
     const e = err as { type?: string };
     if (e.type === 'entity.too.large') {
@@ -211,6 +219,10 @@ export async function readJsonBody(ctx: Context, limitBytes: number): Promise<un
     }
     throw badRequest('The body could not be read.');
   }
+  // JSON is UTF-8 (RFC 8259): bytes that are not would be read as U+FFFD and stored as such.
+  if (!isUtf8(bytes))
+    throw new HttpError(400, 'invalid_json', 'The body is not valid JSON: it is not well-formed UTF-8.');
+  const raw = bytes.toString('utf8');
   let body: unknown;
   try {
     body = JSON.parse(raw);
@@ -218,8 +230,8 @@ export async function readJsonBody(ctx: Context, limitBytes: number): Promise<un
     throw new HttpError(400, 'invalid_json', `The body is not valid JSON: ${(err as Error).message}`);
   }
   // A \uD800-\uDFFF escape may stand alone: JSON.parse keeps such a string, which UTF-8 (the
-  // stores, the events) cannot hold; it would be stored as U+FFFD, not as answered. Bytes that are
-  // not UTF-8 were already read as U+FFFD, so only bodies with such an escape are walked.
+  // stores, the events) cannot hold; it would be stored as U+FFFD, not as answered. Only bodies
+  // with such an escape are walked.
   if (SURROGATE_ESCAPE.test(raw) && !wellFormed(body))
     throw new HttpError(
       400,
@@ -266,4 +278,30 @@ export function parseRfc3339(raw: string): bigint | undefined {
   const offsetMs = (m[8] === '-' ? -1 : 1) * (offsetHours! * 60 + offsetMinutes!) * 60_000;
   const nanos = second === 60 ? 999_999_999n : BigInt((m[7] ?? '').padEnd(9, '0'));
   return BigInt(at.getTime() - offsetMs) * 1_000_000n + nanos;
+}
+
+/**
+ * Answers an HTML page whose one script is `script`: a Content-Security-Policy that lets that
+ * script alone run (by its hash) and the page talk to this origin only, never framed, never
+ * sniffed, and no Referer (the reset page's address carries its token).
+ */
+export function sendPage(ctx: Context, html: string, script: string): void {
+  ctx.type = 'html';
+  ctx.set({
+    'Content-Security-Policy': `default-src 'none'; script-src '${scriptHash(script)}'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
+    'X-Content-Type-Options': 'nosniff',
+    'X-Frame-Options': 'DENY',
+    'Referrer-Policy': 'no-referrer',
+  });
+  ctx.body = `${html}\n<script>${script}</script>`;
+}
+
+const scriptHashes = new Map<string, string>();
+function scriptHash(script: string): string {
+  let hash = scriptHashes.get(script);
+  if (!hash) {
+    hash = `sha256-${createHash('sha256').update(script).digest('base64')}`;
+    scriptHashes.set(script, hash);
+  }
+  return hash;
 }

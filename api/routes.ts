@@ -4,6 +4,7 @@ import Router, { type RouterMiddleware } from '@koa/router';
 import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
 import type { Context, Middleware } from 'koa';
+import { minPosition } from './consistency.ts';
 import { type ErrorDetail, unprocessable } from './errors.ts';
 import { readJsonBody } from './http.ts';
 
@@ -18,13 +19,15 @@ export const NOT_PROTO = { not: { const: '__proto__' } };
 
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
-export interface Input<B, Q> {
+export interface Input<B, Q, R = undefined> {
   body: B;
   query: Q;
   params: Record<string, string>;
+  /** What `authorize` found: the resource the caller may act on. */
+  allowed: R;
 }
 
-export interface RouteSpec<B = undefined, Q = Record<string, string>> {
+export interface RouteSpec<B = undefined, Q = Record<string, string>, R = undefined> {
   method: Method;
   /** OpenAPI form: /devices/{id} */
   path: string;
@@ -44,7 +47,10 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>> {
   query?: Schema<Q>;
   responses: Record<number, { description: string; schema?: Record<string, unknown> }>;
   middleware?: RouterMiddleware[];
-  handler: (ctx: Context, input: Input<B, Q>) => Promise<void> | void;
+  /** The caller's rights on the resource the path names, asked before the body is read: a caller
+   * who may not act is told so (403, 404) whatever it sent, and learns nothing from a 422. */
+  authorize?: (ctx: Context) => Promise<R>;
+  handler: (ctx: Context, input: Input<B, Q, R>) => Promise<void> | void;
 }
 
 /** Headers every operation takes (components.parameters of /openapi.json). */
@@ -181,7 +187,7 @@ export class Routes {
     for (const ajv of [this.ajv, this.queryAjv]) (addFormats as unknown as (a: Ajv2020) => void)(ajv);
   }
 
-  add<B = undefined, Q = Record<string, string>>(spec: RouteSpec<B, Q>): void {
+  add<B = undefined, Q = Record<string, string>, R = undefined>(spec: RouteSpec<B, Q, R>): void {
     // A route that declares no body takes none (an empty object at most), and a query parameter
     // no route declares is refused: a typo (`?staus=failed`) must not silently do nothing.
     const validateBody = this.ajv.compile(spec.body ?? NO_FIELDS);
@@ -207,6 +213,8 @@ export class Routes {
     // the spec, and /profiles), as it does for every other path.
     const koaPath = spec.path.replace(/\{(\w+)\}/g, ':$1').replace(/(.)\/$/, '$1');
     const handle: RouterMiddleware = async (ctx: Context) => {
+      const allowed = (spec.authorize ? await spec.authorize(ctx) : undefined) as R;
+      if (spec.waitsForWrites) minPosition(ctx);
       let body = await readJsonBody(ctx, bodyLimit);
       if (body === undefined && !bodyOptional)
         throw unprocessable('A JSON body is required.', [{ field: '', problem: 'missing' }]);
@@ -222,7 +230,7 @@ export class Routes {
           ]);
       }
       check(validateQuery, query, 'query');
-      await spec.handler(ctx, { body: body as B, query: query as Q, params: ctx.params });
+      await spec.handler(ctx, { body: body as B, query: query as Q, params: ctx.params, allowed });
     };
     const segment = this.segmentOf(firstSegment(spec.path));
     const literal = !spec.path.includes('{');
@@ -256,7 +264,7 @@ export class Routes {
     return segment;
   }
 
-  private document<B, Q>(spec: RouteSpec<B, Q>, bodyRequired: boolean): void {
+  private document<B, Q, R>(spec: RouteSpec<B, Q, R>, bodyRequired: boolean): void {
     const params = [...spec.path.matchAll(/\{(\w+)\}/g)].map((m) => ({
       name: m[1],
       in: 'path',

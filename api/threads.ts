@@ -80,7 +80,7 @@ const SERVED = {
   store: ['append', 'readStream', 'readAll', 'head', 'readSnapshot', 'saveSnapshot'],
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
-  limiter: ['hit'],
+  limiter: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
 } as const;

@@ -73,6 +73,14 @@ const lingerMs: Parser<number | 'auto'> = (raw) => {
   }
 };
 const text: Parser<string> = (raw) => raw;
+/** The operator's /callbacks password: empty (closed) or long enough not to be guessed. */
+const operatorSecret: Parser<string> = (raw) => {
+  if (raw !== '' && raw.length < 32)
+    throw new Error(
+      `has ${raw.length} characters: use at least 32, random (or leave it empty: /callbacks closed)`,
+    );
+  return raw;
+};
 /** A PEM block; `\n` escapes (one-line environment values) become newlines. */
 const pem: Parser<string> = (raw) => raw.replace(/\\n/g, '\n');
 const nonEmpty: Parser<string> = (raw) => {
@@ -391,8 +399,20 @@ export const knobs = {
   loginAccountLimitPerMinute: knob(
     'HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE',
     '10',
-    'Login attempts (and guesses of the current password at POST /auth/password) per account, whichever name it is given by, per minute (429 above).',
+    'Failed logins (and wrong current passwords at POST /auth/password) per account and client address per minute: that address then gets 429 for that account until the minute ends. The account is counted whichever name it is given by; a device by its PRN.',
     int(1, 1_000_000),
+  ),
+  loginAccountFailuresPerHour: knob(
+    'HUB_LOGIN_ACCOUNT_FAILURES_PER_HOUR',
+    '100',
+    'Failed logins per account per hour from all addresses: above it only the addresses the account logged in from (HUB_LOGIN_KNOWN_ADDRESS_DAYS) may still try, the others get 429 until the hour ends.',
+    int(1, 1_000_000),
+  ),
+  loginKnownAddressDays: knob(
+    'HUB_LOGIN_KNOWN_ADDRESS_DAYS',
+    '30',
+    'How long a client address a login succeeded from stays known to its account (each login renews it), days.',
+    int(1, 3650),
   ),
   captchaVerifyUrl: knob(
     'HUB_CAPTCHA_VERIFY_URL',
@@ -414,8 +434,20 @@ export const knobs = {
   saAdminSecret: knob(
     'HUB_SA_ADMIN_SECRET',
     '',
-    'Password of the operator account `saadmin` for /callbacks (HTTP Basic). Empty: /callbacks refuses everyone.',
+    'Password of the operator account `saadmin` for /callbacks (HTTP Basic): at least 32 characters (the hub does not start with a shorter one). Empty: /callbacks refuses everyone.',
+    operatorSecret,
+  ),
+  metricsToken: knob(
+    'HUB_METRICS_TOKEN',
+    '',
+    'Bearer token the Prometheus scraper sends to GET /metrics. Empty: /metrics answers only direct connections from this machine (loopback, not forwarded).',
     text,
+  ),
+  callbacksFailuresPerMinute: knob(
+    'HUB_CALLBACKS_FAILURES_PER_MINUTE',
+    '10',
+    'Wrong operator credentials at /callbacks per client address per minute: that address then gets 429 until the minute ends.',
+    int(1, 1_000_000),
   ),
   deviceCaCert: knob(
     'HUB_DEVICE_CA_CERT',

@@ -16,6 +16,8 @@ import { fromPem, jwtKeyFile } from '../api/auth/keys.ts';
 import { deviceCaFile } from '../api/devices/ca.ts';
 import { TOPICS } from './bus/port.ts';
 import { type Config, ConfigError, knobs, loadConfig } from './config.ts';
+import { nameOwner } from './eventstore/aggregate.ts';
+import { openEventStore } from './eventstore/open.ts';
 import { databaseProblem } from './readstore/redis.ts';
 
 export type Level = 'ok' | 'warn' | 'fail';
@@ -88,6 +90,7 @@ export async function runDoctor(
     Promise.resolve(webhooksCheck(config)),
     Promise.resolve(callbacksCheck(config)),
     Promise.resolve(captchaCheck(config)),
+    bounded('admins', () => adminsCheck(config)),
   );
   const results = [...loaded.results, ...(await Promise.all(checks)).flat()];
   return scrub(results, secretsOf(env));
@@ -574,17 +577,34 @@ function callbacksCheck(config: Config): CheckResult {
   const secret = config.saAdminSecret;
   if (!secret)
     return result('callbacks', 'ok', 'HUB_SA_ADMIN_SECRET is not set: /callbacks refuses everyone');
-  if (secret.length < 16)
-    return result(
-      'callbacks',
-      'warn',
-      `HUB_SA_ADMIN_SECRET has only ${secret.length} characters: use 16 or more, random`,
-    );
   return result(
     'callbacks',
     'ok',
     'HUB_SA_ADMIN_SECRET is set: the operator account saadmin may use /callbacks',
   );
+}
+
+/** HUB_ADMINS names nicks; one that no account holds yet is reserved for the operator to register. */
+async function adminsCheck(config: Config): Promise<CheckResult> {
+  if (config.admins.length === 0) return result('admins', 'ok', 'HUB_ADMINS is empty: no admins');
+  const reserved = (nicks: string[]) =>
+    result(
+      'admins',
+      'warn',
+      `HUB_ADMINS lists ${nicks.join(', ')}, not registered yet: reserved, only the operator registers them (POST /auth/accounts with HTTP Basic saadmin)`,
+    );
+  if (config.profile === 'embedded' && !existsSync(resolve(config.dataDir, 'events.sqlite')))
+    return reserved(config.admins);
+  const store = await openEventStore(config);
+  try {
+    const missing: string[] = [];
+    for (const nick of config.admins)
+      if (!(await nameOwner(store, 'nick', nick.toLowerCase()))) missing.push(nick);
+    if (missing.length > 0) return reserved(missing);
+    return result('admins', 'ok', `every nick HUB_ADMINS lists is registered (${config.admins.join(', ')})`);
+  } finally {
+    await store.close();
+  }
 }
 
 function captchaCheck(config: Config): CheckResult {
@@ -632,6 +652,7 @@ function secretsOf(env: Record<string, string | undefined>): string[] {
   for (const name of [
     'HUB_JWT_PRIVATE_KEY',
     'HUB_SA_ADMIN_SECRET',
+    'HUB_METRICS_TOKEN',
     'HUB_CAPTCHA_SECRET',
     'HUB_DEVICE_CA_KEY',
   ]) {

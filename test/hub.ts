@@ -14,6 +14,10 @@ export interface TestHub {
   logs: () => string[];
   /** Every answer body this hub gave through call(), as JSON: for leak checks. */
   answers: string[];
+  /** Its HUB_ADMINS, whose nicks only the operator registers (signup sends `operator`). */
+  admins: string[];
+  /** The operator's credentials (HTTP Basic saadmin), when it has any. */
+  operator: Record<string, string>;
   /** JSON request against the hub, with an optional bearer token. */
   call(
     method: string,
@@ -29,6 +33,7 @@ export async function startHub(
 ): Promise<TestHub> {
   const config = testConfig({
     HUB_ADMINS: 'root',
+    HUB_SA_ADMIN_SECRET: TEST_OPERATOR_SECRET,
     HUB_LOGIN_LIMIT_PER_MINUTE: '100000',
     HUB_DEVICE_REGISTER_LIMIT_PER_MINUTE: '100000',
     HUB_LOGIN_ACCOUNT_LIMIT_PER_MINUTE: '100000',
@@ -43,10 +48,18 @@ export async function startHub(
     dataDir: config.dataDir,
     logs: logs.lines,
     answers,
+    admins: config.admins,
+    operator: operatorBasic(config.saAdminSecret),
     call: caller(node.url, answers),
     stop: () => node.stop(),
   };
 }
+
+/** The operator secret of the suite's hubs (HUB_SA_ADMIN_SECRET: 32 characters at least). */
+export const TEST_OPERATOR_SECRET = 'operator-secret-of-the-test-hubs-0123456789';
+/** HTTP Basic headers of the operator account `saadmin` with `secret` (none for an empty one). */
+export const operatorBasic = (secret: string): Record<string, string> =>
+  secret ? { authorization: `Basic ${Buffer.from(`saadmin:${secret}`).toString('base64')}` } : {};
 
 /** JSON requests against a hub at `url`, each answer kept in `answers`. */
 function caller(url: string, answers: string[]): TestHub['call'] {
@@ -100,7 +113,11 @@ export interface User {
 /** Registers, passes the challenge, follows the emailed link and logs in: what a new user does. */
 export async function signup(hub: TestHub, nick: string, password = `pw-${nick}-secret`): Promise<User> {
   const email = `${nick}@example.com`;
-  const registered = await hub.call('POST', '/auth/accounts', { body: { email, nick, password } });
+  // A nick HUB_ADMINS lists is registered by the operator (docs/api.md, Admins).
+  const registered = await hub.call('POST', '/auth/accounts', {
+    body: { email, nick, password },
+    headers: hub.admins?.includes(nick) ? hub.operator : {},
+  });
   assert.equal(registered.status, 200, JSON.stringify(registered.body));
   const challenge = new URL(registered.body['redirect-uri']).pathname;
   const started = Date.now() - 1;
@@ -231,13 +248,20 @@ export async function endProcess(
   return { code: await exited, ms: Date.now() - started };
 }
 
-/** A hub seen through HTTP only (processes of their own), for the account helpers. */
-export function remoteHub(url: string, dataDir: string): TestHub {
+/** A hub seen through HTTP only (processes of their own), for the account helpers; `env` is the
+ * environment it was started with beside the process's. */
+export function remoteHub(
+  url: string,
+  dataDir: string,
+  env: Record<string, string | undefined> = {},
+): TestHub {
   const answers: string[] = [];
   return {
     url,
     dataDir,
     answers,
+    admins: (env.HUB_ADMINS ?? '').split(',').filter(Boolean),
+    operator: operatorBasic(env.HUB_SA_ADMIN_SECRET ?? ''),
     logs: () => [],
     node: undefined as never,
     stop: async () => {},

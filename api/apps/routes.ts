@@ -214,8 +214,8 @@ export function appRoutes(hub: HubContext) {
       middleware: [auth, requireScope('apps', 'write')],
       body: APP_BODY,
       responses: { 200: { description: 'The app record.', schema: APP_RECORD } },
-      handler: async (ctx, { body }) => {
-        const app = await findApp(ownerOf(ctx), ctx.params.id!);
+      authorize: (ctx) => findApp(ownerOf(ctx), ctx.params.id!),
+      handler: async (ctx, { body, allowed: app }) => {
         if (body.type && body.type !== app.type) {
           throw unprocessable("An app's type cannot change; register a new app.", [
             { field: 'type', problem: 'cannot change' },

@@ -117,11 +117,6 @@ export const accounts = {
   },
 };
 
-/** Whether the password changed after a token's login (`origIat`, whole seconds), which ends the
- * login and its grants. A login of the same second as the change stays: the change is ms-exact. */
-export const passwordChangedSince = (changedMs: number, origIat: number) =>
-  Math.floor(changedMs / 1000) > origIat;
-
 /** The account as the API shows it: never a password or a hash, whatever the resource table lists. */
 export function accountRecord(s: AccountState): Record<string, unknown> {
   return {

@@ -8,9 +8,17 @@ import type { EventStore } from '../../infra/eventstore/port.ts';
 import { appStream, apps } from '../apps/apps.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
 import { chargeRateLimit } from '../http.ts';
-import { accountPrn, accountStream, accounts, passwordChangedSince } from './accounts.ts';
+import { accountPrn, accountStream, accounts } from './accounts.ts';
 import type { Keys } from './keys.ts';
-import { APP_PRN, type Claims, grants, HUB_AUDIENCE, ISSUER, SERVICE_PRN } from './tokens.ts';
+import {
+  APP_PRN,
+  type Claims,
+  changedSinceLogin,
+  grants,
+  HUB_AUDIENCE,
+  ISSUER,
+  SERVICE_PRN,
+} from './tokens.ts';
 
 declare module 'koa' {
   interface DefaultState {
@@ -52,7 +60,7 @@ export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_0
   /** When each account last changed its password (ms), read at most once a second each. */
   const passwordChanges = new LRUCache<string, { readAt: number; changed: number }>({ max: cacheEntries });
   /** Whether a grant (a token delegated to a service or issued to an app) was issued before its
-   * user's last password change, which ends grants as it ends logins (within a second). */
+   * user's last password change, which ends grants as it ends logins. */
   const grantEnded = async (claims: Claims) => {
     if (claims.aud === HUB_AUDIENCE || !claims.sub.startsWith(USER_PRN_PREFIX)) return false;
     const id = claims.sub.slice(USER_PRN_PREFIX.length);
@@ -62,7 +70,7 @@ export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_0
       known = { readAt: Date.now(), changed: state.passwordChanged };
       passwordChanges.set(id, known);
     }
-    return passwordChangedSince(known.changed, claims.orig_iat);
+    return changedSinceLogin(known.changed, claims);
   };
   const verify = koaJwt({
     secret: keys.publicPem,

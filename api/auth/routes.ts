@@ -27,6 +27,7 @@ import {
   unauthorized,
   unprocessable,
 } from '../errors.ts';
+import { sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import {
   type AccountState,
@@ -34,10 +35,10 @@ import {
   accountRecord,
   accountStream,
   accounts,
-  passwordChangedSince,
   servicePrn,
 } from './accounts.ts';
 import { authenticate, requireAccountType, requireFirstParty } from './middleware.ts';
+import { operatorCheck } from './operator.ts';
 import {
   DUMMY_HASH,
   hashPassword,
@@ -49,9 +50,11 @@ import {
   unseal,
   verifyPassword,
 } from './secrets.ts';
+import { LoginThrottle } from './throttle.ts';
 import {
   APP_PRN,
   type Claims,
+  changedSinceLogin,
   HUB_AUDIENCE,
   parseScopes,
   SCOPE_NAME,
@@ -130,6 +133,7 @@ export function authRoutes(hub: HubContext) {
   const { store, config, keys } = hub;
   const auth = authenticate(keys, store, config.callerCacheEntries);
   const isAdmin = (nick: string) => config.admins.some((a) => lower(a) === lower(nick));
+  const operator = operatorCheck(config.saAdminSecret, hub.limiter, config.callbacksFailuresPerMinute);
   /** An admin's own login token: a USER's first-party token, not acting for anyone. Device and
    * service nicks live elsewhere or are chosen freely, so the nick alone proves nothing. */
   const adminToken = (c: Claims) => c.type === 'USER' && c.aud === HUB_AUDIENCE && !c.act && isAdmin(c.nick);
@@ -144,9 +148,13 @@ export function authRoutes(hub: HubContext) {
     return state.id ? state : undefined;
   }
 
-  /** The key of an account's attempts at its password (login, password change): its id, or for a
-   * name that is no account's (or a device's PRN), the name. */
-  const loginBudget = (who: string) => `login-account:${who}`;
+  // Guesses of an account's password (login, password change), by its id (or, for a name that is
+  // no account's, and a device's PRN, by the name).
+  const throttle = new LoginThrottle(hub.limiter, {
+    perAddressPerMinute: config.loginAccountLimitPerMinute,
+    perAccountPerHour: config.loginAccountFailuresPerHour,
+    knownForMs: config.loginKnownAddressDays * 86_400_000,
+  });
 
   /** Finds an account by nick, email or PRN; read from the store, so it is never stale. */
   async function findAccount(name: string): Promise<AccountState | undefined> {
@@ -234,7 +242,7 @@ export function authRoutes(hub: HubContext) {
     if (claims.act && (!admin?.active || !isAdmin(admin.nick)))
       throw unauthorized('The admin acting in this token no longer may.');
     // As with refresh tokens, a new password ends the logins made before it.
-    if (passwordChangedSince((admin ?? account).passwordChanged, claims.orig_iat))
+    if (changedSinceLogin((admin ?? account).passwordChanged, claims))
       throw unauthorized('The password changed since this login; log in again.');
     // A login revoked (a spent refresh token presented again) is not kept alive this way either.
     if (claims.sid && (await load(store, `refresh-${claims.sid}`, refreshFamilies)).state.revoked)
@@ -345,6 +353,9 @@ export function authRoutes(hub: HubContext) {
           active = true;
         }
         await limit(`register:${ctx.ip}`, config.loginLimitPerMinute);
+        // A nick HUB_ADMINS lists is an admin's: whoever registered it first would be one. Until it
+        // is registered only the operator may register it (docs/api.md, Admins).
+        if (isAdmin(body.nick)) await operator(ctx);
         const id = newId();
         const prn = type === 'SERVICE' ? servicePrn(body.nick, config.serviceDomain) : accountPrn(id);
         const claimed: [string, string][] = [];
@@ -428,18 +439,14 @@ export function authRoutes(hub: HubContext) {
         const captcha = config.captchaVerifyUrl
           ? '<p><label>Captcha answer <input id="captcha" name="captcha"></label></p>'
           : '';
-        ctx.type = 'html';
-        ctx.body = `<!doctype html><meta charset="utf-8"><title>Verify your Device Hub account</title>
+        sendPage(
+          ctx,
+          `<!doctype html><meta charset="utf-8"><title>Verify your Device Hub account</title>
 <h1>Welcome, ${escapeHtml(account.nick)}</h1>
 <p>Send the verification email to ${escapeHtml(account.email)}.</p>${captcha}
-<button id="send">Send</button><p id="out"></p>
-<script>
-document.getElementById('send').onclick = async () => {
-  const c = document.getElementById('captcha');
-  const r = await fetch(location.pathname, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(c ? { captcha: c.value } : {}) });
-  document.getElementById('out').textContent = (await r.json()).message;
-};
-</script>`;
+<button id="send">Send</button><p id="out"></p>`,
+          CHALLENGE_SCRIPT,
+        );
       },
     });
 
@@ -559,18 +566,30 @@ document.getElementById('send').onclick = async () => {
       handler: async (ctx, { body }) => {
         await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
         if (DEVICE_PRN.test(body.username)) {
-          await limit(loginBudget(lower(body.username)), config.loginAccountLimitPerMinute);
-          ctx.body = await deviceSession(body.username, body.password);
+          const device = lower(body.username);
+          await throttle.admit(device, ctx.ip);
+          try {
+            ctx.body = await deviceSession(body.username, body.password);
+          } catch (err) {
+            if (err instanceof HttpError && err.status === 401) await throttle.failed(device, ctx.ip);
+            throw err;
+          }
+          await throttle.succeeded(device, ctx.ip);
           return;
         }
         const [actorName, targetName] = body.username.includes('==>')
           ? body.username.split('==>', 2)
           : [body.username, undefined];
         const account = await findAccount(actorName!);
-        // One budget per account, whichever name it is given by (nick, email, PRN).
-        await limit(loginBudget(account?.id ?? lower(actorName!)), config.loginAccountLimitPerMinute);
+        // One count per account, whichever name it is given by (nick, email, PRN).
+        const who = account?.id ?? lower(actorName!);
+        await throttle.admit(who, ctx.ip);
         const ok = await verifyPassword(body.password, account?.passwordHash || DUMMY_HASH);
-        if (!account || !ok || account.expired) throw invalidCredentials('Wrong username or password.');
+        if (!account || !ok || account.expired) {
+          await throttle.failed(who, ctx.ip);
+          throw invalidCredentials('Wrong username or password.');
+        }
+        await throttle.succeeded(who, ctx.ip);
         if (!account.active)
           throw new HttpError(
             403,
@@ -1092,9 +1111,10 @@ document.getElementById('send').onclick = async () => {
             ]);
           const account = await findAccount(ctx.state.auth!.sub);
           if (!account) throw unauthorized('The account of this token no longer exists.');
-          // Guesses of the current password share the login's budget: a stolen token is no way round it.
-          await limit(loginBudget(account.id), config.loginAccountLimitPerMinute);
+          // Guesses of the current password count as the login's do: a stolen token is no way round it.
+          await throttle.admit(account.id, ctx.ip);
           if (!(await verifyPassword(body.current_password, account.passwordHash))) {
+            await throttle.failed(account.id, ctx.ip);
             throw invalidCredentials('The current password is wrong.');
           }
           accountId = account.id;
@@ -1142,16 +1162,13 @@ document.getElementById('send').onclick = async () => {
         properties: { token: { type: 'string', maxLength: 512 } },
       }),
       responses: { 200: { description: 'An HTML form.' } },
-      handler: (ctx, { query }) => {
-        ctx.type = 'html';
-        ctx.body = `<!doctype html><meta charset="utf-8"><title>Reset your Device Hub password</title>
-<h1>Choose a new password</h1><p><input id="pw" type="password" minlength="8"> <button id="go">Set</button></p><p id="out"></p>
-<script>
-document.getElementById('go').onclick = async () => {
-  const r = await fetch('/auth/password', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: ${JSON.stringify(query.token).replace(/</g, '\\u003c')}, password: document.getElementById('pw').value }) });
-  document.getElementById('out').textContent = (await r.json()).message;
-};
-</script>`;
+      handler: (ctx) => {
+        sendPage(
+          ctx,
+          `<!doctype html><meta charset="utf-8"><title>Reset your Device Hub password</title>
+<h1>Choose a new password</h1><p><label>New password <input id="pw" type="password" minlength="8"></label> <button id="go">Set</button></p><p id="out"></p>`,
+          RESET_SCRIPT,
+        );
       },
     });
 
@@ -1173,6 +1190,19 @@ document.getElementById('go').onclick = async () => {
     });
   };
 }
+
+// The pages' scripts: constant, so that the pages' Content-Security-Policy names each by its hash
+// (no other script runs); what they need of the request they read from the address.
+const CHALLENGE_SCRIPT = `document.getElementById('send').onclick = async () => {
+  const c = document.getElementById('captcha');
+  const r = await fetch(location.pathname, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(c ? { captcha: c.value } : {}) });
+  document.getElementById('out').textContent = (await r.json()).message;
+};`;
+const RESET_SCRIPT = `document.getElementById('go').onclick = async () => {
+  const token = new URLSearchParams(location.search).get('token');
+  const r = await fetch('/auth/password', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token, password: document.getElementById('pw').value }) });
+  document.getElementById('out').textContent = (await r.json()).message;
+};`;
 
 // ---------------------------------------------------------------- small aggregates of /auth
 

@@ -24,6 +24,9 @@ export interface Claims {
   scopes: string[];
   /** When the login that started this chain of refreshes happened (bounds GET /auth/login). */
   orig_iat: number;
+  /** The same in milliseconds: a password change (a device's secret rotation) ends the logins made
+   * before it to the millisecond. Absent from tokens signed before it was added. */
+  orig_ms?: number;
   /** Impersonation: the admin acting as `sub` (RFC 8693 actor claim). */
   act?: { sub: string; nick: string };
   /** The service or app holding a delegated token. */
@@ -35,12 +38,22 @@ export interface Claims {
 
 export type ClaimsInput = Omit<Claims, 'iss' | 'iat' | 'exp' | 'jti' | 'orig_iat'> & { orig_iat?: number };
 
+/** When the login a token descends from was made, ms; a token without `orig_ms` counts from the
+ * start of its second, so that a change within that second ends it too. */
+export const loginMs = (c: Pick<Claims, 'orig_iat' | 'orig_ms'>) => c.orig_ms ?? c.orig_iat * 1000;
+
+/** Whether a credential change at `changedMs` (a password, a device's secret) ends the login of
+ * these claims: it does for every login not made after it. */
+export const changedSinceLogin = (changedMs: number, c: Pick<Claims, 'orig_iat' | 'orig_ms'>) =>
+  changedMs > 0 && changedMs >= loginMs(c);
+
 export async function signToken(
   keys: Keys,
   input: ClaimsInput,
   ttlSeconds: number,
 ): Promise<{ token: string; claims: Claims }> {
-  const iat = Math.floor(Date.now() / 1000);
+  const now = Date.now();
+  const iat = Math.floor(now / 1000);
   const claims: Claims = {
     ...input,
     iss: ISSUER,
@@ -48,6 +61,8 @@ export async function signToken(
     exp: iat + ttlSeconds,
     jti: randomUUID(),
     orig_iat: input.orig_iat ?? iat,
+    // A refresh carries its login's time on; a token carried on from before orig_ms keeps none.
+    ...(input.orig_iat === undefined ? { orig_ms: now } : {}),
   };
   const token = await new SignJWT({ ...claims })
     .setProtectedHeader({ alg: 'ES256', kid: keys.kid, typ: 'JWT' })

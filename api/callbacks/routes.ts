@@ -1,9 +1,9 @@
 // /callbacks: change notifications for operators and the internal pipeline, with HTTP Basic
 // `saadmin` and HUB_SA_ADMIN_SECRET (an empty secret refuses everyone). A notification older than
 // the entity's last change (`timemodified`) is ignored: 409 stale_notification.
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Middleware } from 'koa';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import { operatorCheck } from '../auth/operator.ts';
 import type { HubContext } from '../context.ts';
 import {
   DEVICE_PRN,
@@ -18,25 +18,6 @@ import { carryPublicity } from '../devices/publicity.ts';
 import { HttpError, notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
-
-const sha = (s: string) => createHash('sha256').update(s).digest();
-
-function operator(secret: string): Middleware {
-  return async (ctx, next) => {
-    const refuse = () =>
-      new HttpError(401, 'unauthorized', 'Operator credentials required (HTTP Basic, user saadmin).', {
-        headers: { 'WWW-Authenticate': 'Basic realm="callbacks"' },
-      });
-    const m = /^Basic\s+(\S+)$/i.exec(ctx.get('Authorization'));
-    if (!m || !secret) throw refuse();
-    const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
-    const colon = decoded.indexOf(':');
-    const user = decoded.slice(0, colon);
-    const password = decoded.slice(colon + 1);
-    if (colon < 0 || user !== 'saadmin' || !timingSafeEqual(sha(password), sha(secret))) throw refuse();
-    await next();
-  };
-}
 
 const QUERY = schema<{ timemodified?: string }>({
   type: 'object',
@@ -56,6 +37,11 @@ const REFUSALS = {
     description: 'Not the operator (HTTP Basic `saadmin`), or HUB_SA_ADMIN_SECRET is empty.',
     schema: ERROR,
   },
+  429: {
+    description:
+      'Too many wrong credentials from this address (HUB_CALLBACKS_FAILURES_PER_MINUTE): try again after `Retry-After` seconds.',
+    schema: ERROR,
+  },
   404: { description: 'No such entity.', schema: ERROR },
   409: {
     description:
@@ -67,7 +53,15 @@ const REFUSALS = {
 
 export function callbackRoutes(hub: HubContext) {
   const { store } = hub;
-  const basic = operator(hub.config.saAdminSecret);
+  const isOperator = operatorCheck(
+    hub.config.saAdminSecret,
+    hub.limiter,
+    hub.config.callbacksFailuresPerMinute,
+  );
+  const basic: Middleware = async (ctx, next) => {
+    await isOperator(ctx);
+    await next();
+  };
 
   function stale(raw: string | undefined, modifiedMs: number): void {
     if (raw === undefined) return;

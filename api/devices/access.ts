@@ -2,8 +2,8 @@
 import type { Context } from 'koa';
 import { cacheOf, load, nameOwner, type StateCache } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
-import type { Claims } from '../auth/tokens.ts';
-import { forbidden, notFound } from '../errors.ts';
+import { type Claims, changedSinceLogin, HUB_AUDIENCE } from '../auth/tokens.ts';
+import { forbidden, notFound, unauthorized } from '../errors.ts';
 import { DEVICE_PRN, type DeviceState, deviceStream, devices, type Viewer } from './devices.ts';
 
 export interface DeviceAccess {
@@ -33,7 +33,10 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
       let id = DEVICE_PRN.exec(ref)?.[1] ?? (/^[a-f0-9]{24}$/.test(ref) ? ref : '');
       if (options?.forOwnCommand && id && claims.type === 'DEVICE' && !store.exclusiveWriter) {
         const cached = cache.get(deviceStream(id))?.state;
-        if (cached?.prn === claims.sub) return { device: cached, viewer: 'device', unverified: true };
+        if (cached?.prn === claims.sub) {
+          deviceLoginHolds(claims, cached);
+          return { device: cached, viewer: 'device', unverified: true };
+        }
       }
       const byNick = !id;
       if (byNick && claims.type === 'USER') {
@@ -47,7 +50,10 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
       // A deleted device gave up its nick, and its own token reaches nothing (as its login): only
       // its owner and admins still read it, by id or PRN. Mutations refuse it (the routes' update).
       if (state.garbage && (byNick || claims.type === 'DEVICE')) throw notFound('No such device.');
-      if (claims.type === 'DEVICE' && claims.sub === state.prn) return { device: state, viewer: 'device' };
+      if (claims.type === 'DEVICE' && claims.sub === state.prn) {
+        deviceLoginHolds(claims, state);
+        return { device: state, viewer: 'device' };
+      }
       if (claims.type === 'USER' && state.ownerPrn && claims.sub === state.ownerPrn)
         return { device: state, viewer: 'owner' };
       if (claims.type === 'USER' && isAdmin(claims)) return { device: state, viewer: 'admin' };
@@ -56,6 +62,22 @@ export function deviceAccess(store: EventStore, admins: string[]): DeviceAccess 
     },
   };
 }
+
+/** A device's login ends when its secret is rotated (401: it logs in again with the new one). */
+export function deviceLoginHolds(claims: Claims, device: DeviceState): void {
+  if (changedSinceLogin(device.secretChanged, claims))
+    throw unauthorized("The device's secret changed since this login; log in again with the new one.");
+}
+
+/** Whether its owner's token `claims` is the owner's own full login: not a grant to a service or an
+ * app, not an admin acting as the owner, not narrowed to some scopes. Of the owner's tokens only
+ * these see (and rotate) a device's secret, with which anyone logs in as the device. */
+export const ownFullLogin = (claims: Claims) =>
+  claims.aud === HUB_AUDIENCE && !claims.azp && !claims.act && claims.scopes.includes('*');
+
+/** Whether the caller sees the device's secret: the device itself, or its owner's own full login. */
+export const seesSecret = (claims: Claims, viewer: Viewer) =>
+  viewer === 'device' || (viewer === 'owner' && ownFullLogin(claims));
 
 /** Mutations are the owner's. Whoever else sees the device (itself, an admin, anyone when it is
  * public) gets 403; the others were answered 404 by resolve: they must not learn it exists. */

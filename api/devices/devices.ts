@@ -33,6 +33,8 @@ export interface DeviceState {
   ownerNick: string;
   nick: string;
   secretSealed: string;
+  /** When the secret was last rotated (0: never): the device's logins before it are over. */
+  secretChanged: number;
   challenge: string;
   public: boolean;
   garbage: boolean;
@@ -67,6 +69,7 @@ export const devices = {
     ownerNick: '',
     nick: '',
     secretSealed: '',
+    secretChanged: 0,
     challenge: '',
     public: false,
     garbage: false,
@@ -113,6 +116,8 @@ export const devices = {
         };
       case 'DeviceRenamed':
         return { ...s, nick: d.nick as string, modified: e.created };
+      case 'DeviceSecretRotated':
+        return { ...s, secretSealed: d.secret_sealed as string, secretChanged: e.created };
       case 'DevicePublicSet':
         return {
           ...s,
@@ -165,7 +170,8 @@ export function metaReplace(current: Meta, next: Meta): { changedKeys: string[];
 
 export type Viewer = 'owner' | 'device' | 'admin' | 'public';
 
-/** The Device record; `secret` and `challenge` only for the owner and the device itself. */
+/** The Device record; `challenge` only for the owner and the device itself, and `secret` when the
+ * caller passes it (only to the owner's own login and the device: access.ts `seesSecret`). */
 export function deviceRecord(s: DeviceState, viewer: Viewer, secret?: () => string): Record<string, unknown> {
   const trusted = viewer === 'owner' || viewer === 'device';
   return {
@@ -181,7 +187,7 @@ export function deviceRecord(s: DeviceState, viewer: Viewer, secret?: () => stri
     ovmode: ovmode(s.enrolment, s.ownerId !== ''),
     'user-meta': s.userMeta,
     'device-meta': s.deviceMeta,
-    ...(trusted && secret ? { secret: secret() } : {}),
+    ...(secret ? { secret: secret() } : {}),
     ...(trusted && s.ownerId === '' ? { challenge: s.challenge } : {}),
     'time-created': new Date(s.created).toISOString(),
     'time-modified': new Date(s.modified).toISOString(),

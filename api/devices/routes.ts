@@ -21,7 +21,14 @@ import type { HubContext } from '../context.ts';
 import { NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
 import { conflict, forbidden, HttpError, notFound, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
-import { deviceAccess, ownerOnly } from './access.ts';
+import {
+  type DeviceAccess,
+  deviceAccess,
+  deviceLoginHolds,
+  ownerOnly,
+  ownFullLogin,
+  seesSecret,
+} from './access.ts';
 import { CsrError } from './ca.ts';
 import {
   DEVICE_PRN,
@@ -33,6 +40,7 @@ import {
   type Meta,
   metaPatch,
   metaReplace,
+  type Viewer,
 } from './devices.ts';
 
 const DEVICE_RECORD = {
@@ -123,6 +131,9 @@ const NOUNS = [
 ];
 const pick = (list: string[]) => list[randomBytes(1)[0]! % list.length]!;
 
+/** A device the caller may act on, and how it sees it (access.ts). */
+type Found = Awaited<ReturnType<DeviceAccess['resolve']>>;
+
 export function deviceRoutes(hub: HubContext) {
   const { store, config } = hub;
   const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
@@ -130,14 +141,32 @@ export function deviceRoutes(hub: HubContext) {
   const { cache, resolve } = access;
   // Unsealing is AES work on the hot path (device-meta answers carry the secret): memoised, bounded.
   const unsealed = new LRUCache<string, string>({ max: config.stateCacheEntries });
-  const secretOf = (d: DeviceState) => () => {
-    let secret = unsealed.get(d.secretSealed);
-    if (secret === undefined) {
-      secret = unseal(hub.keys.sealKey, d.secretSealed);
-      unsealed.set(d.secretSealed, secret);
-    }
-    return secret;
+  /** The device the path names, when the caller owns it (authorize of the owner's commands). */
+  const ownedDevice = async (ctx: Context) => {
+    const found = await resolve(ctx, ctx.params.id!);
+    ownerOnly(found.viewer);
+    return found;
   };
+  /** The device the path names, when it is the caller (authorize of device-meta). */
+  const callingDevice = async (ctx: Context) => {
+    if (ctx.state.auth!.type !== 'DEVICE') throw forbidden('Only the device itself reports device-meta.');
+    const found = await resolve(ctx, ctx.params.id!, { forOwnCommand: true });
+    if (found.viewer !== 'device') throw forbidden('A device reports only its own metadata.');
+    return found;
+  };
+
+  /** The device's secret for the record, when the caller sees it (access.ts `seesSecret`). */
+  const secretOf = (ctx: Context, viewer: Viewer, d: DeviceState) =>
+    seesSecret(ctx.state.auth!, viewer)
+      ? () => {
+          let secret = unsealed.get(d.secretSealed);
+          if (secret === undefined) {
+            secret = unseal(hub.keys.sealKey, d.secretSealed);
+            unsealed.set(d.secretSealed, secret);
+          }
+          return secret;
+        }
+      : undefined;
 
   const metaMap = (nullable: boolean) => ({
     type: 'object',
@@ -323,7 +352,12 @@ export function deviceRoutes(hub: HubContext) {
           deviceMeta: body['device-meta'] ?? {},
           certificate: null,
         });
-        ctx.body = deviceRecord(device, owner ? 'owner' : 'device', () => secret);
+        // A device registering itself learns its secret here; an owner's grant does not (it sent it, if any).
+        ctx.body = deviceRecord(
+          device,
+          owner ? 'owner' : 'device',
+          !owner || ownFullLogin(ctx.state.auth!) ? () => secret : undefined,
+        );
       },
     });
 
@@ -374,7 +408,10 @@ export function deviceRoutes(hub: HubContext) {
           deviceMeta: {},
           certificate: issued.certificate,
         });
-        ctx.body = { ...deviceRecord(device, 'owner', () => secret), certificate: issued.certificate };
+        ctx.body = {
+          ...deviceRecord(device, 'owner', ownFullLogin(ctx.state.auth!) ? () => secret : undefined),
+          certificate: issued.certificate,
+        };
       },
     });
 
@@ -426,11 +463,11 @@ export function deviceRoutes(hub: HubContext) {
       },
       handler: async (ctx) => {
         const { device, viewer } = await resolve(ctx, ctx.params.id!);
-        ctx.body = deviceRecord(device, viewer, secretOf(device));
+        ctx.body = deviceRecord(device, viewer, secretOf(ctx, viewer, device));
       },
     });
 
-    routes.add<{ nick: string }>({
+    routes.add<{ nick: string }, Record<string, string>, Found>({
       method: 'patch',
       path: '/devices/{id}',
       tag: 'devices',
@@ -445,9 +482,8 @@ export function deviceRoutes(hub: HubContext) {
         properties: { nick: NICK },
       }),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
-      handler: async (ctx, { body }) => {
-        const { device, viewer } = await resolve(ctx, ctx.params.id!);
-        ownerOnly(viewer);
+      authorize: ownedDevice,
+      handler: async (ctx, { body, allowed: { device, viewer } }) => {
         if (device.garbage) throw notFound('No such device.'); // before its new nick is taken
         const renamed = body.nick.toLowerCase() !== device.nick.toLowerCase();
         if (renamed) await takeNick(device.ownerId, device.id, body.nick);
@@ -465,7 +501,7 @@ export function deviceRoutes(hub: HubContext) {
         ); // deleted meanwhile
         if (renamed)
           await releaseName(store, `devnick-${device.ownerId}`, device.nick.toLowerCase(), device.id);
-        ctx.body = deviceRecord(updated, viewer, secretOf(updated));
+        ctx.body = deviceRecord(updated, viewer, secretOf(ctx, viewer, updated));
       },
     });
 
@@ -497,7 +533,7 @@ export function deviceRoutes(hub: HubContext) {
                   },
                 ],
           );
-          ctx.body = deviceRecord(updated, viewer, secretOf(updated));
+          ctx.body = deviceRecord(updated, viewer, secretOf(ctx, viewer, updated));
         },
       });
     }
@@ -576,11 +612,51 @@ export function deviceRoutes(hub: HubContext) {
             },
           ];
         }).catch((err) => giveNickBack(err, owner.id, nick, id)); // claimed or deleted meanwhile
-        ctx.body = deviceRecord(updated, 'owner', secretOf(updated));
+        ctx.body = deviceRecord(updated, 'owner', secretOf(ctx, 'owner', updated));
       },
     });
 
-    routes.add<Record<string, string | null>>({
+    routes.add<{ secret?: string }, Record<string, string>, Found>({
+      method: 'post',
+      path: '/devices/{id}/secret',
+      tag: 'devices',
+      summary: "Rotate a device's login secret (its owner's own login, or the device itself).",
+      description:
+        'Sets `secret` when given, else a generated one, and answers the Device record with it. The logins made with the old secret end at once (401 on their next request): the device logs in again with the new one. Tokens delegated to services and apps cannot rotate it (403), as they never see it.',
+      security: 'bearer',
+      scopes: grantingScopes('devices', 'write'),
+      middleware: [auth, requireScope('devices', 'write')],
+      body: schema({
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          secret: { type: 'string', minLength: 16, maxLength: 256, description: 'Generated when absent.' },
+        },
+      }),
+      responses: { 200: { description: 'The device, with its new secret.', schema: DEVICE_RECORD } },
+      authorize: async (ctx) => {
+        const found = await resolve(ctx, ctx.params.id!);
+        if (found.viewer !== 'device') ownerOnly(found.viewer);
+        if (!seesSecret(ctx.state.auth!, found.viewer))
+          throw forbidden(
+            "Only the owner's own login (not a token granted to a service or an app) or the device rotates its secret.",
+          );
+        if (found.device.garbage) throw notFound('No such device.');
+        return found;
+      },
+      handler: async (ctx, { body, allowed: { device, viewer } }) => {
+        const secret = body.secret ?? secretToken();
+        const updated = await update(ctx, device.id, (d) => [
+          {
+            type: 'DeviceSecretRotated',
+            data: { device_id: d.id, owner_prn: d.ownerPrn, secret_sealed: seal(hub.keys.sealKey, secret) },
+          },
+        ]);
+        ctx.body = deviceRecord(updated, viewer, () => secret);
+      },
+    });
+
+    routes.add<Record<string, string | null>, Record<string, string>, Found>({
       method: 'patch',
       path: '/devices/{id}/device-meta',
       tag: 'devices',
@@ -592,15 +668,14 @@ export function deviceRoutes(hub: HubContext) {
       middleware: [auth, requireScope('devices', 'write')],
       body: schema(metaMap(true)),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
-      handler: async (ctx, { body }) => {
+      authorize: callingDevice,
+      handler: async (ctx, { body, allowed: { device, unverified } }) => {
         const claims = ctx.state.auth!;
-        if (claims.type !== 'DEVICE') throw forbidden('Only the device itself reports device-meta.');
-        const { device, viewer, unverified } = await resolve(ctx, ctx.params.id!, { forOwnCommand: true });
-        if (viewer !== 'device') throw forbidden('A device reports only its own metadata.');
         const updated = await update(
           ctx,
           device.id,
           (d) => {
+            deviceLoginHolds(claims, d); // a cached state may not have seen a rotation elsewhere
             const { changed, removed } = metaPatch(d.deviceMeta, body);
             if (Object.keys(changed).length === 0 && removed.length === 0) return [];
             const merged = { ...d.deviceMeta, ...changed };
@@ -615,11 +690,11 @@ export function deviceRoutes(hub: HubContext) {
           },
           { loaded: unverified ? undefined : device },
         );
-        ctx.body = deviceRecord(updated, 'device', secretOf(updated));
+        ctx.body = deviceRecord(updated, 'device', secretOf(ctx, 'device', updated));
       },
     });
 
-    routes.add<Meta>({
+    routes.add<Meta, Record<string, string>, Found>({
       method: 'put',
       path: '/devices/{id}/user-meta',
       tag: 'devices',
@@ -629,9 +704,8 @@ export function deviceRoutes(hub: HubContext) {
       middleware: [auth, requireScope('devices', 'write')],
       body: schema(metaMap(false)),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
-      handler: async (ctx, { body }) => {
-        const { device, viewer } = await resolve(ctx, ctx.params.id!);
-        ownerOnly(viewer);
+      authorize: ownedDevice,
+      handler: async (ctx, { body, allowed: { device, viewer } }) => {
         checkSize(body);
         const updated = await update(ctx, device.id, (d) => {
           const { changedKeys, removedKeys } = metaReplace(d.userMeta, body);
@@ -649,7 +723,7 @@ export function deviceRoutes(hub: HubContext) {
             },
           ];
         });
-        ctx.body = deviceRecord(updated, viewer, secretOf(updated));
+        ctx.body = deviceRecord(updated, viewer, secretOf(ctx, viewer, updated));
       },
     });
   };

@@ -555,7 +555,7 @@ export function webhookRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<SubscriptionFields>({
+    routes.add<SubscriptionFields, Record<string, string>, Subscription>({
       method: 'put',
       path: '/webhooks/{id}',
       tag: 'webhooks',
@@ -565,14 +565,14 @@ export function webhookRoutes(hub: HubContext) {
       middleware: write,
       body: schema(SUBSCRIPTION_BODY),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
-      handler: async (ctx, { body }) => {
-        const sub = await owned(ctx);
+      authorize: owned,
+      handler: async (ctx, { body, allowed: sub }) => {
         const replaced = await checked(fields(body), sub.url);
         await update(ctx, sub, () => replaced);
       },
     });
 
-    routes.add<Partial<SubscriptionFields>>({
+    routes.add<Partial<SubscriptionFields>, Record<string, string>, Subscription>({
       method: 'patch',
       path: '/webhooks/{id}',
       tag: 'webhooks',
@@ -582,8 +582,8 @@ export function webhookRoutes(hub: HubContext) {
       middleware: write,
       body: schema({ type: 'object', additionalProperties: false, minProperties: 1, properties: FIELDS }),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
-      handler: async (ctx, { body }) => {
-        const sub = await owned(ctx);
+      authorize: owned,
+      handler: async (ctx, { body, allowed: sub }) => {
         await checked(fields(body, sub), sub.url);
         // The body's fields were checked above; the others were when they were set. A URL taken
         // from the state now is one whoever set it had checked.

@@ -23,6 +23,8 @@ x509.cryptoProvider.set(webcrypto as never);
 const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 const SHA_A = 'a'.repeat(64);
 const SHA_B = 'b'.repeat(63) + 'c';
+/** The operator's /callbacks secret of these hubs (HUB_SA_ADMIN_SECRET: 32 characters at least). */
+const SA_SECRET = 'sa-secret-of-the-devices-tests-0123456789';
 
 async function csr(cn: string): Promise<string> {
   const keys = (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
@@ -57,17 +59,17 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
   /** The operator callback by nick, asked again (5 s at most) until it names `expected`: the index
    * by nick is a read model, updated after the write. */
   const callbackByNick = async (nick: string, expected: string) => {
-    let named = await hub.call('PUT', `/callbacks/devices/${nick}`, { headers: basic('sa-secret') });
+    let named = await hub.call('PUT', `/callbacks/devices/${nick}`, { headers: basic(SA_SECRET) });
     for (let i = 0; i < 50 && named.body.device_id !== expected; i++) {
       await new Promise((r) => setTimeout(r, 100));
-      named = await hub.call('PUT', `/callbacks/devices/${nick}`, { headers: basic('sa-secret') });
+      named = await hub.call('PUT', `/callbacks/devices/${nick}`, { headers: basic(SA_SECRET) });
     }
     return named;
   };
 
   before(async () => {
     hub = await startHub({
-      HUB_SA_ADMIN_SECRET: 'sa-secret',
+      HUB_SA_ADMIN_SECRET: SA_SECRET,
       HUB_META_MAX_KEYS: '20',
       HUB_META_MAX_VALUE_LENGTH: '64',
     });
@@ -549,7 +551,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(wrong.status, 401);
       assert.match(wrong.headers.get('www-authenticate') ?? '', /Basic/);
       const user = await hub.call('PUT', `/callbacks/devices/${dev.id}`, {
-        headers: { authorization: `Basic ${Buffer.from('alice:sa-secret').toString('base64')}` },
+        headers: { authorization: `Basic ${Buffer.from(`alice:${SA_SECRET}`).toString('base64')}` },
       });
       assert.equal(user.status, 401);
       assert.equal(
@@ -569,22 +571,21 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         ],
         result: undefined,
       }));
-      const r = await hub.call('PUT', `/callbacks/devices/${dev.id}`, { headers: basic('sa-secret') });
+      const r = await hub.call('PUT', `/callbacks/devices/${dev.id}`, { headers: basic(SA_SECRET) });
       assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.deepEqual(r.body, {
         device_id: dev.id,
         steps_marked_as_public: 1,
         steps_marked_as_non_public: 0,
       });
-      const again = await hub.call('PUT', `/callbacks/devices/gateway-1`, { headers: basic('sa-secret') });
+      const again = await hub.call('PUT', `/callbacks/devices/gateway-1`, { headers: basic(SA_SECRET) });
       assert.deepEqual(again.body, {
         device_id: dev.id,
         steps_marked_as_public: 0,
         steps_marked_as_non_public: 0,
       });
       assert.equal(
-        (await hub.call('PUT', `/callbacks/devices/${'f'.repeat(24)}`, { headers: basic('sa-secret') }))
-          .status,
+        (await hub.call('PUT', `/callbacks/devices/${'f'.repeat(24)}`, { headers: basic(SA_SECRET) })).status,
         404,
       );
     });
@@ -593,7 +594,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       const stale = await hub.call(
         'PUT',
         `/callbacks/devices/${dev.id}?timemodified=2020-01-01T00:00:00.123456789Z`,
-        { headers: basic('sa-secret') },
+        { headers: basic(SA_SECRET) },
       );
       assert.equal(stale.status, 409);
       assert.equal(stale.body.error, 'stale_notification');
@@ -601,7 +602,7 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(
         (
           await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=${future}`, {
-            headers: basic('sa-secret'),
+            headers: basic(SA_SECRET),
           })
         ).status,
         200,
@@ -610,21 +611,21 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(
         (
           await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=${offset}`, {
-            headers: basic('sa-secret'),
+            headers: basic(SA_SECRET),
           })
         ).status,
         200,
       );
       for (const when of ['yesterday', '2026-11-31T00:00:00Z', '2030-01-01T24:00:00Z']) {
         const bad = await hub.call('PUT', `/callbacks/devices/${dev.id}?timemodified=${when}`, {
-          headers: basic('sa-secret'),
+          headers: basic(SA_SECRET),
         });
         assert.equal(bad.status, 422, `${when} does not exist`);
       }
     });
 
     it("answers the step's bookkeeping record; stale and unknown steps refused", async () => {
-      const r = await hub.call('PUT', `/callbacks/steps/${stepId()}`, { headers: basic('sa-secret') });
+      const r = await hub.call('PUT', `/callbacks/steps/${stepId()}`, { headers: basic(SA_SECRET) });
       assert.equal(r.status, 200);
       assert.deepEqual(r.body, {
         id: stepId(),
@@ -637,13 +638,13 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
       assert.equal(
         (
           await hub.call('PUT', `/callbacks/steps/${stepId()}?timemodified=2001-01-01T00:00:00Z`, {
-            headers: basic('sa-secret'),
+            headers: basic(SA_SECRET),
           })
         ).status,
         409,
       );
       assert.equal(
-        (await hub.call('PUT', `/callbacks/steps/${dev.id}-42`, { headers: basic('sa-secret') })).status,
+        (await hub.call('PUT', `/callbacks/steps/${dev.id}-42`, { headers: basic(SA_SECRET) })).status,
         404,
       );
       assert.equal(
@@ -825,12 +826,12 @@ describe('/devices, /trails and /callbacks (e2e)', function () {
         body: { progress: 1, status: 'STARTED' },
       });
       assert.equal(p.status, 404, `progress ${rev}`);
-      const c = await hub.call('PUT', `/callbacks/steps/${d.id}-${rev}`, { headers: basic('sa-secret') });
+      const c = await hub.call('PUT', `/callbacks/steps/${d.id}-${rev}`, { headers: basic(SA_SECRET) });
       assert.equal(c.status, 404, `callback ${rev}`);
     }
     assert.equal((await hub.call('GET', `/trails/${d.id}/steps/1`, { token: alice.token })).body.rev, 1);
     assert.equal(
-      (await hub.call('PUT', `/callbacks/steps/${d.id}-1`, { headers: basic('sa-secret') })).status,
+      (await hub.call('PUT', `/callbacks/steps/${d.id}-1`, { headers: basic(SA_SECRET) })).status,
       200,
     );
   });

@@ -64,7 +64,7 @@ export async function documentedOperations(w: World): Promise<Operation[]> {
   return out;
 }
 
-const SA_SECRET = 'sa-admin-secret-for-tests';
+const SA_SECRET = 'sa-admin-secret-for-the-security-tests';
 export const saBasic = (password = SA_SECRET) => ({
   authorization: `Basic ${Buffer.from(`saadmin:${password}`).toString('base64')}`,
 });
