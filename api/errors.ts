@@ -1,5 +1,6 @@
 // The one error shape of the API: { error, message, code, request_id, details? }.
-// Handlers throw HttpError (or a domain error mapped below); the error middleware renders it.
+// Handlers throw HttpError, decisions DomainError (mapped below); the error middleware renders it.
+import { DomainError, type Refusal } from '../domain/errors.ts';
 import { DuplicateEventIdError, WrongExpectedRevisionError } from '../infra/eventstore/port.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
 import { SchemaError } from '../schemas/registry.ts';
@@ -48,6 +49,16 @@ export const tooManyRequests = (retryAfterSeconds: number) =>
   });
 export const unavailable = (message: string, retryAfterSeconds = 1) =>
   new HttpError(503, 'unavailable', message, { headers: { 'Retry-After': String(retryAfterSeconds) } });
+
+/** The HTTP answer of each refusal of a decision (domain/errors.ts). */
+const REFUSALS: Record<Refusal, [number, string]> = {
+  not_found: [404, 'not_found'],
+  forbidden: [403, 'forbidden'],
+  unauthorized: [401, 'unauthorized'],
+  conflict: [409, 'conflict'],
+  invalid: [422, 'validation_failed'],
+  too_large: [413, 'payload_too_large'],
+};
 
 /** Codes for statuses produced outside our handlers (router, body reader, http-errors). */
 const CODE_BY_STATUS: Record<number, string> = {
@@ -149,6 +160,16 @@ export function renderError(
             'unavailable',
             'A service the hub depends on does not answer; the change may or may not have been made: read it before trying again.',
           ),
+      requestId,
+    );
+  }
+  if (err instanceof DomainError) {
+    const [status, code] = REFUSALS[err.refusal];
+    return renderError(
+      new HttpError(status, err.code ?? code, err.message, {
+        details: err.details,
+        headers: status === 401 ? { 'WWW-Authenticate': 'Bearer' } : undefined,
+      }),
       requestId,
     );
   }
