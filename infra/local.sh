@@ -9,12 +9,17 @@
 #                                                       benchmarks leave their databases, schemas and topics)
 #   bash infra/local.sh status
 #
-# Ports are the defaults of HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS (api/config.ts);
+# `down` and `reset` stop only the servers this checkout started: those whose pid files are under its
+# data directory. A server on the port that another checkout started is left alone (`up` uses it),
+# and they say so and exit 1.
+#
+# Ports are the defaults of HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS (infra/config.ts);
 # they avoid the system defaults so a local service of the same kind does not get in the way.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DATA="${HUB_INFRA_DIR:-$ROOT/.hub/infra}"
+# Absolute: the servers' command lines show it, and that is how this checkout knows its own.
+DATA="$(realpath -m "${HUB_INFRA_DIR:-$ROOT/.hub/infra}")"
 REDIS_PORT="${HUB_INFRA_REDIS_PORT:-6380}"
 PG_PORT="${HUB_INFRA_PG_PORT:-5433}"
 KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-9092}"
@@ -44,10 +49,46 @@ wait_port() { # wait_port <port> <name> <seconds>
   die "$2 did not open port $1 within $3 s"
 }
 
+# The pid in a pid file under $DATA, if that process runs and its command line shows what this
+# checkout started (a stale file's pid may have been given to another process since).
+started_pid() { # started_pid <pid file> <text of the command line>
+  local pid args
+  pid="$(head -n 1 "$1" 2>/dev/null)" && [ -n "$pid" ] || return 1
+  args="$(ps -ww -o args= -p "$pid")" && [[ $args == *"$2"* ]] && echo "$pid"
+}
+redis_pid() { started_pid "$DATA/redis/redis.pid" "redis-server 127.0.0.1:$REDIS_PORT"; }
+postgres_pid() { started_pid "$DATA/postgres/postmaster.pid" "-D $DATA/postgres -p $PG_PORT "; }
+kafka_pid() { # the port is in its properties, not on its command line
+  grep -qx "advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT" "$DATA/kafka/server.properties" 2>/dev/null &&
+    started_pid "$DATA/kafka/kafka.pid" "kafka.Kafka $DATA/kafka/server.properties"
+}
+
+# Said by `up` when the port is taken already: it uses that server, and says whose it is.
+already_up() { # already_up <service> <port>
+  if "${1}_pid" >/dev/null; then say "$1 already up on $2"
+  else say "using the $1 on 127.0.0.1:$2, which this checkout did not start ($DATA): down and reset leave it alone"; fi
+}
+
+# Stops the server this checkout started, by its pid; fails, saying so, when a server it did not
+# start holds the port (and leaves that one alone).
+stop() { # stop <service> <port> <signal that shuts it down cleanly>
+  local pid
+  if pid="$("${1}_pid")"; then
+    kill -s "$3" "$pid" 2>/dev/null || true
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  if port_open "$2"; then
+    printf 'infra: %s on 127.0.0.1:%s was not started from this checkout (%s): left running\n' "$1" "$2" "$DATA" >&2
+    return 1
+  fi
+  say "$1 down"
+}
+
 # ---------------------------------------------------------------- Redis
 redis_up() {
   need redis-server redis-server
-  if port_open "$REDIS_PORT"; then say "redis already up on $REDIS_PORT"; return; fi
+  if port_open "$REDIS_PORT"; then already_up redis "$REDIS_PORT"; return; fi
   mkdir -p "$DATA/redis"
   # Append-only, fsynced every second. Rewritten from 1 GB, not Redis's 64 MB: the hub appends about
   # 6 KB per change to it, and a rewrite every few seconds took a core away (docs/reliability.md).
@@ -65,10 +106,7 @@ redis_up() {
   [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] || die "redis did not finish loading within 300 s"
   say "redis up on 127.0.0.1:$REDIS_PORT"
 }
-redis_down() {
-  if port_open "$REDIS_PORT"; then redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || true; fi
-  say "redis down"
-}
+redis_down() { stop redis "$REDIS_PORT" TERM; } # as SHUTDOWN: the append-only file flushed
 
 # ---------------------------------------------------------------- PostgreSQL
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
@@ -76,7 +114,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 postgres_up() {
   if [ -z "$(pg_bin)" ]; then need /usr/lib/postgresql/bin/initdb postgresql; fi
   local bin; bin="$(pg_bin)"; [ -n "$bin" ] || die "PostgreSQL binaries not found: install the Debian package 'postgresql'"
-  if port_open "$PG_PORT"; then say "postgres already up on $PG_PORT"; return; fi
+  if port_open "$PG_PORT"; then already_up postgres "$PG_PORT"; return; fi
   local dir="$DATA/postgres"
   mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; chmod 700 "$dir"; fi
@@ -90,24 +128,12 @@ postgres_up() {
     as_pg "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U hub hub
   say "postgres up on 127.0.0.1:$PG_PORT (database hub, user hub)"
 }
-postgres_down() {
-  local bin dir; bin="$(pg_bin)"
-  [ -n "$bin" ] || { say "postgres down"; return; }
-  dir="$DATA/postgres"
-  # Whatever server answers on the port (one started from another checkout too) is the one to stop.
-  if port_open "$PG_PORT"; then
-    dir="$(as_pg "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U hub -d postgres -tAc 'SHOW data_directory' 2>/dev/null || echo "$dir")"
-  fi
-  if [ -f "$dir/postmaster.pid" ]; then
-    as_pg "$bin/pg_ctl" -D "$dir" -m fast -w stop >/dev/null 2>&1 || true
-  fi
-  say "postgres down"
-}
+postgres_down() { stop postgres "$PG_PORT" INT; } # PostgreSQL's fast shutdown
 
 # ---------------------------------------------------------------- Kafka (KRaft, one node)
 kafka_up() {
   need java default-jre-headless
-  if port_open "$KAFKA_PORT"; then say "kafka already up on $KAFKA_PORT"; return; fi
+  if port_open "$KAFKA_PORT"; then already_up kafka "$KAFKA_PORT"; return; fi
   local dir="$DATA/kafka"
   mkdir -p "$dir"
   if [ ! -f "$dir/libs/kafka_2.13-$KAFKA_VERSION.jar" ]; then
@@ -132,23 +158,15 @@ kafka_up() {
   wait_port "$KAFKA_PORT" kafka 60
   say "kafka $KAFKA_VERSION up on 127.0.0.1:$KAFKA_PORT"
 }
-kafka_down() {
-  local pidfile="$DATA/kafka/kafka.pid" pid=""
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then pid="$(cat "$pidfile")"; fi
-  # A broker started from another checkout on the same port is stopped too.
-  if [ -z "$pid" ] && port_open "$KAFKA_PORT"; then pid="$(pgrep -f 'kafka\.Kafka .*server\.properties' | head -n 1 || true)"; fi
-  if [ -n "$pid" ]; then
-    kill "$pid"
-    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
-  say "kafka down"
-}
+kafka_down() { stop kafka "$KAFKA_PORT" TERM; }
 
 status() {
-  for s in "redis:$REDIS_PORT" "postgres:$PG_PORT" "kafka:$KAFKA_PORT"; do
-    if port_open "${s#*:}"; then say "${s%%:*} up on ${s#*:}"; else say "${s%%:*} down"; fi
+  local s port
+  for s in redis:$REDIS_PORT postgres:$PG_PORT kafka:$KAFKA_PORT; do
+    port="${s#*:}"; s="${s%%:*}"
+    if ! port_open "$port"; then say "$s down"
+    elif "${s}_pid" >/dev/null; then say "$s up on 127.0.0.1:$port"
+    else say "$s up on 127.0.0.1:$port (not started from this checkout)"; fi
   done
 }
 
@@ -159,17 +177,17 @@ case "$cmd" in
     # promtool checks the alert rules and the Prometheus config (test/infra/dashboards.int.test.ts).
     need promtool prometheus
     for s in "${services[@]}"; do "${s}_up"; done ;;
-  down) for s in "${services[@]}"; do "${s}_down"; done ;;
+  down)
+    failed=0
+    for s in "${services[@]}"; do "${s}_down" || failed=1; done
+    exit "$failed" ;;
   reset)
     # Only what this script keeps under $DATA (the Kafka jars stay), and only once its server is
-    # down: data deleted under a live server would go on being served. A server on the same port
-    # started from another checkout is stopped too (as by `down`).
+    # down: data deleted under a live server would go on being served. A server on the port that
+    # this checkout did not start stays, and so does the data.
     need promtool prometheus
     for s in "${services[@]}"; do
-      "${s}_down"
-      case "$s" in redis) port=$REDIS_PORT ;; postgres) port=$PG_PORT ;; kafka) port=$KAFKA_PORT ;; esac
-      for _ in $(seq 1 100); do port_open "$port" || break; sleep 0.1; done
-      if port_open "$port"; then die "$s still answers on $port: nothing deleted"; fi
+      "${s}_down" || die "$s: nothing deleted"
       case "$s" in
         redis) rm -rf "$DATA/redis" ;;
         postgres) rm -rf "$DATA/postgres" ;;

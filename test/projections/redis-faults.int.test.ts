@@ -17,6 +17,8 @@ import { appendEvents, catalogNamed, freshBuild } from './contract.ts';
 
 const CHILD = new URL('./projector-child.ts', import.meta.url).pathname;
 const LOCAL = new URL('../../infra/local.sh', import.meta.url).pathname;
+/** infra/local.sh: it stops only the servers this checkout started, and its error says why not. */
+const infra = (...args: string[]) => execFileSync('bash', [LOCAL, ...args], { stdio: 'pipe' });
 const { redisUrl, postgresUrl } = testConfig();
 const logger = memoryLogger('silent').logger;
 
@@ -66,15 +68,15 @@ describe('Redis read store under faults (int)', function () {
 
   it('a PostgreSQL store opened while the database is down works once it is up', async () => {
     const schema = `test_${randomBytes(6).toString('hex')}`;
-    execFileSync('bash', [LOCAL, 'down', 'postgres'], { stdio: 'ignore' });
+    infra('down', 'postgres');
     const store = new PostgresEventStore({ url: postgresUrl, schema });
     try {
       await assert.rejects(store.append('s', [{ id: randomUUID(), type: 'Tested', data: {} }]));
-      execFileSync('bash', [LOCAL, 'up', 'postgres'], { stdio: 'ignore' });
+      infra('up', 'postgres');
       const r = await store.append('s', [{ id: randomUUID(), type: 'Tested', data: {} }]);
       assert.equal(r.nextRevision, 0);
     } finally {
-      execFileSync('bash', [LOCAL, 'up', 'postgres'], { stdio: 'ignore' });
+      infra('up', 'postgres');
       await store.close();
       await dropSchema(postgresUrl, schema);
     }
@@ -91,15 +93,15 @@ describe('Redis read store under faults (int)', function () {
       runner.start();
       await runner.caughtUp();
 
-      execFileSync('redis-cli', ['-u', redisUrl, 'shutdown']); // AOF keeps what was written
+      infra('down', 'redis'); // as SHUTDOWN: the append-only file keeps what was written
       const duringRedisOutage = await appendEvents(store, 300);
       await new Promise((r) => setTimeout(r, 1000));
-      execFileSync('bash', [LOCAL, 'up', 'redis'], { stdio: 'ignore' });
+      infra('up', 'redis');
       await waitForPosition(readStore, [projection.name], duringRedisOutage, 20_000);
 
-      execFileSync('bash', [LOCAL, 'down', 'postgres'], { stdio: 'ignore' });
+      infra('down', 'postgres');
       await new Promise((r) => setTimeout(r, 1000));
-      execFileSync('bash', [LOCAL, 'up', 'postgres'], { stdio: 'ignore' });
+      infra('up', 'postgres');
       const afterPostgresOutage = await appendEvents(store, 300);
       await waitForPosition(readStore, [projection.name], afterPostgresOutage, 20_000);
 
