@@ -13,17 +13,24 @@
 # data directory. A server on the port that another checkout started is left alone (`up` uses it),
 # and they say so and exit 1.
 #
-# Ports are the defaults of HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS (infra/config.ts);
-# they avoid the system defaults so a local service of the same kind does not get in the way.
+# Ports: HUB_INFRA_REDIS_PORT, HUB_INFRA_PG_PORT, HUB_INFRA_KAFKA_PORT, else the ports of
+# HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS when they are on loopback (what the hub and
+# the tests connect to), else those URLs' defaults (infra/config.ts), which avoid the system defaults
+# so that a local service of the same kind does not get in the way. The Kafka controller's port is
+# HUB_INFRA_KAFKA_CONTROLLER_PORT, else the broker's + 2.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Absolute: the servers' command lines show it, and that is how this checkout knows its own.
 DATA="$(realpath -m "${HUB_INFRA_DIR:-$ROOT/.hub/infra}")"
-REDIS_PORT="${HUB_INFRA_REDIS_PORT:-6380}"
-PG_PORT="${HUB_INFRA_PG_PORT:-5433}"
-KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-9092}"
-KAFKA_CONTROLLER_PORT="${HUB_INFRA_KAFKA_CONTROLLER_PORT:-9094}"
+loopback_port() { # loopback_port <URL, or host:port list> <default>
+  local re='^([a-z]+://)?([^@/]*@)?(127\.0\.0\.1|localhost):([0-9]+)'
+  if [[ ${1:-} =~ $re ]]; then echo "${BASH_REMATCH[4]}"; else echo "$2"; fi
+}
+REDIS_PORT="${HUB_INFRA_REDIS_PORT:-$(loopback_port "${HUB_REDIS_URL:-}" 6380)}"
+PG_PORT="${HUB_INFRA_PG_PORT:-$(loopback_port "${HUB_POSTGRES_URL:-}" 5433)}"
+KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-$(loopback_port "${HUB_KAFKA_BROKERS:-}" 9092)}"
+KAFKA_CONTROLLER_PORT="${HUB_INFRA_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 2))}"
 KAFKA_VERSION="3.9.1" # kafkajs 2.2.4 is verified against this broker (see README)
 
 say() { printf 'infra: %s\n' "$*"; }

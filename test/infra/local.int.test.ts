@@ -116,11 +116,11 @@ describe('infra/local.sh: only the servers this checkout started (int)', functio
     assert.equal(redisPing(redisPort), 'PONG', reset.out);
   });
 
-  it('down stops, by its pid, a server it started', async () => {
+  it('down stops, by its pid, a server it started (on the port of HUB_REDIS_URL)', async () => {
     const port = await freePort();
     const own = {
       HUB_INFRA_DIR: mkdtempSync(join(tmpdir(), 'hub-infra-')),
-      HUB_INFRA_REDIS_PORT: String(port),
+      HUB_REDIS_URL: `redis://127.0.0.1:${port}/4`,
     };
     let pid = 0;
     try {
