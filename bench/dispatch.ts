@@ -30,9 +30,9 @@ import {
   RedisDeliveryStore,
   ThreadedDeliveryStore,
 } from '../processors/deliveries.ts';
+import { Egress } from '../processors/delivery/egress.ts';
 import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
 import { Dispatcher, type DispatcherOptions, SPILL_MS } from '../processors/dispatcher.ts';
-import { Egress } from '../processors/egress.ts';
 import { PostgresAttemptLog, PostgresLogs } from '../processors/postgres-logs.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {

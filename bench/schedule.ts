@@ -24,9 +24,9 @@ import {
   RedisDeliveryStore,
   SqliteDeliveryStore,
 } from '../processors/deliveries.ts';
+import { Egress } from '../processors/delivery/egress.ts';
 import { API_VERSION } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
-import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import { benchSubscription, fmt, machine, writeSection } from './report.ts';
 

@@ -36,9 +36,9 @@ import {
   RedisDeliveryStore,
   ThreadedDeliveryStore,
 } from '../processors/deliveries.ts';
+import { Egress } from '../processors/delivery/egress.ts';
 import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
-import { Egress } from '../processors/egress.ts';
 import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
 import { SqliteEventLog } from '../processors/eventlog-sqlite.ts';
 import { mailProcessor } from '../processors/mailer.ts';

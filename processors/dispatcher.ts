@@ -30,12 +30,12 @@ import {
   type Outcome,
   type Rooms,
 } from './deliveries.ts';
+import { type Egress, EgressError } from './delivery/egress.ts';
+import { WebhookSigner } from './delivery/signing.ts';
+import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './delivery/webhook-http.ts';
 import type { WebhookEvent } from './derive.ts';
-import { type Egress, EgressError } from './egress.ts';
-import { WebhookSigner } from './signing.ts';
-import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
 
-export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
+export { RESPONSE_BODY_LIMIT } from './delivery/webhook-http.ts';
 /** A Retry-After (429, 503) is honoured between these bounds, seconds. */
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */

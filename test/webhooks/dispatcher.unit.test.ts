@@ -4,9 +4,9 @@ import { Registry } from 'prom-client';
 import { errors } from 'undici';
 import type { DeliveryStore } from '../../processors/deliveries.ts';
 import { isoTime } from '../../processors/deliveries.ts';
+import { EgressError } from '../../processors/delivery/egress.ts';
+import { classify } from '../../processors/delivery/webhook-http.ts';
 import { dispatcherMetrics } from '../../processors/dispatcher.ts';
-import { EgressError } from '../../processors/egress.ts';
-import { classify } from '../../processors/webhook-http.ts';
 
 describe('attempt times (unit)', () => {
   it('isoTime is Date#toISOString, across seconds, milliseconds and years', () => {
