@@ -30,13 +30,11 @@ import {
   RedisActorStates,
   SqliteActorStates,
 } from '../processors/actors.ts';
-import {
-  type DeliveryStore,
-  encodeJob,
-  RedisDeliveryStore,
-  ThreadedDeliveryStore,
-} from '../processors/deliveries.ts';
+import { encodeJob } from '../processors/delivery/codec.ts';
 import { Egress } from '../processors/delivery/egress.ts';
+import type { DeliveryStore } from '../processors/delivery/port.ts';
+import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
+import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
 import type { DeviceActor } from '../processors/derive.ts';
 import { Dispatcher } from '../processors/dispatcher.ts';
 import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';

@@ -22,15 +22,9 @@ import { load, loadedNow } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
-import {
-  type Attempt,
-  type DeliveryStore,
-  decodeJob,
-  type Job,
-  type Outcome,
-  type Rooms,
-} from './deliveries.ts';
+import { decodeJob } from './delivery/codec.ts';
 import { type Egress, EgressError } from './delivery/egress.ts';
+import type { Attempt, DeliveryStore, Job, Outcome, Rooms } from './delivery/port.ts';
 import { WebhookSigner } from './delivery/signing.ts';
 import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './delivery/webhook-http.ts';
 import type { WebhookEvent } from './derive.ts';

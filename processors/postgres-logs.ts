@@ -32,7 +32,7 @@ import {
   attemptOfRecord,
   recordOf,
   type StatusFilter,
-} from './deliveries.ts';
+} from './delivery/port.ts';
 import type { WebhookEvent } from './derive.ts';
 import type { EventLog, EventQuery } from './eventlog.ts';
 

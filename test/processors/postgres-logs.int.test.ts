@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { RedisDeliveryStore, recordOf } from '../../processors/deliveries.ts';
+import { recordOf } from '../../processors/delivery/port.ts';
+import { RedisDeliveryStore } from '../../processors/delivery/redis.ts';
 import type { WebhookEvent } from '../../processors/derive.ts';
 import { RedisEventLog } from '../../processors/eventlog.ts';
 import {

@@ -2,9 +2,9 @@
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { errors } from 'undici';
-import type { DeliveryStore } from '../../processors/deliveries.ts';
-import { isoTime } from '../../processors/deliveries.ts';
 import { EgressError } from '../../processors/delivery/egress.ts';
+import type { DeliveryStore } from '../../processors/delivery/port.ts';
+import { isoTime } from '../../processors/delivery/port.ts';
 import { classify } from '../../processors/delivery/webhook-http.ts';
 import { dispatcherMetrics } from '../../processors/dispatcher.ts';
 
