@@ -2,7 +2,7 @@
 // ones, and retries), and the record of every attempt. Adapters beside this file: SQLite (embedded;
 // a file of its own in HUB_DATA_DIR: sqlite.ts, on a thread of its own: threaded.ts) and Redis
 // (distributed; shared by every dispatcher process: redis.ts; the hub keeps its attempt records in
-// PostgreSQL, processors/postgres-logs.ts); test/webhooks/deliveries.ts holds them to the same
+// PostgreSQL, postgres.ts); test/webhooks/deliveries.ts holds them to the same
 // rules. Jobs are claimed with a lease that the dispatcher renews while it holds them: one that dies
 // mid-attempt leaves the job to be claimed again when the lease ends.
 import type { WebhookEvent } from '../derive.ts';
@@ -154,7 +154,7 @@ export interface DeliveryStore extends AttemptReads {
 
 /**
  * Where a store keeps its attempt records when they do not live beside its schedule: the
- * distributed profile's Redis schedule records them in PostgreSQL (processors/postgres-logs.ts),
+ * distributed profile's Redis schedule records them in PostgreSQL (postgres.ts),
  * so that Redis holds the work in flight and not the retention's history.
  */
 export interface AttemptLog<Row = unknown> extends AttemptReads {
