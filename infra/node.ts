@@ -31,13 +31,13 @@ import {
   SqliteActorStates,
 } from '../processors/actors.ts';
 import { encodeJob } from '../processors/delivery/codec.ts';
+import { Dispatcher } from '../processors/delivery/dispatcher.ts';
 import { Egress } from '../processors/delivery/egress.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
 import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
 import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
 import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
 import type { DeviceActor } from '../processors/derive.ts';
-import { Dispatcher } from '../processors/dispatcher.ts';
 import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
 import { PostgresEventLog } from '../processors/eventlog-postgres.ts';
 import { SqliteEventLog } from '../processors/eventlog-sqlite.ts';

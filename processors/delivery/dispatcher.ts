@@ -7,29 +7,29 @@
 
 import { randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { withTimeout } from '../api/app.ts';
-import { unseal } from '../api/auth/secrets.ts';
+import type { Registry } from 'prom-client';
+import { unseal } from '../../api/auth/secrets.ts';
 import {
   nextDelayS,
   type Subscription,
   subscriptions,
   webhookStream,
-} from '../api/webhooks/subscriptions.ts';
-import type { Bus, Consumer } from '../infra/bus/port.ts';
-import { TOPICS } from '../infra/bus/port.ts';
-import { load, loadedNow } from '../infra/eventstore/aggregate.ts';
-import type { EventStore } from '../infra/eventstore/port.ts';
-import type { Logger } from '../infra/telemetry.ts';
-import type { SchemaRegistry } from '../schemas/registry.ts';
-import { decodeJob } from './delivery/codec.ts';
-import { type Egress, EgressError } from './delivery/egress.ts';
-import type { Attempt, DeliveryStore, Job, Outcome, Rooms } from './delivery/port.ts';
-import { WebhookSigner } from './delivery/signing.ts';
-import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './delivery/webhook-http.ts';
-import type { WebhookEvent } from './derive.ts';
+} from '../../api/webhooks/subscriptions.ts';
+import type { Bus, Consumer } from '../../infra/bus/port.ts';
+import { TOPICS } from '../../infra/bus/port.ts';
+import { load, loadedNow } from '../../infra/eventstore/aggregate.ts';
+import type { EventStore } from '../../infra/eventstore/port.ts';
+import type { Logger } from '../../infra/telemetry.ts';
+import type { SchemaRegistry } from '../../schemas/registry.ts';
+import type { WebhookEvent } from '../derive.ts';
+import { decodeJob } from './codec.ts';
+import { type Egress, EgressError } from './egress.ts';
+import { dispatcherMetrics } from './metrics.ts';
+import type { Attempt, DeliveryStore, Job, Outcome, Rooms } from './port.ts';
+import { WebhookSigner } from './signing.ts';
+import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
 
-export { RESPONSE_BODY_LIMIT } from './delivery/webhook-http.ts';
+export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
 /** A Retry-After (429, 503) is honoured between these bounds, seconds. */
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
@@ -49,8 +49,6 @@ const WAIT_SHARE = 0.75;
 const ROOM_WAIT_MS = 250;
 /** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
 const TAKE_WAIT_MS = 2000;
-/** How long a /metrics scrape waits for the schedule (Redis) before reporting its gauges as NaN, ms. */
-const SCRAPE_WAIT_MS = 2000;
 
 /** A job this process holds: running or waiting for its subscription's slot. */
 interface Held {
@@ -815,88 +813,4 @@ export class Dispatcher {
       response,
     };
   }
-}
-
-export function dispatcherMetrics(
-  registry: Registry,
-  deliveries: DeliveryStore,
-  now: { held: () => number; inFlight: () => number },
-) {
-  new Gauge({
-    name: 'hub_webhook_jobs_held',
-    help: 'Jobs this dispatcher holds: attempts in flight and jobs waiting for their subscription.',
-    registers: [registry],
-    collect() {
-      this.set(now.held());
-    },
-  });
-  new Gauge({
-    name: 'hub_webhook_attempts_in_flight',
-    help: 'Delivery attempts in flight in this process.',
-    registers: [registry],
-    collect() {
-      this.set(now.inFlight());
-    },
-  });
-  const attempts = new Counter({
-    name: 'hub_webhook_attempts_total',
-    help: 'Delivery attempts by outcome: 2xx, 3xx, 4xx, 5xx, timeout, network, refused_address.',
-    labelNames: ['outcome'],
-    registers: [registry],
-  });
-  // Each outcome's series, looked up once rather than by its labels at every attempt.
-  const byOutcome = new Map<Outcome, ReturnType<typeof attempts.labels>>();
-  // The schedule as a scrape sees it, bounded: with Redis down a scrape must still answer within
-  // Prometheus's timeout, and say unknown (NaN), not empty (0), so that no alert reads it as fine.
-  const schedule = () => withTimeout(deliveries.pending(), SCRAPE_WAIT_MS).catch(() => undefined);
-  new Gauge({
-    name: 'hub_webhook_retry_backlog',
-    help: 'Jobs pending in the schedule (new and retries), all dispatchers together; NaN when the schedule does not answer.',
-    registers: [registry],
-    async collect() {
-      this.set((await schedule())?.count ?? Number.NaN);
-    },
-  });
-  new Gauge({
-    name: 'hub_webhook_retry_backlog_oldest_due_age_seconds',
-    help: 'How long the most overdue pending job has been due (0 when none is overdue); NaN when the schedule does not answer.',
-    registers: [registry],
-    async collect() {
-      const seen = await schedule();
-      if (!seen) this.set(Number.NaN);
-      else this.set(seen.oldestDue === undefined ? 0 : Math.max(0, (Date.now() - seen.oldestDue) / 1000));
-    },
-  });
-  return {
-    attempts(outcome: Outcome) {
-      let series = byOutcome.get(outcome);
-      if (!series) {
-        series = attempts.labels(outcome);
-        byOutcome.set(outcome, series);
-      }
-      return series;
-    },
-    duration: new Histogram({
-      name: 'hub_webhook_attempt_duration_seconds',
-      help: 'Duration of one delivery attempt.',
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers: [registry],
-    }),
-    latency: new Histogram({
-      name: 'hub_webhook_delivery_latency_seconds',
-      help: 'From the source event stored to its delivery answered 2xx (changes only: not tests, replays or redeliveries).',
-      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 600, 3600],
-      registers: [registry],
-    }),
-    retries: new Counter({
-      name: 'hub_webhook_retries_scheduled_total',
-      help: 'Retries scheduled after a retryable failure.',
-      registers: [registry],
-    }),
-    deadLettered: new Counter({
-      name: 'hub_webhook_dead_lettered_total',
-      help: 'Deliveries dead-lettered: a non-retryable answer, or attempts spent.',
-      registers: [registry],
-    }),
-  };
 }
