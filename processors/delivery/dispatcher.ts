@@ -6,28 +6,20 @@
 // schedule until its queue drains. Connections are pooled per origin (undici).
 
 import { randomBytes } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
 import type { Registry } from 'prom-client';
-import { unseal } from '../../api/auth/secrets.ts';
-import {
-  nextDelayS,
-  type Subscription,
-  subscriptions,
-  webhookStream,
-} from '../../api/webhooks/subscriptions.ts';
+import { nextDelayS } from '../../api/webhooks/subscriptions.ts';
 import type { Bus, Consumer } from '../../infra/bus/port.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
-import { load, loadedNow } from '../../infra/eventstore/aggregate.ts';
-import type { EventStore } from '../../infra/eventstore/port.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
 import type { WebhookEvent } from '../derive.ts';
 import { decodeJob } from './codec.ts';
-import { type Egress, EgressError } from './egress.ts';
+import { EgressError } from './egress.ts';
+import { type Endpoint, Endpoints, type EndpointsOptions } from './endpoints.ts';
+import { Durability, type Held } from './held.ts';
 import { dispatcherMetrics } from './metrics.ts';
 import type { Attempt, DeliveryStore, Job, Outcome, Rooms } from './port.ts';
-import { WebhookSigner } from './signing.ts';
-import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
+import { PooledHttp, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
 
 export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
 /** A Retry-After (429, 503) is honoured between these bounds, seconds. */
@@ -50,63 +42,10 @@ const ROOM_WAIT_MS = 250;
 /** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
 const TAKE_WAIT_MS = 2000;
 
-/** A job this process holds: running or waiting for its subscription's slot. */
-interface Held {
-  job: Job;
-  /** When it was due (claimed) or came (handed off), ms. */
-  due: number;
-  /** Handed off and not stored (yet): the hand-off it came with, told when it is. */
-  fresh?: Durability;
-  /** The write storing a fresh job that stayed too long, while it is under way. */
-  spill?: Promise<void>;
-  /** Its finish is being written: a fresh one is then not spilled (its finish stores it). */
-  recording?: boolean;
-}
-
-/** Whether every fresh job of one hand-off is durable: finished (its attempt recorded) or stored. */
-class Durability {
-  private left = 0;
-  private sealed = false;
-  private resolve!: () => void;
-  private reject!: (err: Error) => void;
-  readonly done = new Promise<void>((resolve, reject) => {
-    this.resolve = resolve;
-    this.reject = reject;
-  });
-
-  constructor() {
-    // A hand-off that failed itself leaves nobody waiting on this: its failure must not be an
-    // unhandled rejection (which ends the process). Those who wait still see it.
-    this.done.catch(() => {});
-  }
-
-  add(): void {
-    this.left++;
-  }
-
-  settle(): void {
-    this.left--;
-    if (this.sealed && this.left === 0) this.resolve();
-  }
-
-  fail(err: Error): void {
-    this.reject(err);
-  }
-
-  /** No more jobs come: done once those added are settled. */
-  seal(): void {
-    this.sealed = true;
-    if (this.left === 0) this.resolve();
-  }
-}
-
-export interface DispatcherOptions {
+export interface DispatcherOptions extends EndpointsOptions {
   bus: Bus;
   registry: SchemaRegistry;
   deliveries: DeliveryStore;
-  store: EventStore;
-  sealKey: Buffer;
-  egress: Egress;
   logger: Logger;
   metrics: Registry;
   version: string;
@@ -115,10 +54,6 @@ export interface DispatcherOptions {
   maxInFlight: number;
   /** Attempts in flight per subscription in this process. */
   maxInFlightPerSubscription: number;
-  /** Subscriptions whose signer and target this dispatcher keeps (HUB_STATE_CACHE_ENTRIES). */
-  cacheEntries?: number;
-  /** How long after a rotation the previous secret still signs, ms (0: until the next rotation). */
-  rotationWindowMs: number;
   /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1. */
   httpThreads: number;
 }
@@ -152,20 +87,11 @@ export function retryAfterS(header: string | undefined, now = Date.now()): numbe
   return Math.min(Math.max(Math.ceil(s), RETRY_AFTER_BOUNDS[0]), RETRY_AFTER_BOUNDS[1]);
 }
 
-interface Cached {
-  sub: Subscription;
-  /** Signs with the secrets in force: the current one, and the previous while its window lasts. */
-  signer: WebhookSigner;
-  /** How many secrets the signer has (the previous one drops out when its window ends). */
-  sealed: number;
-  /** The URL checked against the egress rules as undici takes it, or why it may not be called. */
-  target: Target | EgressError;
-  at: number;
-}
-
 export class Dispatcher {
   private readonly o: DispatcherOptions;
   private readonly http: WebhookHttp;
+  /** The subscriptions the jobs go to. */
+  private readonly endpoints: Endpoints;
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
@@ -195,14 +121,13 @@ export class Dispatcher {
   private readonly idPrefix = randomBytes(7).toString('hex');
   private attempts = 0;
   private attemptsInFlight = 0;
-  private readonly cache: LRUCache<string, Cached>;
   private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
   private renewer: NodeJS.Timeout | undefined;
 
   constructor(options: DispatcherOptions) {
     this.o = options;
-    this.cache = new LRUCache({ max: options.cacheEntries ?? 10_000 });
+    this.endpoints = new Endpoints(options);
     const http = { egress: options.egress.policy, timeoutMs: options.timeoutMs };
     this.http = options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http);
     this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
@@ -642,54 +567,10 @@ export class Dispatcher {
     }
   }
 
-  /** The subscription as this dispatcher uses it. The embedded store's aggregate cache is
-   * authoritative and cheap, so a deletion or a pause holds from the next attempt on, and it is
-   * answered without a promise; elsewhere a view at most a second old spares the store a read per
-   * attempt. */
-  private subscription(id: string): Cached | undefined | Promise<Cached | undefined> {
-    const now = Date.now();
-    const hit = this.cache.get(id);
-    if (hit && !this.o.store.exclusiveWriter && now - hit.at < 1000) return hit;
-    const stream = webhookStream(id);
-    const loaded = loadedNow(this.o.store, stream, subscriptions);
-    if (loaded) return this.cached(id, loaded.state, hit, now);
-    return load(this.o.store, stream, subscriptions).then(({ state }) => this.cached(id, state, hit, now));
-  }
-
-  private cached(id: string, state: Subscription, hit: Cached | undefined, now: number): Cached | undefined {
-    if (!state.id) return undefined;
-    // The previous secret signs beside the new one until the window ends or the next rotation.
-    const overlapEnds =
-      this.o.rotationWindowMs === 0 ? Number.POSITIVE_INFINITY : state.rotated + this.o.rotationWindowMs;
-    const sealed = [state.secretSealed];
-    if (state.previousSealed && now < overlapEnds) sealed.push(state.previousSealed);
-    const same = hit && hit.sealed === sealed.length && hit.sub.secretSealed === state.secretSealed;
-    if (same && hit.sub === state) {
-      hit.at = now; // the very state read before: nothing to work out again
-      return hit;
-    }
-    const signer = same ? hit.signer : new WebhookSigner(sealed.map((s) => unseal(this.o.sealKey, s)));
-    const entry = { sub: state, signer, sealed: sealed.length, target: this.checked(state.url), at: now };
-    this.cache.set(id, entry);
-    return entry;
-  }
-
-  /** A subscription's URL by the egress rules that need no lookup (the connector's lookup checks
-   * a name's addresses at every connection). */
-  private checked(raw: string): Target | EgressError {
-    try {
-      const { url } = this.o.egress.checkTarget(raw);
-      return { origin: url.origin, path: `${url.pathname}${url.search}` };
-    } catch (err) {
-      if (err instanceof EgressError) return err;
-      throw err;
-    }
-  }
-
   private async run(held: Held, release: () => void): Promise<void> {
     const { job } = held;
     try {
-      const looked = this.subscription(job.subscription_id);
+      const looked = this.endpoints.get(job.subscription_id);
       const found = looked instanceof Promise ? await looked : looked;
       if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
       if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
@@ -737,7 +618,7 @@ export class Dispatcher {
     }
   }
 
-  private async attempt(job: Job, due: number, { sub, signer, target }: Cached): Promise<Attempt> {
+  private async attempt(job: Job, due: number, { sub, signer, target }: Endpoint): Promise<Attempt> {
     const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
     const body = JSON.stringify(payloadOf(job.event, id));
     const timestamp = Math.floor(Date.now() / 1000);
