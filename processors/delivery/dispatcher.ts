@@ -1,29 +1,25 @@
 // The dispatcher: moves delivery jobs from the `deliveries` topic into the durable schedule (the
 // offsets are committed once they are stored), and runs the schedule: claims due jobs, signs and
-// POSTs each to its subscription, records the attempt, and schedules the retry or dead-letters.
-// A slow or failing endpoint holds only its own subscription's slots: each subscription has a
-// bounded number of attempts in flight and of jobs waiting here; jobs beyond them are left in the
-// schedule until its queue drains. Connections are pooled per origin (undici).
+// POSTs each to its subscription (attempt.ts), records the attempt, and schedules the retry or
+// dead-letters. A slow or failing endpoint holds only its own subscription's slots: each
+// subscription has a bounded number of attempts in flight and of jobs waiting here; jobs beyond
+// them are left in the schedule until its queue drains. Connections are pooled per origin (undici).
 
-import { randomBytes } from 'node:crypto';
 import type { Registry } from 'prom-client';
-import { nextDelayS } from '../../api/webhooks/subscriptions.ts';
 import type { Bus, Consumer } from '../../infra/bus/port.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
-import type { WebhookEvent } from '../derive.ts';
+import { Attempts } from './attempt.ts';
 import { decodeJob } from './codec.ts';
-import { EgressError } from './egress.ts';
-import { type Endpoint, Endpoints, type EndpointsOptions } from './endpoints.ts';
+import { Endpoints, type EndpointsOptions } from './endpoints.ts';
 import { Durability, type Held } from './held.ts';
 import { dispatcherMetrics } from './metrics.ts';
-import type { Attempt, DeliveryStore, Job, Outcome, Rooms } from './port.ts';
-import { PooledHttp, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
+import type { Attempt, DeliveryStore, Job, Rooms } from './port.ts';
+import { PooledHttp, ThreadedHttp } from './webhook-http.ts';
 
 export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
-/** A Retry-After (429, 503) is honoured between these bounds, seconds. */
-export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
+
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
 const PAUSED_RECHECK_MS = 5000;
 /** A claimed job is this dispatcher's for this long, renewed every third of it while held here:
@@ -58,40 +54,11 @@ export interface DispatcherOptions extends EndpointsOptions {
   httpThreads: number;
 }
 
-/** The payload receivers get: the Event resource of the specification. */
-export function payloadOf(event: WebhookEvent, requestId: string) {
-  return {
-    id: event.id,
-    type: event.type,
-    api_version: event.api_version,
-    created: event.created,
-    owner: event.owner,
-    request_id: requestId,
-    livemode: event.livemode,
-    data: event.data,
-  };
-}
-
-/** Whether an answer (or its absence) is worth another attempt: the specification's table. */
-export function retryable(outcome: Outcome, status: number | null): boolean {
-  if (outcome === 'timeout' || outcome === 'network') return true;
-  if (status === null) return false;
-  return status === 408 || status === 425 || status === 429 || status >= 500;
-}
-
-/** Seconds from a Retry-After header (delta or HTTP date), within the bounds; undefined if absent. */
-export function retryAfterS(header: string | undefined, now = Date.now()): number | undefined {
-  if (!header) return undefined;
-  const s = /^\d+$/.test(header.trim()) ? Number(header) : (Date.parse(header) - now) / 1000;
-  if (!Number.isFinite(s)) return undefined;
-  return Math.min(Math.max(Math.ceil(s), RETRY_AFTER_BOUNDS[0]), RETRY_AFTER_BOUNDS[1]);
-}
-
 export class Dispatcher {
   private readonly o: DispatcherOptions;
-  private readonly http: WebhookHttp;
   /** The subscriptions the jobs go to. */
   private readonly endpoints: Endpoints;
+  private readonly attempts: Attempts;
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
@@ -117,11 +84,6 @@ export class Dispatcher {
   private roomWaiters: { enough: () => boolean; woken: () => void }[] = [];
   private spiller: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
-  /** Attempt ids: a random prefix per process and a counter (unique without a syscall each). */
-  private readonly idPrefix = randomBytes(7).toString('hex');
-  private attempts = 0;
-  private attemptsInFlight = 0;
-  private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
   private renewer: NodeJS.Timeout | undefined;
 
@@ -129,10 +91,14 @@ export class Dispatcher {
     this.o = options;
     this.endpoints = new Endpoints(options);
     const http = { egress: options.egress.policy, timeoutMs: options.timeoutMs };
-    this.http = options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http);
-    this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
+    const metrics = dispatcherMetrics(options.metrics, options.deliveries, {
       held: () => this.held,
-      inFlight: () => this.attemptsInFlight,
+      inFlight: () => this.attempts.inFlight,
+    });
+    this.attempts = new Attempts({
+      http: options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http),
+      metrics,
+      version: options.version,
     });
   }
 
@@ -455,7 +421,7 @@ export class Dispatcher {
     while (this.held > 0) await new Promise((r) => setTimeout(r, 20));
     clearInterval(this.renewer);
     this.unsubscribe?.();
-    await this.http.close();
+    await this.attempts.close();
   }
 
   private sleep(ms: number): Promise<void> {
@@ -574,7 +540,7 @@ export class Dispatcher {
       const found = looked instanceof Promise ? await looked : looked;
       if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
       if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
-      const attempt = await this.attempt(job, held.due, found);
+      const attempt = await this.attempts.make(job, held.due, found);
       release();
       job.attempt = attempt.attempt;
       await this.finish(held, attempt, attempt.next);
@@ -616,82 +582,5 @@ export class Dispatcher {
         await new Promise((r) => setTimeout(r, 1000));
       }
     }
-  }
-
-  private async attempt(job: Job, due: number, { sub, signer, target }: Endpoint): Promise<Attempt> {
-    const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
-    const body = JSON.stringify(payloadOf(job.event, id));
-    const timestamp = Math.floor(Date.now() / 1000);
-    const headers: Record<string, string> = {
-      ...sub.custom_headers,
-      'content-type': 'application/json',
-      'user-agent': `Hub-Webhooks/${this.o.version}`,
-      'webhook-id': id,
-      'webhook-timestamp': String(timestamp),
-      'webhook-signature': signer.header(id, timestamp, body),
-    };
-    const n = job.attempt + 1;
-    const started = Date.now();
-    this.attemptsInFlight++;
-    const startedAt = performance.now();
-    const exchanged =
-      target instanceof EgressError
-        ? { outcome: 'refused_address' as const, error: target.message }
-        : await this.http.post(target, headers, body);
-    this.metrics.duration.observe((performance.now() - startedAt) / 1000);
-    this.attemptsInFlight--;
-    const response = exchanged.answer ?? null;
-    const status = response?.status ?? null;
-    let outcome: Outcome;
-    let error: string | null = null;
-    if (exchanged.answer) {
-      const code = exchanged.answer.status;
-      outcome = code < 300 ? '2xx' : code < 400 ? '3xx' : code < 500 ? '4xx' : '5xx';
-    } else {
-      outcome = exchanged.outcome;
-      error = exchanged.error;
-    }
-    const finished = Date.now();
-    this.metrics.attempts(outcome).inc();
-    let next: number | null = null;
-    let attemptStatus: Attempt['status'] = 'succeeded';
-    if (outcome === '2xx') {
-      // From the change to its delivery: a test, a replay or a redelivery (of an event days old,
-      // perhaps) is an operator's act, not the pipeline's delay.
-      if (job.kind === 'event' && job.event.created_ms)
-        this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
-    } else if (retryable(outcome, status)) {
-      const after =
-        status === 429 || status === 503 ? retryAfterS(response?.headers['retry-after']) : undefined;
-      const delay = nextDelayS(sub.retry_policy, n);
-      if (delay === null) attemptStatus = 'dead_lettered';
-      else {
-        next = finished + (after ?? delay) * 1000;
-        attemptStatus = 'failed';
-        this.metrics.retries.inc();
-      }
-    } else attemptStatus = 'dead_lettered';
-    if (attemptStatus === 'dead_lettered') this.metrics.deadLettered.inc();
-    return {
-      id,
-      job_id: job.job_id,
-      subscription_id: job.subscription_id,
-      owner: job.owner,
-      event_id: job.event.id,
-      event_type: job.event.type,
-      kind: job.kind,
-      attempt: n,
-      status: attemptStatus,
-      outcome,
-      response_code: status,
-      error,
-      duration_ms: finished - started,
-      scheduled: due,
-      started,
-      finished,
-      next,
-      request: { url: sub.url, headers, body },
-      response,
-    };
   }
 }

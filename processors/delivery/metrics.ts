@@ -90,3 +90,5 @@ export function dispatcherMetrics(
     }),
   };
 }
+
+export type DispatcherMetrics = ReturnType<typeof dispatcherMetrics>;
