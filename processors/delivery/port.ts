@@ -2,8 +2,8 @@
 // ones, and retries), and the record of every attempt. Adapters beside this file: SQLite (embedded;
 // a file of its own in HUB_DATA_DIR: sqlite.ts, on a thread of its own: threaded.ts) and Redis
 // (distributed; shared by every dispatcher process: redis.ts; the hub keeps its attempt records in
-// PostgreSQL, postgres.ts); test/webhooks/deliveries.ts holds them to the same
-// rules. Jobs are claimed with a lease that the dispatcher renews while it holds them: one that dies
+// PostgreSQL, postgres.ts); test/processors/delivery/contract.ts holds them to the same rules. Jobs
+// are claimed with a lease that the dispatcher renews while it holds them: one that dies
 // mid-attempt leaves the job to be claimed again when the lease ends.
 import type { WebhookEvent } from '../derive.ts';
 

@@ -14,7 +14,7 @@ import { PostgresEventLog } from '../../processors/eventlog-postgres.ts';
 import { PostgresLogs } from '../../processors/postgres-logs.ts';
 import { MOVED_KEY, moveLogsFromRedis } from '../../processors/postgres-logs-move.ts';
 import { dropSchema, memoryLogger, testConfig } from '../harness.ts';
-import { attemptOf, job } from '../webhooks/deliveries.ts';
+import { attemptOf, job } from './delivery/contract.ts';
 import { event } from './eventlog.ts';
 
 const DAY = 86_400_000;

@@ -8,8 +8,8 @@ import {
   PooledHttp,
   ThreadedHttp,
   type WebhookHttp,
-} from '../../processors/delivery/webhook-http.ts';
-import { Receiver } from './receiver.ts';
+} from '../../../processors/delivery/webhook-http.ts';
+import { Receiver } from '../../webhooks/receiver.ts';
 
 describe('webhook HTTP, on this thread and on its own (int)', function () {
   this.timeout(20_000);
