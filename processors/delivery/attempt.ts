@@ -54,7 +54,7 @@ export function retryAfterS(header: string | undefined, now = Date.now()): numbe
 export function retryDelayS(
   policy: RetryPolicy | null,
   attempt: number,
-  { outcome, response, finished }: Pick<Called, 'outcome' | 'response' | 'finished'>,
+  { outcome, response, finished }: Pick<Attempt, 'outcome' | 'response' | 'finished'>,
 ): number | null {
   const status = response?.status ?? null;
   if (!retryable(outcome, status)) return null;
@@ -65,14 +65,14 @@ export function retryDelayS(
 }
 
 /** The request of an attempt, as `prepare` makes it: its id, and the body and headers as sent. */
-export interface Prepared {
+interface Prepared {
   id: string;
   body: string;
   headers: Record<string, string>;
 }
 
 /** What `call` came to: how it ended, the receiver's answer (or why there is none), and when. */
-export interface Called {
+interface Called {
   outcome: Outcome;
   response: Answer | null;
   error: string | null;
@@ -101,9 +101,10 @@ export class Attempts {
   async make(job: Job, due: number, endpoint: Endpoint): Promise<Attempt> {
     const request = this.prepare(job, endpoint);
     const called = await this.call(endpoint.target, request);
+    const attempt = attemptRecord(job, due, endpoint, request, called);
     return called.outcome === '2xx'
-      ? this.handleSuccess(job, due, endpoint, request, called)
-      : this.handleFailure(job, due, endpoint, request, called);
+      ? this.handleSuccess(job, attempt)
+      : this.handleFailure(endpoint, attempt);
   }
 
   /** The request: the payload, the subscription's headers and ours, signed with the secrets in force. */
@@ -149,35 +150,26 @@ export class Attempts {
   }
 
   /** A 2xx: the job is done. */
-  private handleSuccess(
-    job: Job,
-    due: number,
-    endpoint: Endpoint,
-    request: Prepared,
-    called: Called,
-  ): Attempt {
+  private handleSuccess(job: Job, attempt: Attempt): Attempt {
     // From the change to its delivery: a test, a replay or a redelivery (of an event days old,
     // perhaps) is an operator's act, not the pipeline's delay.
     if (job.kind === 'event' && job.event.created_ms)
-      this.metrics.latency.observe((called.finished - job.event.created_ms) / 1000);
-    return attemptRecord(job, due, endpoint, request, called, 'succeeded', null);
+      this.metrics.latency.observe((attempt.finished - job.event.created_ms) / 1000);
+    return attempt;
   }
 
   /** Anything else: tried again after retryDelayS, or dead-lettered. */
-  private handleFailure(
-    job: Job,
-    due: number,
-    endpoint: Endpoint,
-    request: Prepared,
-    called: Called,
-  ): Attempt {
-    const delay = retryDelayS(endpoint.sub.retry_policy, job.attempt + 1, called);
+  private handleFailure({ sub }: Endpoint, attempt: Attempt): Attempt {
+    const delay = retryDelayS(sub.retry_policy, attempt.attempt, attempt);
     if (delay === null) {
+      attempt.status = 'dead_lettered';
       this.metrics.deadLettered.inc();
-      return attemptRecord(job, due, endpoint, request, called, 'dead_lettered', null);
+    } else {
+      attempt.status = 'failed';
+      attempt.next = attempt.finished + delay * 1000;
+      this.metrics.retries.inc();
     }
-    this.metrics.retries.inc();
-    return attemptRecord(job, due, endpoint, request, called, 'failed', called.finished + delay * 1000);
+    return attempt;
   }
 
   /** Waits for the attempts in flight, then closes the connections. */
@@ -186,15 +178,14 @@ export class Attempts {
   }
 }
 
-/** The attempt as the delivery store records it. */
+/** The attempt as the delivery store records it: succeeded and done, unless handleFailure says
+ * otherwise. */
 function attemptRecord(
   job: Job,
   due: number,
   { sub }: Endpoint,
   { id, headers, body }: Prepared,
   { outcome, response, error, started, finished }: Called,
-  status: Attempt['status'],
-  next: number | null,
 ): Attempt {
   return {
     id,
@@ -205,7 +196,7 @@ function attemptRecord(
     event_type: job.event.type,
     kind: job.kind,
     attempt: job.attempt + 1,
-    status,
+    status: 'succeeded',
     outcome,
     response_code: response?.status ?? null,
     error,
@@ -213,7 +204,7 @@ function attemptRecord(
     scheduled: due,
     started,
     finished,
-    next,
+    next: null,
     request: { url: sub.url, headers, body },
     response,
   };

@@ -1,21 +1,15 @@
 // What follows a delivery attempt that did not succeed, decided without a receiver: retryDelayS
 // from the retry policy, the attempt's number and how it ended (the specification's table of what
-// is retried, the policy's delays, a receiver's Retry-After); and the payload receivers get.
+// is retried, the policy's delays, a receiver's Retry-After).
 import assert from 'node:assert/strict';
 import { DEFAULT_RETRY_POLICY, type RetryPolicy } from '../../../api/webhooks/subscriptions.ts';
-import {
-  type Called,
-  payloadOf,
-  RETRY_AFTER_BOUNDS,
-  retryDelayS,
-} from '../../../processors/delivery/attempt.ts';
-import type { Outcome } from '../../../processors/delivery/port.ts';
-import { event } from '../eventlog.ts';
+import { RETRY_AFTER_BOUNDS, retryDelayS } from '../../../processors/delivery/attempt.ts';
+import type { Attempt, Outcome } from '../../../processors/delivery/port.ts';
 
 /** When the attempt ended: a Retry-After given as a date is read against it. */
 const FINISHED = Date.parse('2026-11-27T10:00:00.000Z');
 
-type Ended = Pick<Called, 'outcome' | 'response' | 'finished'>;
+type Ended = Pick<Attempt, 'outcome' | 'response' | 'finished'>;
 
 /** An attempt answered with `status` (and these headers). */
 function answered(status: number, headers: Record<string, string> = {}): Ended {
@@ -102,25 +96,5 @@ describe('retry delay (unit)', () => {
       retryDelayS({ max_attempts: 2, delays_s: [60] }, 2, answered(503, { 'retry-after': '5' })),
       null,
     );
-  });
-});
-
-describe('webhook payload (unit)', () => {
-  it('is the Event resource, with the attempt’s id as its request_id, and none of the log’s own fields', () => {
-    const e = event('prn:::accounts:/a', 'device.created', 'd1', 1_800_000_000);
-    const payload = payloadOf(e, 'del_0001');
-    assert.deepEqual(Object.keys(payload).sort(), [
-      'api_version',
-      'created',
-      'data',
-      'id',
-      'livemode',
-      'owner',
-      'request_id',
-      'type',
-    ]);
-    assert.equal(payload.request_id, 'del_0001');
-    assert.equal(payload.id, e.id);
-    assert.deepEqual(payload.data, e.data);
   });
 });
