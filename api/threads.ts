@@ -31,7 +31,7 @@ import type { Limiter } from '../infra/limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
 import { errorsCrossThreads, ThreadChannel } from '../infra/threads.ts';
-import type { DeliveryStore } from '../processors/deliveries.ts';
+import type { DeliveryStore } from '../processors/delivery/port.ts';
 import type { EventLog } from '../processors/eventlog.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
 import { SchemaError } from '../schemas/registry.ts';

@@ -41,6 +41,9 @@ async function version(root: string, receiver: string): Promise<(count: number) 
   if (!existsSync(join(root, 'node_modules')))
     symlinkSync(join(HERE, 'node_modules'), join(root, 'node_modules'));
   const load = (path: string) => import(join(root, path));
+  // The first of `paths` the tree has: a tree from before processors/delivery/ keeps its modules
+  // where they were.
+  const loadFirst = (...paths: string[]) => load(paths.find((p) => existsSync(join(root, p))) ?? paths[0]!);
   const [{ MemoryBus }, { loadConfig }, { openEventStore }, { createLogger }] = await Promise.all([
     load('infra/bus/memory.ts'),
     load('infra/config.ts'),
@@ -48,9 +51,9 @@ async function version(root: string, receiver: string): Promise<(count: number) 
     load('infra/telemetry.ts'),
   ]);
   const [{ ThreadedDeliveryStore }, { Dispatcher }, { Egress }, { SchemaRegistry }] = await Promise.all([
-    load('processors/deliveries.ts'),
-    load('processors/dispatcher.ts'),
-    load('processors/egress.ts'),
+    loadFirst('processors/delivery/threaded.ts', 'processors/deliveries.ts'),
+    loadFirst('processors/delivery/dispatcher.ts', 'processors/dispatcher.ts'),
+    loadFirst('processors/delivery/egress.ts', 'processors/egress.ts'),
     load('schemas/registry.ts'),
   ]);
   const dir = mkdtempSync(join(tmpdir(), 'hub-compare-'));

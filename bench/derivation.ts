@@ -22,7 +22,8 @@ import { createLogger } from '../infra/telemetry.ts';
 import { type ActorStates, MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
 import type { DeviceActor } from '../processors/derive.ts';
 import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
-import { PostgresEventLog, PostgresLogs } from '../processors/postgres-logs.ts';
+import { PostgresEventLog } from '../processors/eventlog-postgres.ts';
+import { PostgresLogs } from '../processors/postgres-logs.ts';
 import {
   ProcessorMetrics,
   projectedSubscriptions,

@@ -23,17 +23,15 @@ import { timeOrderedId } from '../infra/eventstore/aggregate.ts';
 import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { createLogger } from '../infra/telemetry.ts';
-import {
-  type DeliveryStore,
-  encodeJob,
-  type Job,
-  RedisDeliveryStore,
-  ThreadedDeliveryStore,
-} from '../processors/deliveries.ts';
+import { encodeJob } from '../processors/delivery/codec.ts';
+import { Dispatcher, type DispatcherOptions, SPILL_MS } from '../processors/delivery/dispatcher.ts';
+import { Egress } from '../processors/delivery/egress.ts';
+import type { DeliveryStore, Job } from '../processors/delivery/port.ts';
+import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
+import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
+import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
 import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
-import { Dispatcher, type DispatcherOptions, SPILL_MS } from '../processors/dispatcher.ts';
-import { Egress } from '../processors/egress.ts';
-import { PostgresAttemptLog, PostgresLogs } from '../processors/postgres-logs.ts';
+import { PostgresLogs } from '../processors/postgres-logs.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
   benchDevices,

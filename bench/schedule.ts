@@ -18,15 +18,12 @@ import { TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
 import { SqliteEventStore } from '../infra/eventstore/sqlite.ts';
 import { createLogger } from '../infra/telemetry.ts';
-import {
-  type DeliveryStore,
-  type Job,
-  RedisDeliveryStore,
-  SqliteDeliveryStore,
-} from '../processors/deliveries.ts';
+import { Dispatcher } from '../processors/delivery/dispatcher.ts';
+import { Egress } from '../processors/delivery/egress.ts';
+import type { DeliveryStore, Job } from '../processors/delivery/port.ts';
+import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
+import { SqliteDeliveryStore } from '../processors/delivery/sqlite.ts';
 import { API_VERSION } from '../processors/derive.ts';
-import { Dispatcher } from '../processors/dispatcher.ts';
-import { Egress } from '../processors/egress.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import { benchSubscription, fmt, machine, writeSection } from './report.ts';
 

@@ -30,24 +30,20 @@ import {
   RedisActorStates,
   SqliteActorStates,
 } from '../processors/actors.ts';
-import {
-  type DeliveryStore,
-  encodeJob,
-  RedisDeliveryStore,
-  ThreadedDeliveryStore,
-} from '../processors/deliveries.ts';
+import { encodeJob } from '../processors/delivery/codec.ts';
+import { Dispatcher } from '../processors/delivery/dispatcher.ts';
+import { Egress } from '../processors/delivery/egress.ts';
+import type { DeliveryStore } from '../processors/delivery/port.ts';
+import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
+import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
+import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
 import type { DeviceActor } from '../processors/derive.ts';
-import { Dispatcher } from '../processors/dispatcher.ts';
-import { Egress } from '../processors/egress.ts';
 import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
+import { PostgresEventLog } from '../processors/eventlog-postgres.ts';
 import { SqliteEventLog } from '../processors/eventlog-sqlite.ts';
 import { mailProcessor } from '../processors/mailer.ts';
-import {
-  moveLogsFromRedis,
-  PostgresAttemptLog,
-  PostgresEventLog,
-  PostgresLogs,
-} from '../processors/postgres-logs.ts';
+import { PostgresLogs } from '../processors/postgres-logs.ts';
+import { moveLogsFromRedis } from '../processors/postgres-logs-move.ts';
 import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/processor.ts';
 import { publicityProcessor } from '../processors/publicity.ts';
 import { relay } from '../processors/relay.ts';

@@ -21,20 +21,12 @@
 // Commits do not wait for the WAL to be flushed (synchronous_commit off, for these connections
 // only): a crash of PostgreSQL's host may lose the last moments of log records (never a
 // corruption), as Redis's appendfsync everysec did for them before. A crash of the hub loses none.
-import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+//
+// This file: the pool, the tables and their partitions, and the grouped inserts both logs write
+// with. The logs: eventlog-postgres.ts and delivery/postgres.ts; the upgrade from Redis:
+// postgres-logs-move.ts.
 import pg from 'pg';
 import type { Logger } from '../infra/telemetry.ts';
-import {
-  type Attempt,
-  type AttemptLog,
-  type AttemptRecord,
-  attemptOfRecord,
-  recordOf,
-  type StatusFilter,
-} from './deliveries.ts';
-import type { WebhookEvent } from './derive.ts';
-import type { EventLog, EventQuery } from './eventlog.ts';
 
 const DAY_MS = 86_400_000;
 /** Serialises the logs' DDL across processes (the event store's locks are 0x68756265 and the next). */
@@ -47,7 +39,7 @@ const UPKEEP_MS = 3_600_000;
  * waiting behind a long read it would hold up every read and write queued behind it. */
 const DDL_LOCK_TIMEOUT = '5s';
 /** `until` when none is given (a bigint bound). */
-const END_OF_TIME = Number.MAX_SAFE_INTEGER;
+export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
 /** INSERTs in flight per table and process. */
 const PARALLEL_INSERTS = 2;
 
@@ -398,7 +390,7 @@ export class PostgresLogs {
  * flight, and the rows appended meanwhile go together in the next. Each append is answered when
  * the statement that carried its rows has committed (or failed).
  */
-class GroupedInserts<Row> {
+export class GroupedInserts<Row> {
   private readonly write: (rows: Row[]) => Promise<void>;
   private rows: Row[] = [];
   private waiting: { resolve: () => void; reject: (err: Error) => void }[] = [];
@@ -452,7 +444,7 @@ class GroupedInserts<Row> {
  * every quote and backslash of a JSON body, which cost the dispatcher more than the rest of a
  * record's write.
  */
-function columns(rows: unknown[][], width: number): unknown[] {
+export function columns(rows: unknown[][], width: number): unknown[] {
   // In id order (the first column): statements that add the same ids (a batch derived again by
   // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
   // their counts' keys are taken in one order too (countAdded).
@@ -469,363 +461,13 @@ function columns(rows: unknown[][], width: number): unknown[] {
   return [...out, json.join('\n')];
 }
 
-/** The log's time of an event: its `created`, in ms (whole seconds). */
-const timeOf = (e: WebhookEvent) => e.created * 1000;
-
-/** An event as its row: id, at, owner, type, resource_prn, source_position, sequence, body. */
-type EventRow = [string, number, string, string, string, number, number, string];
-
 /** The rows added to a log, counted into hub_log_counts by key and bucket ($n: the bucket's width),
  * in the order of their keys: statements that count into the same keys lock them in one order. */
-const countAdded = (keys: string, time: string, n: number) => `INSERT INTO hub_log_counts (key, bucket, n)
+export const countAdded = (
+  keys: string,
+  time: string,
+  n: number,
+) => `INSERT INTO hub_log_counts (key, bucket, n)
   SELECT key, ${time} - ${time} % $${n}, count(*) FROM added CROSS JOIN LATERAL unnest(${keys}) AS k(key)
   WHERE key IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2
   ON CONFLICT (key, bucket) DO UPDATE SET n = hub_log_counts.n + excluded.n`;
-
-const EVENT_INSERT = `WITH added AS (
-  INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
-  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], string_to_array($8, E'\\n'))
-  ON CONFLICT DO NOTHING RETURNING owner, type, at)
-  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`;
-
-/** The key of an account's counts, and of its counts of a type. */
-const eventKey = (owner: string, type?: string) => (type ? `e:${owner}\t${type}` : `e:${owner}`);
-
-/** Newest first: by time, then the store order of the changes, then the order of derivation. */
-const EVENT_ORDER = 'ORDER BY at DESC, source_position DESC, sequence DESC';
-
-/** The event log on PostgreSQL (what the distributed profile runs). */
-export class PostgresEventLog implements EventLog {
-  private readonly logs: PostgresLogs;
-  private readonly inserts: GroupedInserts<EventRow>;
-
-  constructor(logs: PostgresLogs) {
-    this.logs = logs;
-    this.inserts = new GroupedInserts((rows) =>
-      this.logs.insert(
-        'hub_event_log',
-        rows.map((r) => r[1]),
-        {
-          name: 'hub-evlog-append',
-          text: EVENT_INSERT,
-          values: [...columns(rows, 8), this.logs.bucketMs],
-        },
-      ),
-    );
-  }
-
-  /** Events older than the retention are not stored. */
-  append(events: WebhookEvent[]): Promise<void> {
-    const horizon = Date.now() - this.logs.retentionMs;
-    const rows: EventRow[] = [];
-    for (const e of events) {
-      const at = timeOf(e);
-      if (at >= horizon)
-        rows.push([
-          e.id,
-          at,
-          e.owner,
-          e.type,
-          e.resource_prn,
-          e.source_position,
-          e.sequence,
-          JSON.stringify(e),
-        ]);
-    }
-    return this.inserts.add(rows);
-  }
-
-  async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {
-    const lo = Math.max(q.since ?? 0, Date.now() - this.logs.retentionMs);
-    const hi = q.until ?? END_OF_TIME;
-    const values: unknown[] = [owner];
-    let where = 'owner = $1';
-    if (q.type) where += ` AND type = $${values.push(q.type)}`;
-    if (q.resource_prn) where += ` AND resource_prn = $${values.push(q.resource_prn)}`;
-    const variant = `${q.type ? 't' : ''}${q.resource_prn ? 'r' : ''}`;
-    const n = values.length;
-    const [page, total] = await Promise.all([
-      this.logs.read<{ body: string }>(
-        `hub-evlog-list-${variant}`,
-        `SELECT body FROM hub_event_log WHERE ${where} AND at >= $${n + 1} AND at < $${n + 2} ${EVENT_ORDER} LIMIT $${n + 3} OFFSET $${n + 4}`,
-        [...values, lo, hi, q.limit, q.skip],
-      ),
-      this.logs.count(`hub-evlog-count-${variant}`, 'hub_event_log', 'at', where, values, {
-        lo,
-        hi,
-        key: q.resource_prn ? undefined : eventKey(owner, q.type),
-      }),
-    ]);
-    return { items: page.map((r) => JSON.parse(r.body) as WebhookEvent), total };
-  }
-
-  async get(owner: string, id: string): Promise<WebhookEvent | undefined> {
-    const [row] = await this.logs.read<{ body: string }>(
-      'hub-evlog-get',
-      'SELECT body FROM hub_event_log WHERE id = $1 AND at >= $2 AND owner = $3',
-      [id, Date.now() - this.logs.retentionMs, owner],
-    );
-    return row ? (JSON.parse(row.body) as WebhookEvent) : undefined;
-  }
-}
-
-/** An attempt as its row: id, started, subscription_id, event_id, owner, status, and its record
- * as the API shows it (JSON). */
-type AttemptRow = [string, number, string, string, string, string, string];
-
-/** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
-const ATTEMPT_INSERT = `WITH added AS (
-  INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
-  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], string_to_array($7, E'\\n'))
-  ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
-  ${countAdded(
-    `ARRAY['a:' || subscription_id,
-       'a:' || subscription_id || E'\\t' || CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
-       CASE WHEN status = 'dead_lettered' THEN 'a:' || subscription_id || E'\\tdead_lettered' END]`,
-    'started',
-    8,
-  )}`;
-
-/** The key of a subscription's counts, and of its counts of a status filter. */
-const attemptKey = (subscription: string, status?: StatusFilter) =>
-  status ? `a:${subscription}\t${status}` : `a:${subscription}`;
-
-/** Each status filter's condition; `failed` is every attempt that did not succeed. */
-const STATUS_WHERE: Record<StatusFilter | 'all', string> = {
-  all: '',
-  succeeded: " AND status = 'succeeded'",
-  failed: " AND status <> 'succeeded'",
-  dead_lettered: " AND status = 'dead_lettered'",
-};
-
-/** The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile). */
-export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
-  private readonly logs: PostgresLogs;
-  private readonly inserts: GroupedInserts<AttemptRow>;
-
-  constructor(logs: PostgresLogs) {
-    this.logs = logs;
-    this.inserts = new GroupedInserts((rows) =>
-      this.logs.insert(
-        'hub_attempt_log',
-        rows.map((r) => r[1]),
-        {
-          name: 'hub-attlog-append',
-          text: ATTEMPT_INSERT,
-          values: [...columns(rows, 7), this.logs.bucketMs],
-        },
-      ),
-    );
-  }
-
-  rowOf(a: Attempt): AttemptRow {
-    if (!Number.isFinite(a.started)) throw new Error(`attempt ${a.id} has no start time`);
-    return [a.id, a.started, a.subscription_id, a.event_id, a.owner, a.status, JSON.stringify(recordOf(a))];
-  }
-
-  /** Attempts started before the retention are not stored. */
-  append(rows: AttemptRow[]): Promise<void> {
-    const horizon = Date.now() - this.logs.retentionMs;
-    return this.inserts.add(rows.filter((r) => r[1] >= horizon));
-  }
-
-  async attempts(
-    subscription: string,
-    q: { status?: StatusFilter; limit: number; skip: number },
-  ): Promise<{ items: AttemptRecord[]; total: number }> {
-    const status = q.status ?? 'all';
-    const where = `subscription_id = $1${STATUS_WHERE[status]}`;
-    const lo = Date.now() - this.logs.retentionMs;
-    const [page, total] = await Promise.all([
-      this.logs.read<{ body: string }>(
-        `hub-attlog-list-${status}`,
-        `SELECT body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
-        [subscription, lo, q.limit, q.skip],
-      ),
-      this.logs.count(`hub-attlog-count-${status}`, 'hub_attempt_log', 'started', where, [subscription], {
-        lo,
-        hi: END_OF_TIME,
-        key: attemptKey(subscription, q.status),
-      }),
-    ]);
-    return { items: page.map((r) => JSON.parse(r.body) as AttemptRecord), total };
-  }
-
-  async attempt(id: string): Promise<AttemptRecord | undefined> {
-    const [row] = await this.logs.read<{ body: string }>(
-      'hub-attlog-get',
-      'SELECT body FROM hub_attempt_log WHERE id = $1 AND started >= $2',
-      [id, Date.now() - this.logs.retentionMs],
-    );
-    return row ? (JSON.parse(row.body) as AttemptRecord) : undefined;
-  }
-
-  async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
-    const rows = await this.logs.read<{ body: string }>(
-      'hub-attlog-event',
-      'SELECT body FROM hub_attempt_log WHERE event_id = $1 AND owner = $2 AND started >= $3 ORDER BY started, id',
-      [eventId, owner, Date.now() - this.logs.retentionMs],
-    );
-    return rows.map((r) => JSON.parse(r.body) as AttemptRecord);
-  }
-}
-
-/** Set once the logs an earlier version kept in Redis are in PostgreSQL (its value: when). */
-export const MOVED_KEY = 'hub:logs:moved';
-/** Held (with an expiry, renewed) by the process moving them. */
-const MOVING_KEY = 'hub:logs:moving';
-const MOVING_LEASE_MS = 60_000;
-/** How often a process that does not hold it looks whether the move is done (or its mover died). */
-const MOVE_LOOK_MS = 5000;
-const PROGRESS_EVERY_MS = 10_000;
-/** Renews the lease if it is still this process's. */
-const RENEW_MOVING = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`;
-
-/**
- * The upgrade from versions that kept the event log and the attempt records in Redis: they are
- * copied to PostgreSQL once, by one process at a time (a lease in Redis; the others look again
- * every few seconds, in case it dies), in batches of a SCAN; each batch's keys are removed from Redis
- * once its rows are committed, so a move cut short resumes where it stopped (appends are
- * idempotent). Then the old indexes go, and `hub:logs:moved` is set. Records past the retention
- * are not copied; a record that cannot be read is left to expire with its retention. Until the
- * move says it is done, the logs lack what is not moved yet. Processes of the earlier version must
- * be stopped first: what they write in Redis afterwards is not moved (it expires unseen).
- */
-export async function moveLogsFromRedis(o: LogMove): Promise<void> {
-  const { redis, logger, signal } = o;
-  const token = randomBytes(8).toString('hex');
-  while (!signal.aborted) {
-    try {
-      if (await redis.exists(MOVED_KEY)) return;
-      // Held: moved, then the key above is set (or stopped, and the loop ends).
-      if (await redis.set(MOVING_KEY, token, 'PX', MOVING_LEASE_MS, 'NX')) {
-        await moveHeld(o, token);
-        continue;
-      }
-    } catch (err) {
-      logger.warn(
-        { err: (err as Error).message },
-        'moving the logs from Redis to PostgreSQL failed; tried again in a few seconds',
-      );
-    }
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, MOVE_LOOK_MS);
-      signal.addEventListener(
-        'abort',
-        () => {
-          clearTimeout(timer);
-          resolve();
-        },
-        { once: true },
-      );
-    });
-  }
-}
-
-interface LogMove {
-  redis: Redis;
-  events: PostgresEventLog;
-  attempts: PostgresAttemptLog;
-  logger: Logger;
-  signal: AbortSignal;
-}
-
-/** The move, by the holder of its lease (`token`); gives the lease back when it ends. */
-async function moveHeld(o: LogMove, token: string): Promise<void> {
-  const { redis, logger, signal } = o;
-  const renewal = setInterval(() => {
-    redis.eval(RENEW_MOVING, 1, MOVING_KEY, token, MOVING_LEASE_MS).catch(() => {});
-  }, MOVING_LEASE_MS / 3);
-  renewal.unref();
-  const started = Date.now();
-  const counts = { events: 0, attempts: 0, unreadable: 0 };
-  let told = started;
-  const progress = () => {
-    if (Date.now() - told < PROGRESS_EVERY_MS) return;
-    told = Date.now();
-    logger.info(counts, 'moving the logs from Redis to PostgreSQL: so far');
-  };
-  /** Moves the records of the keys matching `pattern`, as `parse` reads them (one it cannot read
-   * is counted and left); answers whether it went through them all. */
-  const move = async <Row>(
-    pattern: string,
-    kind: 'events' | 'attempts',
-    parse: (body: string) => Row,
-    write: (rows: Row[]) => Promise<void>,
-  ) => {
-    let cursor = '0';
-    do {
-      if (signal.aborted) return false;
-      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length === 0) continue;
-      const bodies = await redis.mget(keys);
-      const rows: Row[] = [];
-      const moved: string[] = [];
-      keys.forEach((key, i) => {
-        const body = bodies[i];
-        if (body === null || body === undefined) return; // expired meanwhile
-        try {
-          rows.push(parse(body));
-          moved.push(key);
-        } catch {
-          counts.unreadable++;
-        }
-      });
-      await write(rows);
-      if (moved.length > 0) await redis.unlink(...moved);
-      counts[kind] += moved.length;
-      progress();
-    } while (cursor !== '0');
-    return true;
-  };
-  /** Removes the keys matching `pattern` (the old indexes). */
-  const remove = async (pattern: string) => {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.unlink(...keys);
-    } while (cursor !== '0' && !signal.aborted);
-  };
-  try {
-    logger.info(
-      'moving the event log and the delivery attempt records an earlier version kept in Redis to PostgreSQL; until it is done they lack what is not moved yet',
-    );
-    const done =
-      (await move(
-        'hub:evt:*',
-        'events',
-        (body) => {
-          const e = JSON.parse(body) as WebhookEvent;
-          if (typeof e.id !== 'string' || !Number.isFinite(e.created)) throw new Error('not an event');
-          return e;
-        },
-        (events) => o.events.append(events),
-      )) &&
-      (await move(
-        'hub:att:*',
-        'attempts',
-        (body) => o.attempts.rowOf(attemptOfRecord(JSON.parse(body) as AttemptRecord)),
-        (rows) => o.attempts.append(rows),
-      ));
-    if (!done) return;
-    for (const pattern of ['hub:evlog:*', 'hub:atts:*', 'hub:atts-evt:*']) await remove(pattern);
-    if (signal.aborted) return;
-    await redis.set(MOVED_KEY, new Date().toISOString());
-    logger.info(
-      { ...counts, seconds: Math.round((Date.now() - started) / 1000) },
-      'moved the logs from Redis to PostgreSQL: done',
-    );
-  } finally {
-    clearInterval(renewal);
-    await redis
-      .eval(
-        `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`,
-        1,
-        MOVING_KEY,
-        token,
-      )
-      .catch(() => {});
-  }
-}

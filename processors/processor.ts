@@ -12,7 +12,7 @@ import type { ReadStore } from '../infra/readstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { SchemaRegistry } from '../schemas/registry.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
-import type { Job } from './deliveries.ts';
+import type { Job } from './delivery/port.ts';
 import { type Change, type DeviceActor, derive, initialActor, jobId, type WebhookEvent } from './derive.ts';
 import type { EventLog } from './eventlog.ts';
 

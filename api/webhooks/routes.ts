@@ -3,12 +3,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
-import type { AttemptRecord, Job } from '../../processors/deliveries.ts';
+import { RESPONSE_BODY_LIMIT } from '../../processors/delivery/dispatcher.ts';
+import { Egress, EgressError } from '../../processors/delivery/egress.ts';
+import type { AttemptRecord, Job } from '../../processors/delivery/port.ts';
+import { newSigningSecret } from '../../processors/delivery/signing.ts';
 import { API_VERSION, EVENT_TYPES, type EventType, type WebhookEvent } from '../../processors/derive.ts';
-import { RESPONSE_BODY_LIMIT } from '../../processors/dispatcher.ts';
-import { Egress, EgressError } from '../../processors/egress.ts';
 import { matches, projectedSubscriptions } from '../../processors/processor.ts';
-import { newSigningSecret } from '../../processors/signing.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal } from '../auth/secrets.ts';
 import { grantingScopes, grants } from '../auth/tokens.ts';

@@ -6,8 +6,8 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { BACKSTOP_PAGES, unwatch, watch } from '../../infra/checkpointer.ts';
 import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
-import { SqliteDeliveryStore } from '../../processors/deliveries.ts';
-import { job } from '../webhooks/deliveries.ts';
+import { SqliteDeliveryStore } from '../../processors/delivery/sqlite.ts';
+import { job } from '../processors/delivery/contract.ts';
 
 describe('SQLite checkpoints on their own thread (int)', () => {
   it('copies a file’s log back into it while its writer only commits', async () => {

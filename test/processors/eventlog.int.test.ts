@@ -10,8 +10,9 @@ import pg from 'pg';
 import { openDerivedDatabase } from '../../infra/sqlite.ts';
 import type { WebhookEvent } from '../../processors/derive.ts';
 import { MemoryEventLog, RedisEventLog } from '../../processors/eventlog.ts';
+import { PostgresEventLog } from '../../processors/eventlog-postgres.ts';
 import { SqliteEventLog } from '../../processors/eventlog-sqlite.ts';
-import { PostgresEventLog, PostgresLogs } from '../../processors/postgres-logs.ts';
+import { PostgresLogs } from '../../processors/postgres-logs.ts';
 import { dropSchema, testConfig } from '../harness.ts';
 import { event, eventLogContract } from './eventlog.ts';
 

@@ -7,7 +7,7 @@ import { MemoryBus } from '../../infra/bus/memory.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
 import { MemoryActorStates } from '../../processors/actors.ts';
-import type { Job } from '../../processors/deliveries.ts';
+import type { Job } from '../../processors/delivery/port.ts';
 import type { DeviceActor } from '../../processors/derive.ts';
 import { MemoryEventLog } from '../../processors/eventlog.ts';
 import { ProcessorMetrics, StreamProcessor } from '../../processors/processor.ts';

@@ -5,18 +5,16 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { RedisDeliveryStore, recordOf } from '../../processors/deliveries.ts';
+import { recordOf } from '../../processors/delivery/port.ts';
+import { PostgresAttemptLog } from '../../processors/delivery/postgres.ts';
+import { RedisDeliveryStore } from '../../processors/delivery/redis.ts';
 import type { WebhookEvent } from '../../processors/derive.ts';
 import { RedisEventLog } from '../../processors/eventlog.ts';
-import {
-  MOVED_KEY,
-  moveLogsFromRedis,
-  PostgresAttemptLog,
-  PostgresEventLog,
-  PostgresLogs,
-} from '../../processors/postgres-logs.ts';
+import { PostgresEventLog } from '../../processors/eventlog-postgres.ts';
+import { PostgresLogs } from '../../processors/postgres-logs.ts';
+import { MOVED_KEY, moveLogsFromRedis } from '../../processors/postgres-logs-move.ts';
 import { dropSchema, memoryLogger, testConfig } from '../harness.ts';
-import { attemptOf, job } from '../webhooks/deliveries.ts';
+import { attemptOf, job } from './delivery/contract.ts';
 import { event } from './eventlog.ts';
 
 const DAY = 86_400_000;

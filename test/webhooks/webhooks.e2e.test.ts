@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { createServer } from 'node:net';
-import { verifyWebhook, WebhookVerificationError } from '../../processors/signing.ts';
+import { verifyWebhook, WebhookVerificationError } from '../../processors/delivery/signing.ts';
 import { delegated, serviceAccount, signup, startHub, type TestHub, type User } from '../hub.ts';
 import { Receiver } from './receiver.ts';
 

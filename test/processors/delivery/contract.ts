@@ -2,8 +2,8 @@
 // explicitly, so leases are checked without waiting for them.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { type Attempt, type DeliveryStore, type Job, recordOf } from '../../processors/deliveries.ts';
-import { event } from '../processors/eventlog.ts';
+import { type Attempt, type DeliveryStore, type Job, recordOf } from '../../../processors/delivery/port.ts';
+import { event } from '../eventlog.ts';
 
 export function job(subscription: string): Job {
   const owner = 'prn:::accounts:/contract';

@@ -1,7 +1,7 @@
 // The dispatcher's signer against node:crypto's HMAC, computed here (not through signing.ts).
 import assert from 'node:assert/strict';
 import { createHmac, randomBytes } from 'node:crypto';
-import { verifyWebhook, WebhookSigner } from '../../processors/signing.ts';
+import { verifyWebhook, WebhookSigner } from '../../../processors/delivery/signing.ts';
 
 const hmacHex = (secret: string, text: string) => createHmac('sha256', secret).update(text).digest('hex');
 

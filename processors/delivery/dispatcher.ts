@@ -1,43 +1,25 @@
 // The dispatcher: moves delivery jobs from the `deliveries` topic into the durable schedule (the
 // offsets are committed once they are stored), and runs the schedule: claims due jobs, signs and
-// POSTs each to its subscription, records the attempt, and schedules the retry or dead-letters.
-// A slow or failing endpoint holds only its own subscription's slots: each subscription has a
-// bounded number of attempts in flight and of jobs waiting here; jobs beyond them are left in the
-// schedule until its queue drains. Connections are pooled per origin (undici).
+// POSTs each to its subscription (attempt.ts), records the attempt, and schedules the retry or
+// dead-letters. A slow or failing endpoint holds only its own subscription's slots: each
+// subscription has a bounded number of attempts in flight and of jobs waiting here; jobs beyond
+// them are left in the schedule until its queue drains. Connections are pooled per origin (undici).
 
-import { randomBytes } from 'node:crypto';
-import { LRUCache } from 'lru-cache';
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { withTimeout } from '../api/app.ts';
-import { unseal } from '../api/auth/secrets.ts';
-import {
-  nextDelayS,
-  type Subscription,
-  subscriptions,
-  webhookStream,
-} from '../api/webhooks/subscriptions.ts';
-import type { Bus, Consumer } from '../infra/bus/port.ts';
-import { TOPICS } from '../infra/bus/port.ts';
-import { load, loadedNow } from '../infra/eventstore/aggregate.ts';
-import type { EventStore } from '../infra/eventstore/port.ts';
-import type { Logger } from '../infra/telemetry.ts';
-import type { SchemaRegistry } from '../schemas/registry.ts';
-import {
-  type Attempt,
-  type DeliveryStore,
-  decodeJob,
-  type Job,
-  type Outcome,
-  type Rooms,
-} from './deliveries.ts';
-import type { WebhookEvent } from './derive.ts';
-import { type Egress, EgressError } from './egress.ts';
-import { WebhookSigner } from './signing.ts';
-import { PooledHttp, type Target, ThreadedHttp, type WebhookHttp } from './webhook-http.ts';
+import type { Registry } from 'prom-client';
+import type { Bus, Consumer } from '../../infra/bus/port.ts';
+import { TOPICS } from '../../infra/bus/port.ts';
+import type { Logger } from '../../infra/telemetry.ts';
+import type { SchemaRegistry } from '../../schemas/registry.ts';
+import { Attempts } from './attempt.ts';
+import { decodeJob } from './codec.ts';
+import { Endpoints, type EndpointsOptions } from './endpoints.ts';
+import { Durability, type Held } from './held.ts';
+import { dispatcherMetrics } from './metrics.ts';
+import type { Attempt, DeliveryStore, Job, Rooms } from './port.ts';
+import { PooledHttp, ThreadedHttp } from './webhook-http.ts';
 
 export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
-/** A Retry-After (429, 503) is honoured between these bounds, seconds. */
-export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
+
 /** How long a paused subscription's due jobs wait before they are looked at again, ms. */
 const PAUSED_RECHECK_MS = 5000;
 /** A claimed job is this dispatcher's for this long, renewed every third of it while held here:
@@ -55,66 +37,11 @@ const WAIT_SHARE = 0.75;
 const ROOM_WAIT_MS = 250;
 /** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
 const TAKE_WAIT_MS = 2000;
-/** How long a /metrics scrape waits for the schedule (Redis) before reporting its gauges as NaN, ms. */
-const SCRAPE_WAIT_MS = 2000;
 
-/** A job this process holds: running or waiting for its subscription's slot. */
-interface Held {
-  job: Job;
-  /** When it was due (claimed) or came (handed off), ms. */
-  due: number;
-  /** Handed off and not stored (yet): the hand-off it came with, told when it is. */
-  fresh?: Durability;
-  /** The write storing a fresh job that stayed too long, while it is under way. */
-  spill?: Promise<void>;
-  /** Its finish is being written: a fresh one is then not spilled (its finish stores it). */
-  recording?: boolean;
-}
-
-/** Whether every fresh job of one hand-off is durable: finished (its attempt recorded) or stored. */
-class Durability {
-  private left = 0;
-  private sealed = false;
-  private resolve!: () => void;
-  private reject!: (err: Error) => void;
-  readonly done = new Promise<void>((resolve, reject) => {
-    this.resolve = resolve;
-    this.reject = reject;
-  });
-
-  constructor() {
-    // A hand-off that failed itself leaves nobody waiting on this: its failure must not be an
-    // unhandled rejection (which ends the process). Those who wait still see it.
-    this.done.catch(() => {});
-  }
-
-  add(): void {
-    this.left++;
-  }
-
-  settle(): void {
-    this.left--;
-    if (this.sealed && this.left === 0) this.resolve();
-  }
-
-  fail(err: Error): void {
-    this.reject(err);
-  }
-
-  /** No more jobs come: done once those added are settled. */
-  seal(): void {
-    this.sealed = true;
-    if (this.left === 0) this.resolve();
-  }
-}
-
-export interface DispatcherOptions {
+export interface DispatcherOptions extends EndpointsOptions {
   bus: Bus;
   registry: SchemaRegistry;
   deliveries: DeliveryStore;
-  store: EventStore;
-  sealKey: Buffer;
-  egress: Egress;
   logger: Logger;
   metrics: Registry;
   version: string;
@@ -123,57 +50,15 @@ export interface DispatcherOptions {
   maxInFlight: number;
   /** Attempts in flight per subscription in this process. */
   maxInFlightPerSubscription: number;
-  /** Subscriptions whose signer and target this dispatcher keeps (HUB_STATE_CACHE_ENTRIES). */
-  cacheEntries?: number;
-  /** How long after a rotation the previous secret still signs, ms (0: until the next rotation). */
-  rotationWindowMs: number;
   /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1. */
   httpThreads: number;
 }
 
-/** The payload receivers get: the Event resource of the specification. */
-export function payloadOf(event: WebhookEvent, requestId: string) {
-  return {
-    id: event.id,
-    type: event.type,
-    api_version: event.api_version,
-    created: event.created,
-    owner: event.owner,
-    request_id: requestId,
-    livemode: event.livemode,
-    data: event.data,
-  };
-}
-
-/** Whether an answer (or its absence) is worth another attempt: the specification's table. */
-export function retryable(outcome: Outcome, status: number | null): boolean {
-  if (outcome === 'timeout' || outcome === 'network') return true;
-  if (status === null) return false;
-  return status === 408 || status === 425 || status === 429 || status >= 500;
-}
-
-/** Seconds from a Retry-After header (delta or HTTP date), within the bounds; undefined if absent. */
-export function retryAfterS(header: string | undefined, now = Date.now()): number | undefined {
-  if (!header) return undefined;
-  const s = /^\d+$/.test(header.trim()) ? Number(header) : (Date.parse(header) - now) / 1000;
-  if (!Number.isFinite(s)) return undefined;
-  return Math.min(Math.max(Math.ceil(s), RETRY_AFTER_BOUNDS[0]), RETRY_AFTER_BOUNDS[1]);
-}
-
-interface Cached {
-  sub: Subscription;
-  /** Signs with the secrets in force: the current one, and the previous while its window lasts. */
-  signer: WebhookSigner;
-  /** How many secrets the signer has (the previous one drops out when its window ends). */
-  sealed: number;
-  /** The URL checked against the egress rules as undici takes it, or why it may not be called. */
-  target: Target | EgressError;
-  at: number;
-}
-
 export class Dispatcher {
   private readonly o: DispatcherOptions;
-  private readonly http: WebhookHttp;
+  /** The subscriptions the jobs go to. */
+  private readonly endpoints: Endpoints;
+  private readonly attempts: Attempts;
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
@@ -199,23 +84,21 @@ export class Dispatcher {
   private roomWaiters: { enough: () => boolean; woken: () => void }[] = [];
   private spiller: NodeJS.Timeout | undefined;
   private stopping: Promise<void> | undefined;
-  /** Attempt ids: a random prefix per process and a counter (unique without a syscall each). */
-  private readonly idPrefix = randomBytes(7).toString('hex');
-  private attempts = 0;
-  private attemptsInFlight = 0;
-  private readonly cache: LRUCache<string, Cached>;
-  private readonly metrics: ReturnType<typeof dispatcherMetrics>;
   private unsubscribe: (() => void) | undefined;
   private renewer: NodeJS.Timeout | undefined;
 
   constructor(options: DispatcherOptions) {
     this.o = options;
-    this.cache = new LRUCache({ max: options.cacheEntries ?? 10_000 });
+    this.endpoints = new Endpoints(options);
     const http = { egress: options.egress.policy, timeoutMs: options.timeoutMs };
-    this.http = options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http);
-    this.metrics = dispatcherMetrics(options.metrics, options.deliveries, {
+    const metrics = dispatcherMetrics(options.metrics, options.deliveries, {
       held: () => this.held,
-      inFlight: () => this.attemptsInFlight,
+      inFlight: () => this.attempts.inFlight,
+    });
+    this.attempts = new Attempts({
+      http: options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http),
+      metrics,
+      version: options.version,
     });
   }
 
@@ -538,7 +421,7 @@ export class Dispatcher {
     while (this.held > 0) await new Promise((r) => setTimeout(r, 20));
     clearInterval(this.renewer);
     this.unsubscribe?.();
-    await this.http.close();
+    await this.attempts.close();
   }
 
   private sleep(ms: number): Promise<void> {
@@ -650,58 +533,14 @@ export class Dispatcher {
     }
   }
 
-  /** The subscription as this dispatcher uses it. The embedded store's aggregate cache is
-   * authoritative and cheap, so a deletion or a pause holds from the next attempt on, and it is
-   * answered without a promise; elsewhere a view at most a second old spares the store a read per
-   * attempt. */
-  private subscription(id: string): Cached | undefined | Promise<Cached | undefined> {
-    const now = Date.now();
-    const hit = this.cache.get(id);
-    if (hit && !this.o.store.exclusiveWriter && now - hit.at < 1000) return hit;
-    const stream = webhookStream(id);
-    const loaded = loadedNow(this.o.store, stream, subscriptions);
-    if (loaded) return this.cached(id, loaded.state, hit, now);
-    return load(this.o.store, stream, subscriptions).then(({ state }) => this.cached(id, state, hit, now));
-  }
-
-  private cached(id: string, state: Subscription, hit: Cached | undefined, now: number): Cached | undefined {
-    if (!state.id) return undefined;
-    // The previous secret signs beside the new one until the window ends or the next rotation.
-    const overlapEnds =
-      this.o.rotationWindowMs === 0 ? Number.POSITIVE_INFINITY : state.rotated + this.o.rotationWindowMs;
-    const sealed = [state.secretSealed];
-    if (state.previousSealed && now < overlapEnds) sealed.push(state.previousSealed);
-    const same = hit && hit.sealed === sealed.length && hit.sub.secretSealed === state.secretSealed;
-    if (same && hit.sub === state) {
-      hit.at = now; // the very state read before: nothing to work out again
-      return hit;
-    }
-    const signer = same ? hit.signer : new WebhookSigner(sealed.map((s) => unseal(this.o.sealKey, s)));
-    const entry = { sub: state, signer, sealed: sealed.length, target: this.checked(state.url), at: now };
-    this.cache.set(id, entry);
-    return entry;
-  }
-
-  /** A subscription's URL by the egress rules that need no lookup (the connector's lookup checks
-   * a name's addresses at every connection). */
-  private checked(raw: string): Target | EgressError {
-    try {
-      const { url } = this.o.egress.checkTarget(raw);
-      return { origin: url.origin, path: `${url.pathname}${url.search}` };
-    } catch (err) {
-      if (err instanceof EgressError) return err;
-      throw err;
-    }
-  }
-
   private async run(held: Held, release: () => void): Promise<void> {
     const { job } = held;
     try {
-      const looked = this.subscription(job.subscription_id);
+      const looked = this.endpoints.get(job.subscription_id);
       const found = looked instanceof Promise ? await looked : looked;
       if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
       if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
-      const attempt = await this.attempt(job, held.due, found);
+      const attempt = await this.attempts.make(job, held.due, found);
       release();
       job.attempt = attempt.attempt;
       await this.finish(held, attempt, attempt.next);
@@ -744,165 +583,4 @@ export class Dispatcher {
       }
     }
   }
-
-  private async attempt(job: Job, due: number, { sub, signer, target }: Cached): Promise<Attempt> {
-    const id = `del_${this.idPrefix}${(this.attempts++).toString(16).padStart(10, '0')}`;
-    const body = JSON.stringify(payloadOf(job.event, id));
-    const timestamp = Math.floor(Date.now() / 1000);
-    const headers: Record<string, string> = {
-      ...sub.custom_headers,
-      'content-type': 'application/json',
-      'user-agent': `Hub-Webhooks/${this.o.version}`,
-      'webhook-id': id,
-      'webhook-timestamp': String(timestamp),
-      'webhook-signature': signer.header(id, timestamp, body),
-    };
-    const n = job.attempt + 1;
-    const started = Date.now();
-    this.attemptsInFlight++;
-    const startedAt = performance.now();
-    const exchanged =
-      target instanceof EgressError
-        ? { outcome: 'refused_address' as const, error: target.message }
-        : await this.http.post(target, headers, body);
-    this.metrics.duration.observe((performance.now() - startedAt) / 1000);
-    this.attemptsInFlight--;
-    const response = exchanged.answer ?? null;
-    const status = response?.status ?? null;
-    let outcome: Outcome;
-    let error: string | null = null;
-    if (exchanged.answer) {
-      const code = exchanged.answer.status;
-      outcome = code < 300 ? '2xx' : code < 400 ? '3xx' : code < 500 ? '4xx' : '5xx';
-    } else {
-      outcome = exchanged.outcome;
-      error = exchanged.error;
-    }
-    const finished = Date.now();
-    this.metrics.attempts(outcome).inc();
-    let next: number | null = null;
-    let attemptStatus: Attempt['status'] = 'succeeded';
-    if (outcome === '2xx') {
-      // From the change to its delivery: a test, a replay or a redelivery (of an event days old,
-      // perhaps) is an operator's act, not the pipeline's delay.
-      if (job.kind === 'event' && job.event.created_ms)
-        this.metrics.latency.observe((finished - job.event.created_ms) / 1000);
-    } else if (retryable(outcome, status)) {
-      const after =
-        status === 429 || status === 503 ? retryAfterS(response?.headers['retry-after']) : undefined;
-      const delay = nextDelayS(sub.retry_policy, n);
-      if (delay === null) attemptStatus = 'dead_lettered';
-      else {
-        next = finished + (after ?? delay) * 1000;
-        attemptStatus = 'failed';
-        this.metrics.retries.inc();
-      }
-    } else attemptStatus = 'dead_lettered';
-    if (attemptStatus === 'dead_lettered') this.metrics.deadLettered.inc();
-    return {
-      id,
-      job_id: job.job_id,
-      subscription_id: job.subscription_id,
-      owner: job.owner,
-      event_id: job.event.id,
-      event_type: job.event.type,
-      kind: job.kind,
-      attempt: n,
-      status: attemptStatus,
-      outcome,
-      response_code: status,
-      error,
-      duration_ms: finished - started,
-      scheduled: due,
-      started,
-      finished,
-      next,
-      request: { url: sub.url, headers, body },
-      response,
-    };
-  }
-}
-
-export function dispatcherMetrics(
-  registry: Registry,
-  deliveries: DeliveryStore,
-  now: { held: () => number; inFlight: () => number },
-) {
-  new Gauge({
-    name: 'hub_webhook_jobs_held',
-    help: 'Jobs this dispatcher holds: attempts in flight and jobs waiting for their subscription.',
-    registers: [registry],
-    collect() {
-      this.set(now.held());
-    },
-  });
-  new Gauge({
-    name: 'hub_webhook_attempts_in_flight',
-    help: 'Delivery attempts in flight in this process.',
-    registers: [registry],
-    collect() {
-      this.set(now.inFlight());
-    },
-  });
-  const attempts = new Counter({
-    name: 'hub_webhook_attempts_total',
-    help: 'Delivery attempts by outcome: 2xx, 3xx, 4xx, 5xx, timeout, network, refused_address.',
-    labelNames: ['outcome'],
-    registers: [registry],
-  });
-  // Each outcome's series, looked up once rather than by its labels at every attempt.
-  const byOutcome = new Map<Outcome, ReturnType<typeof attempts.labels>>();
-  // The schedule as a scrape sees it, bounded: with Redis down a scrape must still answer within
-  // Prometheus's timeout, and say unknown (NaN), not empty (0), so that no alert reads it as fine.
-  const schedule = () => withTimeout(deliveries.pending(), SCRAPE_WAIT_MS).catch(() => undefined);
-  new Gauge({
-    name: 'hub_webhook_retry_backlog',
-    help: 'Jobs pending in the schedule (new and retries), all dispatchers together; NaN when the schedule does not answer.',
-    registers: [registry],
-    async collect() {
-      this.set((await schedule())?.count ?? Number.NaN);
-    },
-  });
-  new Gauge({
-    name: 'hub_webhook_retry_backlog_oldest_due_age_seconds',
-    help: 'How long the most overdue pending job has been due (0 when none is overdue); NaN when the schedule does not answer.',
-    registers: [registry],
-    async collect() {
-      const seen = await schedule();
-      if (!seen) this.set(Number.NaN);
-      else this.set(seen.oldestDue === undefined ? 0 : Math.max(0, (Date.now() - seen.oldestDue) / 1000));
-    },
-  });
-  return {
-    attempts(outcome: Outcome) {
-      let series = byOutcome.get(outcome);
-      if (!series) {
-        series = attempts.labels(outcome);
-        byOutcome.set(outcome, series);
-      }
-      return series;
-    },
-    duration: new Histogram({
-      name: 'hub_webhook_attempt_duration_seconds',
-      help: 'Duration of one delivery attempt.',
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
-      registers: [registry],
-    }),
-    latency: new Histogram({
-      name: 'hub_webhook_delivery_latency_seconds',
-      help: 'From the source event stored to its delivery answered 2xx (changes only: not tests, replays or redeliveries).',
-      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60, 600, 3600],
-      registers: [registry],
-    }),
-    retries: new Counter({
-      name: 'hub_webhook_retries_scheduled_total',
-      help: 'Retries scheduled after a retryable failure.',
-      registers: [registry],
-    }),
-    deadLettered: new Counter({
-      name: 'hub_webhook_dead_lettered_total',
-      help: 'Deliveries dead-lettered: a non-retryable answer, or attempts spent.',
-      registers: [registry],
-    }),
-  };
 }

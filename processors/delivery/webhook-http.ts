@@ -5,9 +5,9 @@
 // CPU, and on the dispatcher's thread they bound it to one core while the rest of the machine idled.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { Agent, errors, type Dispatcher as HttpDispatcher } from 'undici';
-import { OnDemandThread, ThreadChannel } from '../infra/threads.ts';
-import type { Outcome } from './deliveries.ts';
+import { OnDemandThread, ThreadChannel } from '../../infra/threads.ts';
 import { Egress, EgressError, type EgressPolicy } from './egress.ts';
+import type { Outcome } from './port.ts';
 
 /** Bytes of a receiver's answer kept in the attempt record. */
 export const RESPONSE_BODY_LIMIT = 4096;

@@ -2,11 +2,11 @@
 import assert from 'node:assert/strict';
 import { Registry } from 'prom-client';
 import { errors } from 'undici';
-import type { DeliveryStore } from '../../processors/deliveries.ts';
-import { isoTime } from '../../processors/deliveries.ts';
-import { dispatcherMetrics } from '../../processors/dispatcher.ts';
-import { EgressError } from '../../processors/egress.ts';
-import { classify } from '../../processors/webhook-http.ts';
+import { EgressError } from '../../../processors/delivery/egress.ts';
+import { dispatcherMetrics } from '../../../processors/delivery/metrics.ts';
+import type { DeliveryStore } from '../../../processors/delivery/port.ts';
+import { isoTime } from '../../../processors/delivery/port.ts';
+import { classify } from '../../../processors/delivery/webhook-http.ts';
 
 describe('attempt times (unit)', () => {
   it('isoTime is Date#toISOString, across seconds, milliseconds and years', () => {

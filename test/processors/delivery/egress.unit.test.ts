@@ -2,7 +2,7 @@
 // hands undici only addresses that passed (so a name that resolves to a private address, as in
 // DNS rebinding, never gets a connection).
 import assert from 'node:assert/strict';
-import { Egress, EgressError } from '../../processors/egress.ts';
+import { Egress, EgressError } from '../../../processors/delivery/egress.ts';
 
 describe('webhook egress rules (unit)', () => {
   const strict = new Egress({ allowHttp: false, allowNetworks: [] });

@@ -3,8 +3,13 @@
 // on it as network failures, the next POST starting a new one.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
-import { type Exchanged, PooledHttp, ThreadedHttp, type WebhookHttp } from '../../processors/webhook-http.ts';
-import { Receiver } from './receiver.ts';
+import {
+  type Exchanged,
+  PooledHttp,
+  ThreadedHttp,
+  type WebhookHttp,
+} from '../../../processors/delivery/webhook-http.ts';
+import { Receiver } from '../../webhooks/receiver.ts';
 
 describe('webhook HTTP, on this thread and on its own (int)', function () {
   this.timeout(20_000);

@@ -8,17 +8,18 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Registry } from 'prom-client';
-import { benchSubscription } from '../../bench/report.ts';
-import { MemoryBus } from '../../infra/bus/memory.ts';
-import { TOPICS } from '../../infra/bus/port.ts';
-import { openEventStore } from '../../infra/eventstore/open.ts';
-import { type Job, SqliteDeliveryStore } from '../../processors/deliveries.ts';
-import { Dispatcher, SPILL_MS } from '../../processors/dispatcher.ts';
-import { Egress } from '../../processors/egress.ts';
-import { SchemaRegistry } from '../../schemas/registry.ts';
-import { memoryLogger, testConfig } from '../harness.ts';
-import { event } from '../processors/eventlog.ts';
-import { Receiver } from './receiver.ts';
+import { benchSubscription } from '../../../bench/report.ts';
+import { MemoryBus } from '../../../infra/bus/memory.ts';
+import { TOPICS } from '../../../infra/bus/port.ts';
+import { openEventStore } from '../../../infra/eventstore/open.ts';
+import { Dispatcher, SPILL_MS } from '../../../processors/delivery/dispatcher.ts';
+import { Egress } from '../../../processors/delivery/egress.ts';
+import type { Job } from '../../../processors/delivery/port.ts';
+import { SqliteDeliveryStore } from '../../../processors/delivery/sqlite.ts';
+import { SchemaRegistry } from '../../../schemas/registry.ts';
+import { memoryLogger, testConfig } from '../../harness.ts';
+import { Receiver } from '../../webhooks/receiver.ts';
+import { event } from '../eventlog.ts';
 
 /** The embedded stores, a receiver, and a dispatcher on the in-process bus with two attempts in
  * flight per subscription (and a queue of 16 waiting beside them); `close` ends them all. */

@@ -7,17 +7,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
-import {
-  type Attempt,
-  type AttemptRecord,
-  RedisDeliveryStore,
-  recordOf,
-  SqliteDeliveryStore,
-  ThreadedDeliveryStore,
-} from '../../processors/deliveries.ts';
-import { PostgresAttemptLog, PostgresLogs } from '../../processors/postgres-logs.ts';
-import { dropSchema, testConfig } from '../harness.ts';
-import { attemptOf, deliveryStoreContract, job } from './deliveries.ts';
+import { type Attempt, type AttemptRecord, recordOf } from '../../../processors/delivery/port.ts';
+import { PostgresAttemptLog } from '../../../processors/delivery/postgres.ts';
+import { RedisDeliveryStore } from '../../../processors/delivery/redis.ts';
+import { SqliteDeliveryStore } from '../../../processors/delivery/sqlite.ts';
+import { ThreadedDeliveryStore } from '../../../processors/delivery/threaded.ts';
+import { PostgresLogs } from '../../../processors/postgres-logs.ts';
+import { dropSchema, testConfig } from '../../harness.ts';
+import { attemptOf, deliveryStoreContract, job } from './contract.ts';
 
 const RETENTION_MS = 86_400_000;
 

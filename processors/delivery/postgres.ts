@@ -1,0 +1,106 @@
+// The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile),
+// in the tables of processors/postgres-logs.ts.
+import { columns, countAdded, END_OF_TIME, GroupedInserts, type PostgresLogs } from '../postgres-logs.ts';
+import type { Attempt, AttemptLog, AttemptRecord, StatusFilter } from './port.ts';
+import { recordOf } from './port.ts';
+
+/** An attempt as its row: id, started, subscription_id, event_id, owner, status, and its record
+ * as the API shows it (JSON). */
+type AttemptRow = [string, number, string, string, string, string, string];
+
+/** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
+const ATTEMPT_INSERT = `WITH added AS (
+  INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
+  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], string_to_array($7, E'\\n'))
+  ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
+  ${countAdded(
+    `ARRAY['a:' || subscription_id,
+       'a:' || subscription_id || E'\\t' || CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
+       CASE WHEN status = 'dead_lettered' THEN 'a:' || subscription_id || E'\\tdead_lettered' END]`,
+    'started',
+    8,
+  )}`;
+
+/** The key of a subscription's counts, and of its counts of a status filter. */
+const attemptKey = (subscription: string, status?: StatusFilter) =>
+  status ? `a:${subscription}\t${status}` : `a:${subscription}`;
+
+/** Each status filter's condition; `failed` is every attempt that did not succeed. */
+const STATUS_WHERE: Record<StatusFilter | 'all', string> = {
+  all: '',
+  succeeded: " AND status = 'succeeded'",
+  failed: " AND status <> 'succeeded'",
+  dead_lettered: " AND status = 'dead_lettered'",
+};
+
+/** The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile). */
+export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
+  private readonly logs: PostgresLogs;
+  private readonly inserts: GroupedInserts<AttemptRow>;
+
+  constructor(logs: PostgresLogs) {
+    this.logs = logs;
+    this.inserts = new GroupedInserts((rows) =>
+      this.logs.insert(
+        'hub_attempt_log',
+        rows.map((r) => r[1]),
+        {
+          name: 'hub-attlog-append',
+          text: ATTEMPT_INSERT,
+          values: [...columns(rows, 7), this.logs.bucketMs],
+        },
+      ),
+    );
+  }
+
+  rowOf(a: Attempt): AttemptRow {
+    if (!Number.isFinite(a.started)) throw new Error(`attempt ${a.id} has no start time`);
+    return [a.id, a.started, a.subscription_id, a.event_id, a.owner, a.status, JSON.stringify(recordOf(a))];
+  }
+
+  /** Attempts started before the retention are not stored. */
+  append(rows: AttemptRow[]): Promise<void> {
+    const horizon = Date.now() - this.logs.retentionMs;
+    return this.inserts.add(rows.filter((r) => r[1] >= horizon));
+  }
+
+  async attempts(
+    subscription: string,
+    q: { status?: StatusFilter; limit: number; skip: number },
+  ): Promise<{ items: AttemptRecord[]; total: number }> {
+    const status = q.status ?? 'all';
+    const where = `subscription_id = $1${STATUS_WHERE[status]}`;
+    const lo = Date.now() - this.logs.retentionMs;
+    const [page, total] = await Promise.all([
+      this.logs.read<{ body: string }>(
+        `hub-attlog-list-${status}`,
+        `SELECT body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
+        [subscription, lo, q.limit, q.skip],
+      ),
+      this.logs.count(`hub-attlog-count-${status}`, 'hub_attempt_log', 'started', where, [subscription], {
+        lo,
+        hi: END_OF_TIME,
+        key: attemptKey(subscription, q.status),
+      }),
+    ]);
+    return { items: page.map((r) => JSON.parse(r.body) as AttemptRecord), total };
+  }
+
+  async attempt(id: string): Promise<AttemptRecord | undefined> {
+    const [row] = await this.logs.read<{ body: string }>(
+      'hub-attlog-get',
+      'SELECT body FROM hub_attempt_log WHERE id = $1 AND started >= $2',
+      [id, Date.now() - this.logs.retentionMs],
+    );
+    return row ? (JSON.parse(row.body) as AttemptRecord) : undefined;
+  }
+
+  async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
+    const rows = await this.logs.read<{ body: string }>(
+      'hub-attlog-event',
+      'SELECT body FROM hub_attempt_log WHERE event_id = $1 AND owner = $2 AND started >= $3 ORDER BY started, id',
+      [eventId, owner, Date.now() - this.logs.retentionMs],
+    );
+    return rows.map((r) => JSON.parse(r.body) as AttemptRecord);
+  }
+}

@@ -1,0 +1,98 @@
+// The account event log on PostgreSQL (what the distributed profile runs), in the tables of
+// postgres-logs.ts.
+import type { WebhookEvent } from './derive.ts';
+import type { EventLog, EventQuery } from './eventlog.ts';
+import { columns, countAdded, END_OF_TIME, GroupedInserts, type PostgresLogs } from './postgres-logs.ts';
+
+/** The log's time of an event: its `created`, in ms (whole seconds). */
+const timeOf = (e: WebhookEvent) => e.created * 1000;
+
+/** An event as its row: id, at, owner, type, resource_prn, source_position, sequence, body. */
+type EventRow = [string, number, string, string, string, number, number, string];
+
+const EVENT_INSERT = `WITH added AS (
+  INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
+  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], string_to_array($8, E'\\n'))
+  ON CONFLICT DO NOTHING RETURNING owner, type, at)
+  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`;
+
+/** The key of an account's counts, and of its counts of a type. */
+const eventKey = (owner: string, type?: string) => (type ? `e:${owner}\t${type}` : `e:${owner}`);
+
+/** Newest first: by time, then the store order of the changes, then the order of derivation. */
+const EVENT_ORDER = 'ORDER BY at DESC, source_position DESC, sequence DESC';
+
+/** The event log on PostgreSQL (what the distributed profile runs). */
+export class PostgresEventLog implements EventLog {
+  private readonly logs: PostgresLogs;
+  private readonly inserts: GroupedInserts<EventRow>;
+
+  constructor(logs: PostgresLogs) {
+    this.logs = logs;
+    this.inserts = new GroupedInserts((rows) =>
+      this.logs.insert(
+        'hub_event_log',
+        rows.map((r) => r[1]),
+        {
+          name: 'hub-evlog-append',
+          text: EVENT_INSERT,
+          values: [...columns(rows, 8), this.logs.bucketMs],
+        },
+      ),
+    );
+  }
+
+  /** Events older than the retention are not stored. */
+  append(events: WebhookEvent[]): Promise<void> {
+    const horizon = Date.now() - this.logs.retentionMs;
+    const rows: EventRow[] = [];
+    for (const e of events) {
+      const at = timeOf(e);
+      if (at >= horizon)
+        rows.push([
+          e.id,
+          at,
+          e.owner,
+          e.type,
+          e.resource_prn,
+          e.source_position,
+          e.sequence,
+          JSON.stringify(e),
+        ]);
+    }
+    return this.inserts.add(rows);
+  }
+
+  async list(owner: string, q: EventQuery): Promise<{ items: WebhookEvent[]; total: number }> {
+    const lo = Math.max(q.since ?? 0, Date.now() - this.logs.retentionMs);
+    const hi = q.until ?? END_OF_TIME;
+    const values: unknown[] = [owner];
+    let where = 'owner = $1';
+    if (q.type) where += ` AND type = $${values.push(q.type)}`;
+    if (q.resource_prn) where += ` AND resource_prn = $${values.push(q.resource_prn)}`;
+    const variant = `${q.type ? 't' : ''}${q.resource_prn ? 'r' : ''}`;
+    const n = values.length;
+    const [page, total] = await Promise.all([
+      this.logs.read<{ body: string }>(
+        `hub-evlog-list-${variant}`,
+        `SELECT body FROM hub_event_log WHERE ${where} AND at >= $${n + 1} AND at < $${n + 2} ${EVENT_ORDER} LIMIT $${n + 3} OFFSET $${n + 4}`,
+        [...values, lo, hi, q.limit, q.skip],
+      ),
+      this.logs.count(`hub-evlog-count-${variant}`, 'hub_event_log', 'at', where, values, {
+        lo,
+        hi,
+        key: q.resource_prn ? undefined : eventKey(owner, q.type),
+      }),
+    ]);
+    return { items: page.map((r) => JSON.parse(r.body) as WebhookEvent), total };
+  }
+
+  async get(owner: string, id: string): Promise<WebhookEvent | undefined> {
+    const [row] = await this.logs.read<{ body: string }>(
+      'hub-evlog-get',
+      'SELECT body FROM hub_event_log WHERE id = $1 AND at >= $2 AND owner = $3',
+      [id, Date.now() - this.logs.retentionMs, owner],
+    );
+    return row ? (JSON.parse(row.body) as WebhookEvent) : undefined;
+  }
+}
