@@ -158,15 +158,17 @@ export type MetaPatch = Record<string, string | null>;
  * fold, derivation and the read model apply (`metaPatchOf`).
  */
 export function mergeMeta(current: Meta, patch: MetaPatch): { meta: Meta; changed: Meta; removed: string[] } {
-  const changed: Meta = {};
+  const set: [string, string][] = [];
   const removed: string[] = [];
   for (const [k, v] of Object.entries(patch)) {
     if (v === null) {
       if (Object.hasOwn(current, k)) removed.push(k);
     } else if (current[k] !== v) {
-      changed[k] = v;
+      set.push([k, v]);
     }
   }
+  // Built as data properties (fromEntries, spread): any key is a key, `__proto__` too.
+  const changed: Meta = Object.fromEntries(set);
   const meta = { ...current, ...changed };
   for (const k of removed) delete meta[k];
   return { meta, changed, removed };
@@ -299,8 +301,13 @@ export function decideClaim(c: ClaimDevice, d: DeviceState): DomainEvent<'Device
   ];
 }
 
-/** Rename (the owner); the new nick already reserved when it differs in more than case. */
-export function decideRename(c: { nick: string }, d: DeviceState): DomainEvent<'DeviceRenamed'>[] {
+export interface RenameDevice {
+  /** Already reserved among the owner's devices when it differs from the old one in more than case. */
+  nick: string;
+}
+
+/** Rename (the owner). */
+export function decideRename(c: RenameDevice, d: DeviceState): DomainEvent<'DeviceRenamed'>[] {
   refuseGone(d);
   if (d.nick === c.nick) return [];
   return [
@@ -311,8 +318,12 @@ export function decideRename(c: { nick: string }, d: DeviceState): DomainEvent<'
   ];
 }
 
+export interface SetPublic {
+  public: boolean;
+}
+
 /** Make the device public or private (the owner): recorded only when the flag flips. */
-export function decideSetPublic(c: { public: boolean }, d: DeviceState): DomainEvent<'DevicePublicSet'>[] {
+export function decideSetPublic(c: SetPublic, d: DeviceState): DomainEvent<'DevicePublicSet'>[] {
   refuseGone(d);
   if (d.public === c.public) return [];
   return [{ type: 'DevicePublicSet', data: { device_id: d.id, owner_prn: d.ownerPrn, public: c.public } }];
@@ -325,11 +336,13 @@ export function decideDelete(d: DeviceState): DomainEvent<'DeviceMarkedGarbage'>
   return [{ type: 'DeviceMarkedGarbage', data: { device_id: d.id, owner_prn: d.ownerPrn, nick: d.nick } }];
 }
 
-/** Replace the login secret (the owner or the device), sealed: the logins made before end. */
-export function decideRotateSecret(
-  c: { secretSealed: string },
-  d: DeviceState,
-): DomainEvent<'DeviceSecretRotated'>[] {
+export interface RotateSecret {
+  /** The new secret, sealed (AES-256-GCM; the key never leaves the server). */
+  secretSealed: string;
+}
+
+/** Replace the login secret (the owner or the device): the logins made before end. */
+export function decideRotateSecret(c: RotateSecret, d: DeviceState): DomainEvent<'DeviceSecretRotated'>[] {
   refuseGone(d);
   return [
     {

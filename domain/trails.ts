@@ -60,19 +60,15 @@ export const trails = {
           lastRev: Math.max(t.lastRev, d.rev),
         };
       }
-      case 'StepProgressReported': {
-        const d = e.data;
-        const step = t.steps.get(d.rev);
-        if (!step) return t;
-        const next = { ...step, progress: d.progress, status: d.status, statusMsg: d.status_msg };
-        return { ...t, steps: new Map(t.steps).set(d.rev, { ...next, modified: e.created }) };
-      }
+      case 'StepProgressReported':
       case 'StepPublicitySet': {
-        const d = e.data;
-        const step = t.steps.get(d.rev);
+        const step = t.steps.get(e.data.rev);
         if (!step) return t;
-        const next = { ...step, public: d.public, garbage: d.garbage, flagsModified: e.created };
-        return { ...t, steps: new Map(t.steps).set(d.rev, { ...next, modified: e.created }) };
+        const next =
+          e.type === 'StepProgressReported'
+            ? { ...step, progress: e.data.progress, status: e.data.status, statusMsg: e.data.status_msg }
+            : { ...step, public: e.data.public, garbage: e.data.garbage, flagsModified: e.created };
+        return { ...t, steps: new Map(t.steps).set(step.rev, { ...next, modified: e.created }) };
       }
       default:
         return t;

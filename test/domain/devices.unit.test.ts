@@ -396,6 +396,9 @@ describe('devices: the metadata merge (unit)', () => {
       removed: [],
     });
     assert.deepEqual(mergeMeta({ constructor: 'x' }, { constructor: null }).meta, {});
+    const proto = mergeMeta({}, JSON.parse('{"__proto__": "x"}'));
+    assert.deepEqual(Object.entries(proto.meta), [['__proto__', 'x']]);
+    assert.deepEqual(Object.entries(proto.changed), [['__proto__', 'x']]);
   });
 
   it('a replacement is the patch that removes the keys left out', () => {
