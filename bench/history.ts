@@ -26,7 +26,7 @@ import pg from 'pg';
 import { accountStream } from '../api/auth/accounts.ts';
 import { fromPem, jwtKeyFile } from '../api/auth/keys.ts';
 import { seal } from '../api/auth/secrets.ts';
-import { devicePrn, deviceStream } from '../api/devices/devices.ts';
+import { devicePrn, deviceStream } from '../domain/devices.ts';
 import { loadConfig } from '../infra/config.ts';
 import { timeOrderedId } from '../infra/eventstore/aggregate.ts';
 import type { EventStore, NewEvent } from '../infra/eventstore/port.ts';

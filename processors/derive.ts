@@ -1,6 +1,8 @@
 // Derivation of the webhook events of the specification (section Events) from the change stream:
 // a pure function of a device actor's state and one stored event. No I/O here.
 import { createHash } from 'node:crypto';
+import { type Meta, mergeMeta, metaPatchOf } from '../domain/devices.ts';
+import type { DomainEvent } from '../domain/events.ts';
 
 /** The `api_version` of every event payload this code derives. */
 export const API_VERSION = '2026-11-01';
@@ -18,16 +20,15 @@ export const EVENT_TYPES = {
 } as const;
 export type EventType = keyof typeof EVENT_TYPES;
 
-/** One stored event as the change stream carries it. */
-export interface Change {
+/** One stored event as the change stream carries it: its data typed by its type (domain/events.ts;
+ * the store checked it against its schema). */
+export type Change = {
   id: string;
-  type: string;
   stream: string;
   position: number;
   /** Milliseconds since the epoch, when stored. */
   created: number;
-  data: Record<string, unknown>;
-}
+} & DomainEvent;
 
 /** The Event resource of the specification, less the per-attempt `request_id`. */
 export interface WebhookEvent {
@@ -48,8 +49,6 @@ export interface WebhookEvent {
   /** When the change was stored, ms (`created` in full; for end-to-end latency). */
   created_ms: number;
 }
-
-type Meta = Record<string, string>;
 
 /** What a device actor remembers between changes. */
 export interface DeviceActor {
@@ -116,7 +115,6 @@ export function aggregateKey(stream: string): string {
 /** Applies one change; the events it gives, in order. A change already applied gives none. */
 export function derive(state: DeviceActor, change: Change): { state: DeviceActor; events: WebhookEvent[] } {
   if (change.position <= state.position) return { state, events: [] };
-  const d = change.data;
   const s: DeviceActor = { ...state, position: change.position };
   const events: WebhookEvent[] = [];
   const emit = (type: EventType, data: Record<string, unknown>, owner = s.owner) => {
@@ -148,28 +146,32 @@ export function derive(state: DeviceActor, change: Change): { state: DeviceActor
     device_meta: s.deviceMeta,
   });
   switch (change.type) {
-    case 'DeviceCreated':
-      s.prn = d.prn as string;
-      s.owner = d.owner_prn as string;
-      s.nick = d.nick as string;
-      s.userMeta = { ...(d.user_meta as Meta) };
-      s.deviceMeta = { ...(d.device_meta as Meta) };
+    case 'DeviceCreated': {
+      const d = change.data;
+      s.prn = d.prn;
+      s.owner = d.owner_prn;
+      s.nick = d.nick;
+      s.userMeta = { ...d.user_meta };
+      s.deviceMeta = { ...d.device_meta };
       emit('device.created', device());
       break;
+    }
     case 'DeviceClaimed':
       // The new owner observes the device for the first time.
-      s.owner = d.owner_prn as string;
-      s.nick = d.nick as string;
+      s.owner = change.data.owner_prn;
+      s.nick = change.data.nick;
       emit('device.created', device());
       break;
-    case 'DeviceRenamed':
-      if (d.nick === s.nick) break;
-      emit('device.updated', { device: s.prn, changed: { nick: d.nick }, previous: { nick: s.nick } });
-      s.nick = d.nick as string;
+    case 'DeviceRenamed': {
+      const { nick } = change.data;
+      if (nick === s.nick) break;
+      emit('device.updated', { device: s.prn, changed: { nick }, previous: { nick: s.nick } });
+      s.nick = nick;
       break;
+    }
     case 'DevicePublicSet':
-      if (d.public === s.public) break;
-      s.public = d.public as boolean;
+      if (change.data.public === s.public) break;
+      s.public = change.data.public;
       emit('device.public.toggled', { device: s.prn, public: s.public });
       break;
     case 'DeviceMarkedGarbage':
@@ -178,41 +180,32 @@ export function derive(state: DeviceActor, change: Change): { state: DeviceActor
       emit('device.deleted', { device: s.prn, nick: s.nick });
       break;
     case 'DeviceMetaUpdated': {
-      const changed = d.changed as Meta;
-      const removed = (d.removed as string[]).filter((k) => Object.hasOwn(s.deviceMeta, k));
-      const meta = { ...s.deviceMeta, ...changed };
-      for (const k of removed) delete meta[k];
+      const { changed } = change.data;
+      // Told as recorded; of the keys removed, those the device had.
+      const { meta, removed } = mergeMeta(s.deviceMeta, metaPatchOf(changed, change.data.removed));
       s.deviceMeta = meta;
       emit('device.device_meta.updated', metaData(s.prn, changed, removed, meta, 'device_meta'));
       break;
     }
     case 'UserMetaReplaced': {
-      const meta = d.meta as Meta;
-      const changed = Object.fromEntries((d.changed_keys as string[]).map((k) => [k, meta[k] ?? '']));
+      const { meta, changed_keys, removed_keys } = change.data;
+      const changed = Object.fromEntries(changed_keys.map((k) => [k, meta[k] ?? '']));
       s.userMeta = { ...meta };
-      emit(
-        'device.user_meta.updated',
-        metaData(s.prn, changed, d.removed_keys as string[], meta, 'user_meta'),
-      );
+      emit('device.user_meta.updated', metaData(s.prn, changed, removed_keys, meta, 'user_meta'));
       break;
     }
     case 'StepPushed': {
-      const rev = d.rev as number;
+      const { rev, commit_msg } = change.data;
       if (s.steps[rev]) break;
       s.steps = { ...s.steps, [rev]: [0, 'NEW'] };
-      emit('step.created', {
-        device: s.prn,
-        rev,
-        commit_msg: d.commit_msg,
-        progress: 0,
-        status: 'NEW',
-      });
+      emit('step.created', { device: s.prn, rev, commit_msg, progress: 0, status: 'NEW' });
       break;
     }
     case 'StepProgressReported': {
-      const rev = d.rev as number;
-      const [progress, status] = s.steps[rev] ?? [d.prev_progress as number, d.prev_status as string];
-      s.steps = { ...s.steps, [rev]: [d.progress as number, d.status as string] };
+      const d = change.data;
+      const rev = d.rev;
+      const [progress, status] = s.steps[rev] ?? [d.prev_progress, d.prev_status];
+      s.steps = { ...s.steps, [rev]: [d.progress, d.status] };
       if (d.progress !== progress)
         emit('step.progress.changed', { device: s.prn, rev, progress: d.progress, prev_progress: progress });
       if (d.status !== status) emit('step.status.changed', { rev, status: d.status, prev_status: status });

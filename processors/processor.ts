@@ -289,14 +289,15 @@ export class StreamProcessor {
       last = Math.max(last, Number(r.position));
       // Only device and trail streams concern device actors; other changes pass by.
       if (!r.stream.startsWith('device-') && !r.stream.startsWith('trail-')) return [];
-      const change: Change = {
+      // A stored event, as the relay put it on the stream: its data is of its type's schema.
+      const change = {
         id: r.id,
         type: r.type,
         stream: r.stream,
         position: Number(r.position),
         created: Number(r.created),
         data: JSON.parse(r.data),
-      };
+      } as Change;
       return [{ key: m.key, message: change }];
     });
     const { out: events, changed } = await this.runtime(partition).run(batch);

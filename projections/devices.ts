@@ -1,7 +1,8 @@
 // Devices for listing and lookups: the record (never the secret or challenge), the two metadata
 // maps as documents of their own (so a metadata event writes only its keys), each owner's device
 // index and an index by nick (for the operator callbacks).
-import { enrolmentOf, ovmode } from '../api/devices/devices.ts';
+import { enrolmentOf, metaPatchOf, ovmode } from '../domain/devices.ts';
+import type { StoredEvent } from '../infra/eventstore/port.ts';
 import type { Write } from '../infra/readstore/port.ts';
 import type { Projection } from './runner.ts';
 
@@ -11,15 +12,15 @@ export const deviceList: Projection = {
   // nick; older deletions cannot, so the callbacks skip garbage devices: no replay is needed.)
   version: 2,
   description: "Device records, their metadata maps, owners' indexes and an index by nick.",
-  project(e) {
-    const d = e.data as Record<string, unknown>;
-    const id = d.device_id as string;
-    if (!id || (!e.type.startsWith('Device') && e.type !== 'UserMetaReplaced')) return [];
+  project(e: StoredEvent) {
+    const id = 'device_id' in e.data ? e.data.device_id : '';
+    if (!id) return [];
     const key = `device:${id}`;
     const modified = { 'time-modified': new Date(e.created).toISOString() };
     const nickIndex = (nick: string) => `by-nick:${nick.toLowerCase()}`;
     switch (e.type) {
       case 'DeviceCreated': {
+        const d = e.data;
         const writes: Write[] = [
           {
             op: 'set',
@@ -39,15 +40,16 @@ export const deviceList: Projection = {
               ...modified,
             },
           },
-          { op: 'set', key: `user-meta:${id}`, doc: d.user_meta as Record<string, string> },
-          { op: 'set', key: `device-meta:${id}`, doc: d.device_meta as Record<string, string> },
-          { op: 'zadd', key: nickIndex(d.nick as string), member: id, score: e.position },
+          { op: 'set', key: `user-meta:${id}`, doc: d.user_meta },
+          { op: 'set', key: `device-meta:${id}`, doc: d.device_meta },
+          { op: 'zadd', key: nickIndex(d.nick), member: id, score: e.position },
         ];
         if (d.owner_prn)
           writes.push({ op: 'zadd', key: `devices-of:${d.owner_prn}`, member: id, score: e.position });
         return writes;
       }
-      case 'DeviceClaimed':
+      case 'DeviceClaimed': {
+        const d = e.data;
         return [
           {
             op: 'patch',
@@ -62,41 +64,38 @@ export const deviceList: Projection = {
             },
           },
           { op: 'zadd', key: `devices-of:${d.owner_prn}`, member: id, score: e.position },
-          { op: 'zrem', key: nickIndex(d.previous_nick as string), member: id },
-          { op: 'zadd', key: nickIndex(d.nick as string), member: id, score: e.position },
+          { op: 'zrem', key: nickIndex(d.previous_nick), member: id },
+          { op: 'zadd', key: nickIndex(d.nick), member: id, score: e.position },
         ];
+      }
       case 'DeviceRenamed':
         return [
-          { op: 'patch', key, doc: { nick: d.nick, ...modified } },
-          { op: 'zrem', key: nickIndex(d.previous_nick as string), member: id },
-          { op: 'zadd', key: nickIndex(d.nick as string), member: id, score: e.position },
+          { op: 'patch', key, doc: { nick: e.data.nick, ...modified } },
+          { op: 'zrem', key: nickIndex(e.data.previous_nick), member: id },
+          { op: 'zadd', key: nickIndex(e.data.nick), member: id, score: e.position },
         ];
       case 'DevicePublicSet':
-        return [{ op: 'patch', key, doc: { public: d.public, mark_public_processed: false, ...modified } }];
+        return [
+          { op: 'patch', key, doc: { public: e.data.public, mark_public_processed: false, ...modified } },
+        ];
       case 'DevicePublicProcessed':
         return [{ op: 'patch', key, doc: { mark_public_processed: true, ...modified } }];
       case 'DeviceMarkedGarbage':
         return [
           { op: 'patch', key, doc: { garbage: true, ...modified } },
-          { op: 'zrem', key: `devices-of:${d.owner_prn}`, member: id },
+          { op: 'zrem', key: `devices-of:${e.data.owner_prn}`, member: id },
           // Recorded since deleting gives the nick back; a garbage device is named by its id.
-          ...(d.nick ? [{ op: 'zrem' as const, key: nickIndex(d.nick as string), member: id }] : []),
+          ...(e.data.nick ? [{ op: 'zrem' as const, key: nickIndex(e.data.nick), member: id }] : []),
         ];
       case 'DeviceMetaUpdated':
         return [
-          {
-            op: 'patch',
-            key: `device-meta:${id}`,
-            doc: {
-              ...(d.changed as object),
-              ...Object.fromEntries((d.removed as string[]).map((k) => [k, null])),
-            },
-          },
+          // The read store applies the patch: the one metadata merge's, a null removing the key.
+          { op: 'patch', key: `device-meta:${id}`, doc: metaPatchOf(e.data.changed, e.data.removed) },
           { op: 'patch', key, doc: modified },
         ];
       case 'UserMetaReplaced':
         return [
-          { op: 'set', key: `user-meta:${id}`, doc: d.meta as Record<string, string> },
+          { op: 'set', key: `user-meta:${id}`, doc: e.data.meta },
           { op: 'patch', key, doc: modified },
         ];
       default:

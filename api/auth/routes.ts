@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Context } from 'koa';
+import { DEVICE_PRN, deviceStream, devices } from '../../domain/devices.ts';
 import {
   claimName,
   handle,
@@ -16,7 +17,6 @@ import {
 import { appStream, apps } from '../apps/apps.ts';
 import type { HubContext, Page } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
-import { DEVICE_PRN, deviceStream, devices } from '../devices/devices.ts';
 import {
   conflict,
   forbidden,

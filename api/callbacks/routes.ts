@@ -2,19 +2,13 @@
 // `saadmin` and HUB_SA_ADMIN_SECRET (an empty secret refuses everyone). A notification older than
 // the entity's last change (`timemodified`) is ignored: 409 stale_notification.
 import type { Middleware } from 'koa';
+import { DEVICE_PRN, deviceStream, devices } from '../../domain/devices.ts';
+import { decideCarryPublicity, trailStream, trails } from '../../domain/trails.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import { carryPublicity } from '../../processors/publicity.ts';
 import { operatorCheck } from '../auth/operator.ts';
 import type { HubContext } from '../context.ts';
-import {
-  DEVICE_PRN,
-  deviceStream,
-  devices,
-  REV,
-  stepBookkeeping,
-  trailStream,
-  trails,
-} from '../devices/devices.ts';
-import { carryPublicity } from '../devices/publicity.ts';
+import { REV, stepBookkeeping } from '../devices/records.ts';
 import { HttpError, notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
@@ -183,20 +177,11 @@ export function callbackRoutes(hub: HubContext) {
         const step = trail.steps.get(rev);
         if (!device.id || !step) throw notFound('No such step.');
         stale(query.timemodified, step.flagsModified);
-        const { appended, state } = await handle(store, trailStream(id!), trails, (t) => {
-          const s = t.steps.get(rev)!;
-          return s.public === device.public && s.garbage === device.garbage
-            ? { events: [], result: undefined }
-            : {
-                events: [
-                  {
-                    type: 'StepPublicitySet',
-                    data: { device_id: id, rev, public: device.public, garbage: device.garbage },
-                  },
-                ],
-                result: undefined,
-              };
-        });
+        const command = { deviceId: id!, public: device.public, garbage: device.garbage, rev };
+        const { appended, state } = await handle(store, trailStream(id!), trails, (t) => ({
+          events: decideCarryPublicity(command, t),
+          result: undefined,
+        }));
         if (appended) await hub.consistency.written(ctx, appended.position);
         const latest = appended ? (await load(store, trailStream(id!), trails)).state : state;
         ctx.body = stepBookkeeping(device, latest.steps.get(rev)!);

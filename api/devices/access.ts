@@ -1,10 +1,11 @@
 // Who may see or touch a device: shared by /devices, /trails and their tests of tenancy.
 import type { Context } from 'koa';
+import { DEVICE_PRN, type DeviceState, deviceStream, devices } from '../../domain/devices.ts';
 import { cacheOf, load, nameOwner, type StateCache } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { type Claims, changedSinceLogin, HUB_AUDIENCE } from '../auth/tokens.ts';
 import { forbidden, notFound, unauthorized } from '../errors.ts';
-import { DEVICE_PRN, type DeviceState, deviceStream, devices, type Viewer } from './devices.ts';
+import type { Viewer } from './records.ts';
 
 export interface DeviceAccess {
   cache: StateCache<DeviceState>;

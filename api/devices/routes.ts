@@ -6,20 +6,36 @@ import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
 import { LRUCache } from 'lru-cache';
 import {
-  claimName,
-  handle,
-  load,
-  NameTakenError,
-  nameOwner,
-  releaseName,
-} from '../../infra/eventstore/aggregate.ts';
+  type CreateDevice,
+  checkNewDevice,
+  DEVICE_PRN,
+  type DeviceState,
+  decideClaim,
+  decideCreate,
+  decideDelete,
+  decideRename,
+  decideReplaceUserMeta,
+  decideReportDeviceMeta,
+  decideRotateSecret,
+  decideSetPublic,
+  devicePrn,
+  deviceStream,
+  devices,
+  type Meta,
+  type MetaPatch,
+  type Owner,
+  refuseGone,
+  refuseUnclaimable,
+} from '../../domain/devices.ts';
+import type { DomainEvent } from '../../domain/events.ts';
+import { claimName, handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireAccountType, requireScope } from '../auth/middleware.ts';
 import { seal, secretToken, unseal } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
-import { NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
-import { conflict, forbidden, HttpError, notFound, unprocessable } from '../errors.ts';
+import { NICK, PAGE_QUERY, pageSchema } from '../context.ts';
+import { forbidden, HttpError, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import {
   type DeviceAccess,
@@ -30,18 +46,8 @@ import {
   seesSecret,
 } from './access.ts';
 import { CsrError } from './ca.ts';
-import {
-  DEVICE_PRN,
-  type DeviceState,
-  devicePrn,
-  deviceRecord,
-  deviceStream,
-  devices,
-  type Meta,
-  metaPatch,
-  metaReplace,
-  type Viewer,
-} from './devices.ts';
+import { deviceNicks, generatedNick, refuseReserved } from './nicks.ts';
+import { deviceRecord, type Viewer } from './records.ts';
 
 const DEVICE_RECORD = {
   type: 'object',
@@ -80,57 +86,6 @@ const DEVICE_RECORD = {
     'time-modified': { type: 'string' },
   },
 };
-/** Nicks that are path segments under /devices (compared lower-cased, as paths are). */
-const RESERVED_NICKS = new Set(['register']);
-
-/** /devices/{id} takes an id, a PRN or a nick, in that order, and /devices/register is a path of
- * its own: a nick of 24 hex digits would be read as an id (another device's, or none), and
- * "register" would name no device. */
-function refuseReserved(nick: string, field: string): void {
-  if (RESERVED_NICKS.has(nick.toLowerCase()))
-    throw unprocessable(`The nick "${nick}" is reserved: it names a path.`, [
-      { field, problem: 'is reserved' },
-    ]);
-  refuseIdShapedNick(nick, field);
-}
-const ADJECTIVES = [
-  'amber',
-  'brave',
-  'calm',
-  'eager',
-  'fuzzy',
-  'gentle',
-  'happy',
-  'jolly',
-  'lucky',
-  'mighty',
-  'noble',
-  'quiet',
-  'rapid',
-  'silent',
-  'swift',
-  'witty',
-];
-const NOUNS = [
-  'badger',
-  'crane',
-  'falcon',
-  'gecko',
-  'heron',
-  'ibis',
-  'lynx',
-  'marten',
-  'otter',
-  'panda',
-  'quokka',
-  'raven',
-  'tapir',
-  'walrus',
-  'yak',
-  'zebra',
-];
-const pick = (list: string[]) => list[randomBytes(1)[0]! % list.length]!;
-
 /** A device the caller may act on, and how it sees it (access.ts). */
 type Found = Awaited<ReturnType<DeviceAccess['resolve']>>;
 
@@ -175,121 +130,48 @@ export function deviceRoutes(hub: HubContext) {
       ? { anyOf: [{ type: 'string', maxLength: config.metaMaxValueLength }, { type: 'null' }] }
       : { type: 'string', maxLength: config.metaMaxValueLength },
   });
-  const checkSize = (meta: Meta) => {
-    if (Object.keys(meta).length > config.metaMaxKeys) {
-      throw new HttpError(413, 'payload_too_large', `Metadata may hold at most ${config.metaMaxKeys} keys.`);
-    }
-  };
+  const nicks = deviceNicks(store, cache);
 
-  async function ownerAccount(prn: string) {
+  /** The caller's account, when it may own devices (a user's). */
+  async function ownerAccount(prn: string): Promise<Owner> {
     const id = await nameOwner(store, 'prn', prn);
     const { state } = id ? await load(store, accountStream(id), accounts) : { state: accounts.initial() };
     if (!state.id || state.type !== 'USER') throw forbidden('Only user accounts own devices.');
     return state;
   }
 
-  /** A free nick among the owner's devices: the one asked for (409 when taken) or a generated one. */
-  async function takeNick(
-    ownerId: string,
-    deviceId: string,
-    asked?: string,
-    field = 'nick',
-  ): Promise<string> {
-    if (asked) {
-      refuseReserved(asked, field);
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await claimName(store, `devnick-${ownerId}`, asked.toLowerCase(), deviceId);
-          return asked;
-        } catch (err) {
-          if (!(err instanceof NameTakenError)) throw err;
-          // Devices deleted before deletion gave nicks back still hold theirs: such a nick is free.
-          const holder = await nameOwner(store, `devnick-${ownerId}`, asked.toLowerCase());
-          const held = holder ? (await load(store, deviceStream(holder), devices, cache)).state : undefined;
-          if (attempt > 0 || !held?.garbage) throw conflict('You have a device with this nick already.');
-          await releaseName(store, `devnick-${ownerId}`, asked.toLowerCase(), held.id);
-        }
-      }
-    }
-    for (let i = 0; ; i++) {
-      const nick = `${pick(ADJECTIVES)}_${pick(NOUNS)}${i > 2 ? `_${randomBytes(2).toString('hex')}` : ''}`;
-      try {
-        await claimName(store, `devnick-${ownerId}`, nick, deviceId);
-        return nick;
-      } catch (err) {
-        if (!(err instanceof NameTakenError)) throw err;
-      }
-    }
-  }
-
-  /**
-   * After a command that took a nick failed with `err`: gives the nick back, unless the device holds
-   * it now, and throws `err`. A nick is reserved for the device, not the request, so a concurrent
-   * request for the same device and nick (a double-click on claim) shares the reservation, and may
-   * be the one that succeeded; so may this one, if only its answer was lost.
-   */
-  async function giveNickBack(err: unknown, ownerId: string, nick: string, deviceId: string): Promise<never> {
-    const { state } = await load(store, deviceStream(deviceId), devices);
-    const holds =
-      !state.garbage && state.ownerId === ownerId && state.nick.toLowerCase() === nick.toLowerCase();
-    if (!holds) await releaseName(store, `devnick-${ownerId}`, nick.toLowerCase(), deviceId);
-    throw err;
-  }
-
-  /** Appends what `decide` makes of the device's state. A deleted (garbage) device is 404 to every
-   * command but DELETE itself, decided on the state the append checks. */
+  /** Appends what `decide` makes of the device's state, and answers the state after it. */
   async function update(
     ctx: Context,
     id: string,
-    decide: (d: DeviceState) => { type: string; data: unknown }[],
-    options: { loaded?: DeviceState; garbage?: 'allowed' } = {},
+    decide: (d: DeviceState) => DomainEvent[],
+    options: { loaded?: DeviceState } = {},
   ) {
     const { appended, after } = await handle(
       store,
       deviceStream(id),
       devices,
-      (d) => {
-        if (d.garbage && options.garbage !== 'allowed') throw notFound('No such device.');
-        return { events: decide(d), result: undefined };
-      },
+      (d) => ({ events: decide(d), result: undefined }),
       { cache, loaded: options.loaded ? cache.get(deviceStream(id)) : undefined },
     );
     if (appended) await hub.consistency.written(ctx, appended.position);
     return after;
   }
 
-  /** Appends DeviceCreated (owned when `owner` is given, else unowned with a challenge) after claiming its PRN. */
+  /** Creates the device (decideCreate) after claiming its PRN. */
   async function createDevice(
     ctx: Context,
-    d: {
-      id: string;
-      owner: Awaited<ReturnType<typeof ownerAccount>> | undefined;
-      nick: string;
-      secret: string;
-      userMeta: Meta;
-      deviceMeta: Meta;
-      certificate: string | null;
-    },
+    d: Omit<CreateDevice, 'secretSealed' | 'challenge' | 'maxMetaKeys'> & { secret: string },
   ): Promise<DeviceState> {
+    const { secret, ...rest } = d;
+    const command = {
+      ...rest,
+      secretSealed: seal(hub.keys.sealKey, secret),
+      challenge: secretToken(12),
+      maxMetaKeys: config.metaMaxKeys,
+    };
     await claimName(store, 'prn', devicePrn(d.id), d.id);
-    return update(ctx, d.id, () => [
-      {
-        type: 'DeviceCreated',
-        data: {
-          device_id: d.id,
-          prn: devicePrn(d.id),
-          owner_id: d.owner?.id ?? '',
-          owner_prn: d.owner?.prn ?? '',
-          owner_nick: d.owner?.nick ?? '',
-          nick: d.nick,
-          secret_sealed: seal(hub.keys.sealKey, d.secret),
-          challenge: d.owner ? '' : secretToken(12),
-          user_meta: d.userMeta,
-          device_meta: d.deviceMeta,
-          certificate: d.certificate,
-        },
-      },
-    ]);
+    return update(ctx, d.id, (s) => decideCreate(command, s));
   }
 
   return (routes: Routes) => {
@@ -315,7 +197,7 @@ export function deviceRoutes(hub: HubContext) {
       }),
       responses: { 200: { description: 'The device, with its secret.', schema: DEVICE_RECORD } },
       handler: async (ctx, { body }) => {
-        let owner: Awaited<ReturnType<typeof ownerAccount>> | undefined;
+        let owner: Owner | undefined;
         if (ctx.get('Authorization')) {
           await auth(ctx, async () => {});
           await requireScope('devices', 'write')(ctx, async () => {});
@@ -330,28 +212,13 @@ export function deviceRoutes(hub: HubContext) {
                 });
             });
         }
-        // user-meta is the owner's (the spec: "set by the user"): the one claiming it sets it.
-        if (!owner && body['user-meta'] && Object.keys(body['user-meta']).length > 0)
-          throw unprocessable('A device registering itself sets device-meta; user-meta is its owner’s.', [
-            { field: 'user-meta', problem: 'is set by the owner, not by a device registering itself' },
-          ]);
-        checkSize(body['user-meta'] ?? {});
-        checkSize(body['device-meta'] ?? {});
+        const meta = { userMeta: body['user-meta'] ?? {}, deviceMeta: body['device-meta'] ?? {} };
+        checkNewDevice({ owner, ...meta, maxMetaKeys: config.metaMaxKeys }); // before a nick is taken
         const id = randomBytes(12).toString('hex');
         if (!owner && body.nick) refuseReserved(body.nick, 'nick'); // claimed later, under this nick
-        const nick = owner
-          ? await takeNick(owner.id, id, body.nick)
-          : (body.nick ?? `${pick(ADJECTIVES)}_${pick(NOUNS)}`);
+        const nick = owner ? await nicks.take(owner.id, id, body.nick) : (body.nick ?? generatedNick());
         const secret = body.secret ?? secretToken();
-        const device = await createDevice(ctx, {
-          id,
-          owner,
-          nick,
-          secret,
-          userMeta: body['user-meta'] ?? {},
-          deviceMeta: body['device-meta'] ?? {},
-          certificate: null,
-        });
+        const device = await createDevice(ctx, { id, owner, nick, secret, ...meta, certificate: null });
         // A device registering itself learns its secret here; an owner's grant does not (it sent it, if any).
         ctx.body = deviceRecord(
           device,
@@ -397,7 +264,7 @@ export function deviceRoutes(hub: HubContext) {
             throw unprocessable(`Invalid CSR: ${err.message}.`, [{ field: 'csr', problem: err.message }]);
           throw err;
         }
-        const nick = await takeNick(owner.id, id, body['device-name'], 'device-name');
+        const nick = await nicks.take(owner.id, id, body['device-name'], 'device-name');
         const secret = secretToken();
         const device = await createDevice(ctx, {
           id,
@@ -484,23 +351,13 @@ export function deviceRoutes(hub: HubContext) {
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: ownedDevice,
       handler: async (ctx, { body, allowed: { device, viewer } }) => {
-        if (device.garbage) throw notFound('No such device.'); // before its new nick is taken
+        refuseGone(device); // before its new nick is taken
         const renamed = body.nick.toLowerCase() !== device.nick.toLowerCase();
-        if (renamed) await takeNick(device.ownerId, device.id, body.nick);
-        const updated = await update(ctx, device.id, (d) =>
-          d.nick === body.nick
-            ? []
-            : [
-                {
-                  type: 'DeviceRenamed',
-                  data: { device_id: d.id, owner_prn: d.ownerPrn, nick: body.nick, previous_nick: d.nick },
-                },
-              ],
-        ).catch((err) =>
-          renamed ? giveNickBack(err, device.ownerId, body.nick, device.id) : Promise.reject(err),
+        if (renamed) await nicks.take(device.ownerId, device.id, body.nick);
+        const updated = await update(ctx, device.id, (d) => decideRename(body, d)).catch((err) =>
+          renamed ? nicks.giveBack(err, device.ownerId, body.nick, device.id) : Promise.reject(err),
         ); // deleted meanwhile
-        if (renamed)
-          await releaseName(store, `devnick-${device.ownerId}`, device.nick.toLowerCase(), device.id);
+        if (renamed) await nicks.release(device.ownerId, device.nick, device.id);
         ctx.body = deviceRecord(updated, viewer, secretOf(ctx, viewer, updated));
       },
     });
@@ -523,16 +380,7 @@ export function deviceRoutes(hub: HubContext) {
         handler: async (ctx) => {
           const { device, viewer } = await resolve(ctx, ctx.params.id!);
           ownerOnly(viewer);
-          const updated = await update(ctx, device.id, (d) =>
-            d.public === value
-              ? []
-              : [
-                  {
-                    type: 'DevicePublicSet',
-                    data: { device_id: d.id, owner_prn: d.ownerPrn, public: value },
-                  },
-                ],
-          );
+          const updated = await update(ctx, device.id, (d) => decideSetPublic({ public: value }, d));
           ctx.body = deviceRecord(updated, viewer, secretOf(ctx, viewer, updated));
         },
       });
@@ -550,22 +398,9 @@ export function deviceRoutes(hub: HubContext) {
       handler: async (ctx) => {
         const { device, viewer } = await resolve(ctx, ctx.params.id!);
         ownerOnly(viewer);
-        const updated = await update(
-          ctx,
-          device.id,
-          (d) =>
-            d.garbage
-              ? []
-              : [
-                  {
-                    type: 'DeviceMarkedGarbage',
-                    data: { device_id: d.id, owner_prn: d.ownerPrn, nick: d.nick },
-                  },
-                ],
-          { garbage: 'allowed' }, // deleting again changes nothing and answers the same
-        );
+        const updated = await update(ctx, device.id, decideDelete); // again: changes nothing, answers the same
         // Its nick is free for another of the owner's devices.
-        await releaseName(store, `devnick-${updated.ownerId}`, updated.nick.toLowerCase(), updated.id);
+        await nicks.release(updated.ownerId, updated.nick, updated.id);
         ctx.body = deviceRecord(updated, viewer);
       },
     });
@@ -591,27 +426,12 @@ export function deviceRoutes(hub: HubContext) {
         const { state } = /^[a-f0-9]{24}$/.test(id)
           ? await load(store, deviceStream(id), devices, cache)
           : { state: devices.initial() };
-        if (!state.id || state.garbage || state.ownerId || state.challenge !== body.challenge) {
-          // One answer for every failure, so that challenges cannot be probed device by device.
-          throw notFound('No unowned device with this id and challenge.');
-        }
-        const nick = await takeNick(owner.id, id, body.nick ?? state.nick);
-        const updated = await update(ctx, id, (d) => {
-          if (d.ownerId) throw conflict('The device was claimed meanwhile.');
-          return [
-            {
-              type: 'DeviceClaimed',
-              data: {
-                device_id: d.id,
-                owner_id: owner.id,
-                owner_prn: owner.prn,
-                owner_nick: owner.nick,
-                nick,
-                previous_nick: d.nick,
-              },
-            },
-          ];
-        }).catch((err) => giveNickBack(err, owner.id, nick, id)); // claimed or deleted meanwhile
+        refuseUnclaimable(body.challenge, state); // before the nick is taken
+        const nick = await nicks.take(owner.id, id, body.nick ?? state.nick);
+        const command = { challenge: body.challenge, owner, nick };
+        const updated = await update(ctx, id, (d) => decideClaim(command, d)).catch((err) =>
+          nicks.giveBack(err, owner.id, nick, id),
+        ); // claimed or deleted meanwhile
         ctx.body = deviceRecord(updated, 'owner', secretOf(ctx, 'owner', updated));
       },
     });
@@ -641,22 +461,18 @@ export function deviceRoutes(hub: HubContext) {
           throw forbidden(
             "Only the owner's own login (not a token granted to a service or an app) or the device rotates its secret.",
           );
-        if (found.device.garbage) throw notFound('No such device.');
+        refuseGone(found.device);
         return found;
       },
       handler: async (ctx, { body, allowed: { device, viewer } }) => {
         const secret = body.secret ?? secretToken();
-        const updated = await update(ctx, device.id, (d) => [
-          {
-            type: 'DeviceSecretRotated',
-            data: { device_id: d.id, owner_prn: d.ownerPrn, secret_sealed: seal(hub.keys.sealKey, secret) },
-          },
-        ]);
+        const command = { secretSealed: seal(hub.keys.sealKey, secret) };
+        const updated = await update(ctx, device.id, (d) => decideRotateSecret(command, d));
         ctx.body = deviceRecord(updated, viewer, () => secret);
       },
     });
 
-    routes.add<Record<string, string | null>, Record<string, string>, Found>({
+    routes.add<MetaPatch, Record<string, string>, Found>({
       method: 'patch',
       path: '/devices/{id}/device-meta',
       tag: 'devices',
@@ -671,22 +487,13 @@ export function deviceRoutes(hub: HubContext) {
       authorize: callingDevice,
       handler: async (ctx, { body, allowed: { device, unverified } }) => {
         const claims = ctx.state.auth!;
+        const command = { patch: body, maxMetaKeys: config.metaMaxKeys };
         const updated = await update(
           ctx,
           device.id,
           (d) => {
             deviceLoginHolds(claims, d); // a cached state may not have seen a rotation elsewhere
-            const { changed, removed } = metaPatch(d.deviceMeta, body);
-            if (Object.keys(changed).length === 0 && removed.length === 0) return [];
-            const merged = { ...d.deviceMeta, ...changed };
-            for (const k of removed) delete merged[k];
-            checkSize(merged);
-            return [
-              {
-                type: 'DeviceMetaUpdated',
-                data: { device_id: d.id, owner_prn: d.ownerPrn, changed, removed },
-              },
-            ];
+            return decideReportDeviceMeta(command, d);
           },
           { loaded: unverified ? undefined : device },
         );
@@ -706,23 +513,8 @@ export function deviceRoutes(hub: HubContext) {
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: ownedDevice,
       handler: async (ctx, { body, allowed: { device, viewer } }) => {
-        checkSize(body);
-        const updated = await update(ctx, device.id, (d) => {
-          const { changedKeys, removedKeys } = metaReplace(d.userMeta, body);
-          if (changedKeys.length === 0 && removedKeys.length === 0) return [];
-          return [
-            {
-              type: 'UserMetaReplaced',
-              data: {
-                device_id: d.id,
-                owner_prn: d.ownerPrn,
-                meta: body,
-                changed_keys: changedKeys,
-                removed_keys: removedKeys,
-              },
-            },
-          ];
-        });
+        const command = { meta: body, maxMetaKeys: config.metaMaxKeys };
+        const updated = await update(ctx, device.id, (d) => decideReplaceUserMeta(command, d));
         ctx.body = deviceRecord(updated, viewer, secretOf(ctx, viewer, updated));
       },
     });

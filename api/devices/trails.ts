@@ -1,22 +1,22 @@
 // /trails/{device}/steps: a device's trail of steps (revisions), pushed by its owner or the device,
 // with progress that the device reports.
+import {
+  decidePushStep,
+  decideReportProgress,
+  STEP_STATUSES,
+  type StepStatus,
+  trailStream,
+  trails,
+} from '../../domain/trails.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
-import { conflict, forbidden, notFound } from '../errors.ts';
+import { forbidden, notFound } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
 import { deviceAccess } from './access.ts';
-import {
-  REV,
-  referencedObjects,
-  STEP_STATUSES,
-  type StepStatus,
-  stepRecord,
-  trailStream,
-  trails,
-} from './devices.ts';
+import { REV, stepRecord } from './records.ts';
 
 const STEP = {
   type: 'object',
@@ -80,27 +80,10 @@ export function trailRoutes(hub: HubContext) {
           throw viewer === 'admin'
             ? forbidden('Only the owner or the device pushes steps.')
             : notFound('No such device.');
-        if (device.garbage) throw notFound('No such device.');
+        const command = { device, rev: body.rev, state: body.state, commitMsg: body['commit-msg'] ?? '' };
         const { appended, result: rev } = await handle(store, trailStream(device.id), trails, (t) => {
-          const rev = body.rev ?? t.lastRev + 1;
-          if (rev !== t.lastRev + 1) throw conflict(`The next step of this trail is rev ${t.lastRev + 1}.`);
-          return {
-            events: [
-              {
-                type: 'StepPushed',
-                data: {
-                  device_id: device.id,
-                  owner_prn: device.ownerPrn,
-                  rev,
-                  state: JSON.stringify(body.state),
-                  commit_msg: body['commit-msg'] ?? '',
-                  objects: referencedObjects(body.state),
-                  public: device.public,
-                },
-              },
-            ],
-            result: rev,
-          };
+          const events = decidePushStep(command, t);
+          return { events, result: events[0]!.data.rev };
         });
         await hub.consistency.written(ctx, appended!.position);
         const { state } = await load(store, trailStream(device.id), trails);
@@ -178,31 +161,17 @@ export function trailRoutes(hub: HubContext) {
             : forbidden('Only the device itself reports progress.');
         if (!REV.test(ctx.params.rev!)) throw notFound('No such step.');
         const rev = Number(ctx.params.rev);
-        const { appended } = await handle(store, trailStream(device.id), trails, (t) => {
-          const step = t.steps.get(rev);
-          if (!step) throw notFound('No such step.');
-          const msg = body['status-msg'] ?? '';
-          if (step.progress === body.progress && step.status === body.status && step.statusMsg === msg)
-            return { events: [], result: undefined };
-          return {
-            events: [
-              {
-                type: 'StepProgressReported',
-                data: {
-                  device_id: device.id,
-                  owner_prn: device.ownerPrn,
-                  rev,
-                  progress: body.progress,
-                  status: body.status,
-                  status_msg: msg,
-                  prev_progress: step.progress,
-                  prev_status: step.status,
-                },
-              },
-            ],
-            result: undefined,
-          };
-        });
+        const command = {
+          device,
+          rev,
+          progress: body.progress,
+          status: body.status,
+          statusMsg: body['status-msg'] ?? '',
+        };
+        const { appended } = await handle(store, trailStream(device.id), trails, (t) => ({
+          events: decideReportProgress(command, t),
+          result: undefined,
+        }));
         if (appended) await hub.consistency.written(ctx, appended.position);
         const { state } = await load(store, trailStream(device.id), trails);
         ctx.body = stepRecord(device, state.steps.get(rev)!);

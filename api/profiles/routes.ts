@@ -1,10 +1,10 @@
 // /profiles/: the caller's profile, kept in the account's own stream.
+import { mergeMeta, replacing } from '../../domain/devices.ts';
 import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { type AccountState, accountStream, accounts, PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
-import { metaReplace } from '../devices/devices.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 
@@ -42,10 +42,10 @@ type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'emai
   ovmode?: Record<string, string>;
 };
 
-/** Whether two maps of strings hold the same entries: the device maps' diff finds nothing. */
+/** Whether two maps of strings hold the same entries: the metadata merge finds nothing to change. */
 function sameMap(a: Record<string, string>, b: Record<string, string>): boolean {
-  const { changedKeys, removedKeys } = metaReplace(a, b);
-  return changedKeys.length === 0 && removedKeys.length === 0;
+  const { changed, removed } = mergeMeta(a, replacing(a, b));
+  return Object.keys(changed).length === 0 && removed.length === 0;
 }
 
 /** The text fields that are set: one set to '' reads as one not sent (both are shown as ''). */

@@ -42,7 +42,12 @@ export function timeOrderedId(): string {
 
 export interface Evolver<S> {
   initial: () => S;
-  evolve: (state: S, event: RecordedEvent) => S;
+  /**
+   * Folds one event of the stream. A method, so that a domain aggregate may take the events typed
+   * (domain/events.ts `FoldedEvent`, narrowed by their type): the store checks each against its
+   * schema when appended and reads it upcast to the current version (SchemaCheckedStore).
+   */
+  evolve(state: S, event: Pick<RecordedEvent, 'type' | 'data' | 'created'>): S;
   /**
    * Keep snapshots of the state (see snapshotShape): `kind` names the aggregate in the store,
    * `shape` is the version of the state's shape. Bump it when what the state holds changes

@@ -1,6 +1,7 @@
 // The event store port: the one source of truth. Adapters beside this file (sqlite.ts,
 // postgres.ts, esdb.ts) implement it; test/eventstore/contract.ts holds them to the same rules.
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { FoldedEvent } from '../../domain/events.ts';
 
 /** What the caller expects of the stream before the append. A number is the revision of its last event. */
 export type ExpectedRevision = 'any' | 'no_stream' | 'stream_exists' | number;
@@ -26,6 +27,11 @@ export interface RecordedEvent {
   /** Milliseconds since the epoch, when the event was stored. */
   created: number;
 }
+
+/** A stored event with its data typed by its type (domain/events.ts): the store checks each event
+ * against its schema when appended and reads it upcast to the current version (SchemaCheckedStore),
+ * so its data is of that type. What a projection takes to narrow the data by the event's type. */
+export type StoredEvent = RecordedEvent & FoldedEvent;
 
 export interface AppendResult {
   /** Revision of the stream's last event after the append. */

@@ -8,7 +8,8 @@ import { webcrypto } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
-import { devices, trails } from '../../api/devices/devices.ts';
+import { devices } from '../../domain/devices.ts';
+import { trails } from '../../domain/trails.ts';
 import { handle } from '../../infra/eventstore/aggregate.ts';
 import {
   createDevice as createDeviceOf,

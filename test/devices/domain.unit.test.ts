@@ -1,15 +1,21 @@
 // The device domain's pure decisions, and the callbacks' timestamp parsing, without I/O.
 import assert from 'node:assert/strict';
-import {
-  deviceRecord,
-  devices,
-  metaPatch,
-  metaReplace,
-  referencedObjects,
-  stepsToMark,
-  trails,
-} from '../../api/devices/devices.ts';
+import { deviceRecord } from '../../api/devices/records.ts';
 import { parseRfc3339 } from '../../api/http.ts';
+import { devices, type Meta, type MetaPatch, mergeMeta, replacing } from '../../domain/devices.ts';
+import type { FoldedEvent } from '../../domain/events.ts';
+import { referencedObjects, stepsToMark, trails } from '../../domain/trails.ts';
+
+// What device-meta's PATCH and user-meta's PUT make of the one metadata merge (domain/devices.ts):
+// the real changes of a patch, and the keys a replacement adds or changes and removes.
+const metaPatch = (current: Meta, patch: MetaPatch) => {
+  const { changed, removed } = mergeMeta(current, patch);
+  return { changed, removed };
+};
+const metaReplace = (current: Meta, next: Meta) => {
+  const { changed, removed } = mergeMeta(current, replacing(current, next));
+  return { changedKeys: Object.keys(changed), removedKeys: removed };
+};
 
 describe('device domain (unit)', () => {
   it('metaPatch records only real changes; null removes existing keys only', () => {
@@ -45,7 +51,7 @@ describe('device domain (unit)', () => {
         type: 'DeviceCreated',
         created: 1,
         data: { device_id: 'd', prn: 'p', owner_id: '', user_meta: {}, device_meta: {}, ...data },
-      });
+      } as FoldedEvent);
     const ov = (s: ReturnType<typeof created>) => deviceRecord(s, 'owner').ovmode;
     assert.deepEqual(ov(created({ owner_id: 'u' })), {
       mode: 'owned',
@@ -54,7 +60,11 @@ describe('device domain (unit)', () => {
     });
     const unowned = created({});
     assert.deepEqual(ov(unowned), { mode: 'claim', root_of_trust: 'secret', status: 'unverified' });
-    const claimed = devices.evolve(unowned, { type: 'DeviceClaimed', created: 2, data: { owner_id: 'u' } });
+    const claimed = devices.evolve(unowned, {
+      type: 'DeviceClaimed',
+      created: 2,
+      data: { owner_id: 'u' },
+    } as FoldedEvent);
     assert.deepEqual(ov(claimed), { mode: 'claim', root_of_trust: 'secret', status: 'verified' });
     assert.deepEqual(ov(created({ owner_id: 'u', certificate: 'PEM' })), {
       mode: 'idevid',
@@ -73,7 +83,7 @@ describe('device domain (unit)', () => {
   });
 
   it('stepsToMark lists the steps whose flags differ from their device', () => {
-    const at = (type: string, data: unknown) => ({ type, data, created: 1 });
+    const at = (type: string, data: unknown) => ({ type, data, created: 1 }) as FoldedEvent;
     let device = devices.evolve(
       devices.initial(),
       at('DeviceCreated', {

@@ -5,8 +5,9 @@ import assert from 'node:assert/strict';
 import { apps } from '../../api/apps/apps.ts';
 import { accounts } from '../../api/auth/accounts.ts';
 import { codes, refreshFamilies } from '../../api/auth/routes.ts';
-import { devices, trails } from '../../api/devices/devices.ts';
 import { subscriptions } from '../../api/webhooks/subscriptions.ts';
+import { devices } from '../../domain/devices.ts';
+import { trails } from '../../domain/trails.ts';
 import {
   claims,
   type Evolver,

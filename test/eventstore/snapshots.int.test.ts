@@ -8,7 +8,9 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type DeviceState, devices, trails } from '../../api/devices/devices.ts';
+import { type DeviceState, devices } from '../../domain/devices.ts';
+import type { FoldedEvent } from '../../domain/events.ts';
+import { trails } from '../../domain/trails.ts';
 import { type Evolver, handle, load, StateCache, snapshotShape } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore, NewEvent, Snapshot } from '../../infra/eventstore/port.ts';
 import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
@@ -159,7 +161,7 @@ for (const [name, open] of adapters)
       // A snapshot written by a process whose evolve differs (another text, the same declared shape).
       const changed: Evolver<DeviceState> = {
         ...devices,
-        evolve: (s, e) => ({ ...devices.evolve(s, e), nick: 'wrong' }),
+        evolve: (s, e: FoldedEvent) => ({ ...devices.evolve(s, e), nick: 'wrong' }),
       };
       assert.notEqual(snapshotShape(changed), snapshotShape(devices));
       const other = watched(adapter);

@@ -21,14 +21,16 @@ import { redacted } from '../../processors/relay.ts';
 const PRN = 'prn:::devices:/0123456789abcdef01234567';
 const OWNER = 'prn:::accounts:/alice';
 let position = 0;
-const change = (type: string, data: Record<string, unknown>): Change => ({
-  id: `e${++position}`,
-  type,
-  stream: type.startsWith('Step') ? 'trail-0123456789abcdef01234567' : 'device-0123456789abcdef01234567',
-  position,
-  created: 1_800_000_000_123,
-  data: { device_id: '0123456789abcdef01234567', owner_prn: OWNER, ...data },
-});
+// The data given in part where derivation reads no more of it.
+const change = (type: string, data: Record<string, unknown>) =>
+  ({
+    id: `e${++position}`,
+    type,
+    stream: type.startsWith('Step') ? 'trail-0123456789abcdef01234567' : 'device-0123456789abcdef01234567',
+    position,
+    created: 1_800_000_000_123,
+    data: { device_id: '0123456789abcdef01234567', owner_prn: OWNER, ...data },
+  }) as unknown as Change;
 const created = change('DeviceCreated', {
   prn: PRN,
   nick: 'sensor',
