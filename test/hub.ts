@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type HubNode, type Role, startNode } from '../infra/node.ts';
+import { type HubNode, type Role, startNode } from '../hub/node.ts';
 import { type JsonResponse, memoryLogger, request, testConfig } from './harness.ts';
 
 export interface TestHub {

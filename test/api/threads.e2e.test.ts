@@ -3,7 +3,7 @@
 // threads. (CI also runs the whole e2e suite a second time this way.)
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
-import { forRoles, type Role } from '../../infra/node.ts';
+import { forRoles, type Role } from '../../hub/node.ts';
 import { type JsonResponse, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 

@@ -70,7 +70,7 @@ describe('hub doctor (e2e)', function () {
   });
 
   it('embedded: a data dir that lost its signing key while holding data is a FAIL line', async () => {
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     const config = testConfig();
     const node = await startNode(config, ['api', 'projector']);

@@ -53,7 +53,7 @@ describe('hub binary (e2e)', () => {
       child.kill('SIGTERM');
       assert.equal(await exited, 0);
       // Given back with the process: the dir can be taken again.
-      const { lockDataDir } = await import('../../infra/node.ts');
+      const { lockDataDir } = await import('../../hub/node.ts');
       await lockDataDir(dataDir)();
     } finally {
       child.kill('SIGKILL');
@@ -126,7 +126,7 @@ describe('hub binary (e2e)', () => {
     assert.equal(none.status, 2, none.stderr);
     assert.match(none.stderr, /holds no hub data/);
     assert.ok(!existsSync(missing), 'no data dir was made');
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     // Read models in memory: out of another process's sight (on disk, status reads them).
     const config = testConfig({ HUB_EMBEDDED_STATE: 'memory' });
@@ -156,7 +156,7 @@ describe('hub binary (e2e)', () => {
 
 describe('embedded profile start (e2e)', () => {
   it('creates the SQLite event store in HUB_DATA_DIR and reports ready', async () => {
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     const { existsSync } = await import('node:fs');
     const config = testConfig();
@@ -172,7 +172,7 @@ describe('embedded profile start (e2e)', () => {
   });
 
   it('one hub per data dir; a data dir that lost its signing key is refused, not given a new key', async () => {
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     const config = testConfig();
     const node = await startNode(config, ['api', 'projector']);
@@ -204,7 +204,7 @@ describe('embedded profile start (e2e)', () => {
   });
 
   it('a delivery schedule that cannot be read makes the hub not ready (it said ready, deliveries stuck)', async () => {
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     const config = testConfig();
     const first = await startNode(config, ['api', 'projector']);
@@ -224,7 +224,7 @@ describe('embedded profile start (e2e)', () => {
   });
 
   it('the distributed profile reports PostgreSQL readiness', async () => {
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     const node = await startNode(testConfig({ HUB_PROFILE: 'distributed' }), ['api']);
     try {
@@ -238,7 +238,7 @@ describe('embedded profile start (e2e)', () => {
   });
 
   it('a distributed processor and dispatcher report Kafka readiness', async () => {
-    const { startNode } = await import('../../infra/node.ts');
+    const { startNode } = await import('../../hub/node.ts');
     const { testConfig } = await import('../harness.ts');
     const prefix = `ready-${Date.now().toString(36)}-`;
     const node = await startNode(testConfig({ HUB_PROFILE: 'distributed', HUB_KAFKA_PREFIX: prefix }), [
