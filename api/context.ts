@@ -5,7 +5,7 @@ import type { Limiter } from '../infra/limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
-import type { EventLog } from '../processors/eventlog.ts';
+import type { EventLog } from '../processors/stream/eventlog.ts';
 import type { CaptchaCheck } from './auth/captcha.ts';
 import type { Keys } from './auth/keys.ts';
 import type { Consistency } from './consistency.ts';

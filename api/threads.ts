@@ -32,7 +32,7 @@ import type { ReadStore } from '../infra/readstore/port.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
 import { errorsCrossThreads, ThreadChannel } from '../infra/threads.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
-import type { EventLog } from '../processors/eventlog.ts';
+import type { EventLog } from '../processors/stream/eventlog.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
 import { SchemaError } from '../schemas/registry.ts';
 import { closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';

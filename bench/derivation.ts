@@ -19,17 +19,17 @@ import { loadConfig } from '../infra/config.ts';
 import { MemoryReadStore } from '../infra/readstore/memory.ts';
 import { RedisReadStore } from '../infra/readstore/redis.ts';
 import { createLogger } from '../infra/telemetry.ts';
-import { type ActorStates, MemoryActorStates, RedisActorStates } from '../processors/actors.ts';
-import type { DeviceActor } from '../processors/derive.ts';
-import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
-import { PostgresEventLog } from '../processors/eventlog-postgres.ts';
-import { PostgresLogs } from '../processors/postgres-logs.ts';
+import { type ActorStates, MemoryActorStates, RedisActorStates } from '../processors/stream/actors.ts';
+import type { DeviceActor } from '../processors/stream/derive.ts';
+import { type EventLog, MemoryEventLog } from '../processors/stream/eventlog.ts';
+import { PostgresEventLog } from '../processors/stream/eventlog-postgres.ts';
+import { PostgresLogs } from '../processors/stream/postgres-logs.ts';
 import {
   ProcessorMetrics,
   projectedSubscriptions,
   StreamProcessor,
   type Subscriptions,
-} from '../processors/processor.ts';
+} from '../processors/stream/processor.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import { fmt, machine, recordFigures, writeSection } from './report.ts';
 

@@ -30,8 +30,8 @@ import type { DeliveryStore, Job } from '../processors/delivery/port.ts';
 import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
 import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
 import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
-import { API_VERSION, eventId, jobId } from '../processors/derive.ts';
-import { PostgresLogs } from '../processors/postgres-logs.ts';
+import { API_VERSION, eventId, jobId } from '../processors/stream/derive.ts';
+import { PostgresLogs } from '../processors/stream/postgres-logs.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
   benchDevices,

@@ -23,7 +23,7 @@ import { Egress } from '../processors/delivery/egress.ts';
 import type { DeliveryStore, Job } from '../processors/delivery/port.ts';
 import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
 import { SqliteDeliveryStore } from '../processors/delivery/sqlite.ts';
-import { API_VERSION } from '../processors/derive.ts';
+import { API_VERSION } from '../processors/stream/derive.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import { benchSubscription, fmt, machine, writeSection } from './report.ts';
 

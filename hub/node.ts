@@ -17,7 +17,7 @@ import { RedisReadStore } from '../infra/readstore/redis.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
 import type { Dispatcher } from '../processors/delivery/dispatcher.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
-import type { EventLog } from '../processors/eventlog.ts';
+import type { EventLog } from '../processors/stream/eventlog.ts';
 import { waitForPosition } from '../projections/consistency.ts';
 import type { ProjectionRunner } from '../projections/runner.ts';
 import { type Assembly, startApi, startDispatcher, startProcessor, startProjector } from './roles.ts';

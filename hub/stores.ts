@@ -21,22 +21,22 @@ import { databaseProblem, RedisReadStore } from '../infra/readstore/redis.ts';
 import { SqliteReadStore } from '../infra/readstore/sqlite.ts';
 import { type DerivedDatabase, openDerivedDatabase } from '../infra/sqlite.ts';
 import type { Logger } from '../infra/telemetry.ts';
+import type { DeliveryStore } from '../processors/delivery/port.ts';
+import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
+import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
+import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
 import {
   type ActorStates,
   MemoryActorStates,
   RedisActorStates,
   SqliteActorStates,
-} from '../processors/actors.ts';
-import type { DeliveryStore } from '../processors/delivery/port.ts';
-import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
-import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
-import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
-import type { DeviceActor } from '../processors/derive.ts';
-import { type EventLog, MemoryEventLog } from '../processors/eventlog.ts';
-import { PostgresEventLog } from '../processors/eventlog-postgres.ts';
-import { SqliteEventLog } from '../processors/eventlog-sqlite.ts';
-import { PostgresLogs } from '../processors/postgres-logs.ts';
-import { moveLogsFromRedis } from '../processors/postgres-logs-move.ts';
+} from '../processors/stream/actors.ts';
+import type { DeviceActor } from '../processors/stream/derive.ts';
+import { type EventLog, MemoryEventLog } from '../processors/stream/eventlog.ts';
+import { PostgresEventLog } from '../processors/stream/eventlog-postgres.ts';
+import { SqliteEventLog } from '../processors/stream/eventlog-sqlite.ts';
+import { PostgresLogs } from '../processors/stream/postgres-logs.ts';
+import { moveLogsFromRedis } from '../processors/stream/postgres-logs-move.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 
 export interface Stores {

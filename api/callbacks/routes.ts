@@ -5,7 +5,7 @@ import type { Middleware } from 'koa';
 import { DEVICE_PRN, deviceStream, devices } from '../../domain/devices.ts';
 import { decideCarryPublicity, trailStream, trails } from '../../domain/trails.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
-import { carryPublicity } from '../../processors/publicity.ts';
+import { carryPublicity } from '../../processors/followers/publicity.ts';
 import { operatorCheck } from '../auth/operator.ts';
 import type { HubContext } from '../context.ts';
 import { REV, stepBookkeeping } from '../devices/records.ts';

@@ -7,8 +7,13 @@ import { RESPONSE_BODY_LIMIT } from '../../processors/delivery/dispatcher.ts';
 import { Egress, EgressError } from '../../processors/delivery/egress.ts';
 import type { AttemptRecord, Job } from '../../processors/delivery/port.ts';
 import { newSigningSecret } from '../../processors/delivery/signing.ts';
-import { API_VERSION, EVENT_TYPES, type EventType, type WebhookEvent } from '../../processors/derive.ts';
-import { matches, projectedSubscriptions } from '../../processors/processor.ts';
+import {
+  API_VERSION,
+  EVENT_TYPES,
+  type EventType,
+  type WebhookEvent,
+} from '../../processors/stream/derive.ts';
+import { matches, projectedSubscriptions } from '../../processors/stream/processor.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { seal } from '../auth/secrets.ts';
 import { grantingScopes, grants } from '../auth/tokens.ts';

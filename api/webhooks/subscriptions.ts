@@ -1,7 +1,7 @@
 // The webhook subscription aggregate (stream webhook-<id>): state folded from its events, the
 // rules of its fields, and the record the API shows. No I/O here.
 import type { RecordedEvent } from '../../infra/eventstore/port.ts';
-import { EVENT_TYPES } from '../../processors/derive.ts';
+import { EVENT_TYPES } from '../../processors/stream/derive.ts';
 
 export interface RetryPolicy {
   /** Attempts in all, the first included. */

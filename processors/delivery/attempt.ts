@@ -5,7 +5,7 @@
 // it ended, so that it is tested without a receiver.
 import { randomBytes } from 'node:crypto';
 import { nextDelayS, type RetryPolicy } from '../../api/webhooks/subscriptions.ts';
-import type { WebhookEvent } from '../derive.ts';
+import type { WebhookEvent } from '../stream/derive.ts';
 import { EgressError } from './egress.ts';
 import type { Endpoint } from './endpoints.ts';
 import type { DispatcherMetrics } from './metrics.ts';

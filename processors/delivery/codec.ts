@@ -1,7 +1,7 @@
 // A delivery job as the `deliveries` topic carries it: Avro, the schema named in a header.
 import { type InMessage, type OutMessage, SCHEMA_HEADER } from '../../infra/bus/port.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
-import type { WebhookEvent } from '../derive.ts';
+import type { WebhookEvent } from '../stream/derive.ts';
 import type { Job } from './port.ts';
 
 const JOB_SCHEMA = 'DeliveryJob';

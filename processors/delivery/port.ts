@@ -5,7 +5,7 @@
 // PostgreSQL, postgres.ts); test/processors/delivery/contract.ts holds them to the same rules. Jobs
 // are claimed with a lease that the dispatcher renews while it holds them: one that dies
 // mid-attempt leaves the job to be claimed again when the lease ends.
-import type { WebhookEvent } from '../derive.ts';
+import type { WebhookEvent } from '../stream/derive.ts';
 
 export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver';
 

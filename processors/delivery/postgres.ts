@@ -1,6 +1,12 @@
 // The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile),
-// in the tables of processors/postgres-logs.ts.
-import { columns, countAdded, END_OF_TIME, GroupedInserts, type PostgresLogs } from '../postgres-logs.ts';
+// in the tables of processors/stream/postgres-logs.ts.
+import {
+  columns,
+  countAdded,
+  END_OF_TIME,
+  GroupedInserts,
+  type PostgresLogs,
+} from '../stream/postgres-logs.ts';
 import type { Attempt, AttemptLog, AttemptRecord, StatusFilter } from './port.ts';
 import { recordOf } from './port.ts';
 

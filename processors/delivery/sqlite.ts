@@ -100,7 +100,7 @@ export class SqliteDeliveryStore implements DeliveryStore {
     // restarts); a power loss may lose the last moments of attempt records. Checkpoints run on a
     // thread of their own (infra/checkpointer.ts): copying pages back was a quarter of this store's
     // time, in stalls, while each attempt and job dirtied a page of the event and job indexes at
-    // random (ids now lead with the change's stored time: eventId and jobId, processors/derive.ts).
+    // random (ids now lead with the change's stored time: eventId and jobId, processors/stream/derive.ts).
     //
     // A job's schedule (due, lease) and its body are tables of their own: a claim, a renewal and a
     // finish each change the due time, and with the body in the same row each rewrote the body's

@@ -6,11 +6,11 @@ import { Registry } from 'prom-client';
 import { MemoryBus } from '../../infra/bus/memory.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
-import { MemoryActorStates } from '../../processors/actors.ts';
 import type { Job } from '../../processors/delivery/port.ts';
-import type { DeviceActor } from '../../processors/derive.ts';
-import { MemoryEventLog } from '../../processors/eventlog.ts';
-import { ProcessorMetrics, StreamProcessor } from '../../processors/processor.ts';
+import { MemoryActorStates } from '../../processors/stream/actors.ts';
+import type { DeviceActor } from '../../processors/stream/derive.ts';
+import { MemoryEventLog } from '../../processors/stream/eventlog.ts';
+import { ProcessorMetrics, StreamProcessor } from '../../processors/stream/processor.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import { memoryLogger } from '../harness.ts';
 

@@ -9,7 +9,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { KafkaBus } from '../../infra/bus/kafka.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
 import { createLogger } from '../../infra/telemetry.ts';
-import { eventId } from '../../processors/derive.ts';
+import { eventId } from '../../processors/stream/derive.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import { endProcess, signup, spawnRole, startHub, type TestHub, type User } from '../hub.ts';
 import { assertDerived, assertJobs, everyEventType, jobsOf, logOf, subscribe } from './scenario.ts';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { type Bus, TOPICS } from '../../infra/bus/port.ts';
-import { jobId, TIME_LED_IDS_FROM } from '../../processors/derive.ts';
+import { jobId, TIME_LED_IDS_FROM } from '../../processors/stream/derive.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import type { TestHub, User } from '../hub.ts';
 

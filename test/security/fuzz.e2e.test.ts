@@ -210,7 +210,7 @@ function mutate(value: unknown, schema: Schema, rng: Rng): { body: unknown; kind
   }
 }
 
-/** Appended by followers of the store (processors/publicity.ts), never by a request itself. */
+/** Appended by followers of the store (processors/followers/publicity.ts), never by a request itself. */
 const BACKGROUND_TYPES = new Set(['DevicePublicProcessed', 'StepPublicitySet']);
 
 describe('fuzzing every endpoint from /openapi.json (e2e)', function () {

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { type Attempt, type DeliveryStore, type Job, recordOf } from '../../../processors/delivery/port.ts';
-import { event } from '../eventlog.ts';
+import { event } from '../stream/eventlog.ts';
 
 export function job(subscription: string): Job {
   const owner = 'prn:::accounts:/contract';

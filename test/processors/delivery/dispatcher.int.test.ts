@@ -19,7 +19,7 @@ import { SqliteDeliveryStore } from '../../../processors/delivery/sqlite.ts';
 import { SchemaRegistry } from '../../../schemas/registry.ts';
 import { memoryLogger, testConfig } from '../../harness.ts';
 import { Receiver } from '../../webhooks/receiver.ts';
-import { event } from '../eventlog.ts';
+import { event } from '../stream/eventlog.ts';
 
 /** The embedded stores, a receiver, and a dispatcher on the in-process bus with two attempts in
  * flight per subscription (and a queue of 16 waiting beside them); `close` ends them all. */

@@ -12,7 +12,7 @@ import { PostgresAttemptLog } from '../../../processors/delivery/postgres.ts';
 import { RedisDeliveryStore } from '../../../processors/delivery/redis.ts';
 import { SqliteDeliveryStore } from '../../../processors/delivery/sqlite.ts';
 import { ThreadedDeliveryStore } from '../../../processors/delivery/threaded.ts';
-import { PostgresLogs } from '../../../processors/postgres-logs.ts';
+import { PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
 import { dropSchema, testConfig } from '../../harness.ts';
 import { attemptOf, deliveryStoreContract, job } from './contract.ts';
 

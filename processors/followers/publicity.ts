@@ -1,11 +1,11 @@
 // A device's public and garbage flags carried to its steps: whenever they change (the pipeline's
 // follower below), and on demand (the operator's device callback runs carryPublicity).
-import { type DeviceState, decideMarkPublicProcessed, deviceStream, devices } from '../domain/devices.ts';
-import { decideCarryPublicity, trailStream, trails } from '../domain/trails.ts';
-import type { CheckpointStore } from '../infra/checkpoints.ts';
-import { handle, load } from '../infra/eventstore/aggregate.ts';
-import type { AppendResult, EventStore, SubscribeOptions } from '../infra/eventstore/port.ts';
-import type { Logger } from '../infra/telemetry.ts';
+import { type DeviceState, decideMarkPublicProcessed, deviceStream, devices } from '../../domain/devices.ts';
+import { decideCarryPublicity, trailStream, trails } from '../../domain/trails.ts';
+import type { CheckpointStore } from '../../infra/checkpoints.ts';
+import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import type { AppendResult, EventStore, SubscribeOptions } from '../../infra/eventstore/port.ts';
+import type { Logger } from '../../infra/telemetry.ts';
 import { EventFollower } from './follower.ts';
 
 export interface Carried {

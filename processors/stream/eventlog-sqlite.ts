@@ -3,7 +3,7 @@
 // device), each in the log's order. Past the retention, rows go from the oldest inserted on, a
 // chunk at a time once a minute; reads never show an expired event meanwhile.
 import type { StatementSync } from 'node:sqlite';
-import type { DerivedDatabase } from '../infra/sqlite.ts';
+import type { DerivedDatabase } from '../../infra/sqlite.ts';
 import type { WebhookEvent } from './derive.ts';
 import type { EventLog, EventQuery } from './eventlog.ts';
 

@@ -6,7 +6,7 @@
 // actors leave memory.
 import type { StatementSync } from 'node:sqlite';
 import type { Redis } from 'ioredis';
-import type { DerivedDatabase } from '../infra/sqlite.ts';
+import type { DerivedDatabase } from '../../infra/sqlite.ts';
 
 /** A position of the input saved with the states it led to. */
 export interface StatesCheckpoint {

@@ -2,9 +2,9 @@
 // them, to their tables in PostgreSQL (postgres-logs.ts).
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Logger } from '../infra/telemetry.ts';
-import { type AttemptRecord, attemptOfRecord } from './delivery/port.ts';
-import type { PostgresAttemptLog } from './delivery/postgres.ts';
+import type { Logger } from '../../infra/telemetry.ts';
+import { type AttemptRecord, attemptOfRecord } from '../delivery/port.ts';
+import type { PostgresAttemptLog } from '../delivery/postgres.ts';
 import type { WebhookEvent } from './derive.ts';
 import type { PostgresEventLog } from './eventlog-postgres.ts';
 

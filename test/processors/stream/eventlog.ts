@@ -1,8 +1,8 @@
 // The event log contract: one suite, run once per adapter (memory, Redis).
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import type { EventType, WebhookEvent } from '../../processors/derive.ts';
-import type { EventLog } from '../../processors/eventlog.ts';
+import type { EventType, WebhookEvent } from '../../../processors/stream/derive.ts';
+import type { EventLog } from '../../../processors/stream/eventlog.ts';
 
 let position = 0;
 export function event(owner: string, type: EventType, device: string, createdS: number): WebhookEvent {

@@ -5,14 +5,14 @@
 // replays the batch into the same events (same ids) and nothing is lost.
 import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { Bus, Consumer, InMessage } from '../infra/bus/port.ts';
-import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
-import type { CheckpointStore } from '../infra/checkpoints.ts';
-import type { ReadStore } from '../infra/readstore/port.ts';
-import type { Logger } from '../infra/telemetry.ts';
-import type { SchemaRegistry } from '../schemas/registry.ts';
+import type { Bus, Consumer, InMessage } from '../../infra/bus/port.ts';
+import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
+import type { CheckpointStore } from '../../infra/checkpoints.ts';
+import type { ReadStore } from '../../infra/readstore/port.ts';
+import type { Logger } from '../../infra/telemetry.ts';
+import type { SchemaRegistry } from '../../schemas/registry.ts';
+import type { Job } from '../delivery/port.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
-import type { Job } from './delivery/port.ts';
 import { type Change, type DeviceActor, derive, initialActor, jobId, type WebhookEvent } from './derive.ts';
 import type { EventLog } from './eventlog.ts';
 

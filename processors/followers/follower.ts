@@ -1,9 +1,9 @@
 // Follows the event store from a durable checkpoint and hands each batch to a handler with side
 // effects (send an email, carry a flag): at least once, in order, resuming after crashes. A
 // failing batch is retried from the checkpoint with backoff.
-import type { CheckpointStore } from '../infra/checkpoints.ts';
-import type { EventStore, RecordedEvent, SubscribeOptions } from '../infra/eventstore/port.ts';
-import type { Logger } from '../infra/telemetry.ts';
+import type { CheckpointStore } from '../../infra/checkpoints.ts';
+import type { EventStore, RecordedEvent, SubscribeOptions } from '../../infra/eventstore/port.ts';
+import type { Logger } from '../../infra/telemetry.ts';
 
 /** `batchSize` defaults to 100; `lingerMs` to 0 (see SubscribeOptions). */
 export interface FollowerOptions extends SubscribeOptions {

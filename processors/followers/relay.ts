@@ -5,15 +5,15 @@
 // (consumers skip what they applied, by position). One relay runs at a time: a lease in the read
 // store, renewed as it goes, keeps a second one waiting.
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { Bus } from '../infra/bus/port.ts';
-import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
-import type { CheckpointStore } from '../infra/checkpoints.ts';
-import type { EventStore } from '../infra/eventstore/port.ts';
-import type { ReadStore } from '../infra/readstore/port.ts';
-import { newOwnerId } from '../infra/readstore/redis.ts';
-import type { Logger } from '../infra/telemetry.ts';
-import type { SchemaRegistry } from '../schemas/registry.ts';
-import { aggregateKey } from './derive.ts';
+import type { Bus } from '../../infra/bus/port.ts';
+import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
+import type { CheckpointStore } from '../../infra/checkpoints.ts';
+import type { EventStore } from '../../infra/eventstore/port.ts';
+import type { ReadStore } from '../../infra/readstore/port.ts';
+import { newOwnerId } from '../../infra/readstore/redis.ts';
+import type { Logger } from '../../infra/telemetry.ts';
+import type { SchemaRegistry } from '../../schemas/registry.ts';
+import { aggregateKey } from '../stream/derive.ts';
 import { EventFollower } from './follower.ts';
 
 const SCHEMA = 'ChangeRecord';

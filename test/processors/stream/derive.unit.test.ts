@@ -2,7 +2,8 @@
 // replays skipped, matching, and the actor runtime's ordering and eviction.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { ActorRuntime, type ActorStates, MemoryActorStates } from '../../processors/actors.ts';
+import { redacted } from '../../../processors/followers/relay.ts';
+import { ActorRuntime, type ActorStates, MemoryActorStates } from '../../../processors/stream/actors.ts';
 import {
   aggregateKey,
   type Change,
@@ -14,9 +15,8 @@ import {
   jobId,
   TIME_LED_IDS_FROM,
   type WebhookEvent,
-} from '../../processors/derive.ts';
-import { matches, type SubscriptionFilter } from '../../processors/processor.ts';
-import { redacted } from '../../processors/relay.ts';
+} from '../../../processors/stream/derive.ts';
+import { matches, type SubscriptionFilter } from '../../../processors/stream/processor.ts';
 
 const PRN = 'prn:::devices:/0123456789abcdef01234567';
 const OWNER = 'prn:::accounts:/alice';

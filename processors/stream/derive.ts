@@ -1,8 +1,8 @@
 // Derivation of the webhook events of the specification (section Events) from the change stream:
 // a pure function of a device actor's state and one stored event. No I/O here.
 import { createHash } from 'node:crypto';
-import { type Meta, mergeMeta, metaPatchOf } from '../domain/devices.ts';
-import type { DomainEvent } from '../domain/events.ts';
+import { type Meta, mergeMeta, metaPatchOf } from '../../domain/devices.ts';
+import type { DomainEvent } from '../../domain/events.ts';
 
 /** The `api_version` of every event payload this code derives. */
 export const API_VERSION = '2026-11-01';

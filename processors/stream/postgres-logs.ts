@@ -26,7 +26,7 @@
 // with. The logs: eventlog-postgres.ts and delivery/postgres.ts; the upgrade from Redis:
 // postgres-logs-move.ts.
 import pg from 'pg';
-import type { Logger } from '../infra/telemetry.ts';
+import type { Logger } from '../../infra/telemetry.ts';
 
 const DAY_MS = 86_400_000;
 /** Serialises the logs' DDL across processes (the event store's locks are 0x68756265 and the next). */
