@@ -107,6 +107,11 @@ export function forRoles(config: Config, roles: Role[]): Config {
   };
 }
 
+/**
+ * Starts one process: its data dir taken (embedded), the stores of its profile opened, then each
+ * role asked for (roles.ts). The embedded profile runs the projector, the processor and the
+ * dispatcher whatever the roles: its read models and queues live in the process.
+ */
 export async function startNode(
   configured: Config,
   roles: Role[],
