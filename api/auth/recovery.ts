@@ -14,7 +14,7 @@ import { forbidden, invalidCredentials, unauthorized, unprocessable } from '../e
 import { sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { type AuthContext, lower } from './context.ts';
-import { EMAIL, outcome, PASSWORD } from './schemas.ts';
+import { EMAIL, EMAILED_LINK_QUERY, outcome, PASSWORD } from './schemas.ts';
 import { hashPassword, readEmailedToken, verifyPassword } from './secrets.ts';
 import { HUB_AUDIENCE } from './tokens.ts';
 
@@ -128,13 +128,7 @@ export function recoveryRoutes(a: AuthContext) {
       tag: 'auth',
       summary: 'The page of the password reset link: a form that posts to /auth/password.',
       security: 'none',
-      query: schema({
-        type: 'object',
-        required: ['token'],
-        // An emailed link: mail link-trackers append parameters of their own (utm_*); ignored.
-        additionalProperties: true,
-        properties: { token: { type: 'string', maxLength: 512 } },
-      }),
+      query: schema(EMAILED_LINK_QUERY),
       responses: { 200: { description: 'An HTML form.' } },
       handler: (ctx) => {
         sendPage(

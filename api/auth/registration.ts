@@ -26,7 +26,7 @@ import { sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { accountRecord } from './accounts.ts';
 import { type AuthContext, lower, newId } from './context.ts';
-import { ACCOUNT, EMAIL, NICK, outcome, PASSWORD } from './schemas.ts';
+import { ACCOUNT, EMAIL, EMAILED_LINK_QUERY, NICK, outcome, PASSWORD } from './schemas.ts';
 import { hashPassword, readEmailedToken, sameSecret, secretToken } from './secrets.ts';
 
 const VERIFIED = outcome('verified', { prn: { type: 'string' }, nick: { type: 'string' } });
@@ -245,13 +245,7 @@ export function registrationRoutes(a: AuthContext) {
       tag: 'auth',
       summary: 'Verify the email address (the link in the verification email); activates the account.',
       security: 'none',
-      query: schema({
-        type: 'object',
-        required: ['token'],
-        // An emailed link: mail link-trackers append parameters of their own (utm_*); ignored.
-        additionalProperties: true,
-        properties: { token: { type: 'string', maxLength: 512 } },
-      }),
+      query: schema(EMAILED_LINK_QUERY),
       responses: {
         200: { description: 'Verified (also when it was already).', schema: VERIFIED },
         401: { description: 'The link is not valid, or has expired.' },

@@ -31,6 +31,14 @@ export const ACCOUNT = {
     },
   },
 };
+/** The query of a page an email links to (the verification link, the reset link). */
+export const EMAILED_LINK_QUERY = {
+  type: 'object',
+  required: ['token'],
+  // An emailed link: mail link-trackers append parameters of their own (utm_*); ignored.
+  additionalProperties: true,
+  properties: { token: { type: 'string', maxLength: 512 } },
+};
 /** What every answer with a token has; each operation's schema adds its own fields. */
 export const TOKEN_RESPONSE = {
   type: 'object',

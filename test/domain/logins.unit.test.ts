@@ -66,6 +66,17 @@ const revoked: DomainEvent<'RefreshFamilyRevoked'> = {
   data: { reason: 'a spent refresh token was presented again' },
 };
 
+const codeIssued: DomainEvent<'AccessCodeIssued'> = {
+  type: 'AccessCodeIssued',
+  data: {
+    account_id: alice.id,
+    account_prn: alice.prn,
+    service: service.prn,
+    scopes: ['devices'],
+    expires: 7000,
+  },
+};
+
 describe('logins: decisions (unit)', () => {
   describe('credentials', () => {
     it('hold for an account whose password holds', () => {
@@ -205,16 +216,7 @@ describe('logins: decisions (unit)', () => {
     it('a user grants a service scopes', () => {
       given(codes)()
         .when((c) => decideIssueAccessCode(command(), c))
-        .thenEmits({
-          type: 'AccessCodeIssued',
-          data: {
-            account_id: alice.id,
-            account_prn: alice.prn,
-            service: service.prn,
-            scopes: ['devices'],
-            expires: 7000,
-          },
-        });
+        .thenEmits(codeIssued);
     });
 
     it('only to a registered service (422), by a user that exists (401)', () => {
@@ -231,16 +233,6 @@ describe('logins: decisions (unit)', () => {
   });
 
   describe('redeem an access code', () => {
-    const codeIssued: DomainEvent<'AccessCodeIssued'> = {
-      type: 'AccessCodeIssued',
-      data: {
-        account_id: alice.id,
-        account_prn: alice.prn,
-        service: service.prn,
-        scopes: ['devices'],
-        expires: 7000,
-      },
-    };
     const redeem = (svc = service.prn, now = 5000) => ({ service: svc, now });
 
     it('the service it names swaps it, once', () => {
