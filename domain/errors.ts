@@ -37,8 +37,8 @@ export class DomainError extends Error {
 
 export const refuse = {
   notFound: (message: string) => new DomainError('not_found', message),
-  forbidden: (message: string) => new DomainError('forbidden', message),
-  unauthorized: (message: string) => new DomainError('unauthorized', message),
+  forbidden: (message: string, code?: string) => new DomainError('forbidden', message, { code }),
+  unauthorized: (message: string, code?: string) => new DomainError('unauthorized', message, { code }),
   conflict: (message: string, code?: string) => new DomainError('conflict', message, { code }),
   invalid: (message: string, details?: RefusalDetail[]) => new DomainError('invalid', message, { details }),
   tooLarge: (message: string) => new DomainError('too_large', message),

@@ -1,6 +1,7 @@
 // /apps: third-party applications of the caller. An app is addressed by id, nick (among the
 // caller's apps) or PRN; other accounts' apps answer 404.
 import { randomBytes } from 'node:crypto';
+import { accountStream, accounts } from '../../domain/accounts.ts';
 import {
   claimName,
   handle,
@@ -9,7 +10,6 @@ import {
   nameOwner,
   releaseName,
 } from '../../infra/eventstore/aggregate.ts';
-import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { secretToken, sha256 } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';

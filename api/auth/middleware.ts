@@ -3,12 +3,12 @@
 import type { Middleware } from 'koa';
 import koaJwt from 'koa-jwt';
 import { LRUCache } from 'lru-cache';
+import { accountPrn, accountStream, accounts } from '../../domain/accounts.ts';
 import { load } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { appStream, apps } from '../apps/apps.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
 import { chargeRateLimit } from '../http.ts';
-import { accountPrn, accountStream, accounts } from './accounts.ts';
 import type { Keys } from './keys.ts';
 import {
   APP_PRN,

@@ -1,6 +1,7 @@
 // JWTs: what they claim, how they are signed (jose, ES256) and how scopes are granted.
 import { randomUUID } from 'node:crypto';
 import { SignJWT } from 'jose';
+import type { AccountType } from '../../domain/accounts.ts';
 import type { Keys } from './keys.ts';
 
 export const ISSUER = 'device-hub';
@@ -8,8 +9,6 @@ export const ISSUER = 'device-hub';
 export const HUB_AUDIENCE = 'device-hub';
 export const SERVICE_PRN = /^prn:[^:/]*:auth:\/[A-Za-z0-9._-]+$/;
 export const APP_PRN = /^prn:::apps:\/[A-Za-z0-9_-]+$/;
-
-export type AccountType = 'USER' | 'DEVICE' | 'SERVICE';
 
 export interface Claims {
   iss: string;

@@ -5,6 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
 import { LRUCache } from 'lru-cache';
+import { accountStream, accounts } from '../../domain/accounts.ts';
 import {
   type CreateDevice,
   checkNewDevice,
@@ -29,7 +30,6 @@ import {
 } from '../../domain/devices.ts';
 import type { DomainEvent } from '../../domain/events.ts';
 import { claimName, handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
-import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireAccountType, requireScope } from '../auth/middleware.ts';
 import { seal, secretToken, unseal } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';

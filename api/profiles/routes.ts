@@ -1,7 +1,8 @@
 // /profiles/: the caller's profile, kept in the account's own stream.
+import { type AccountState, accountStream, accounts } from '../../domain/accounts.ts';
 import { mergeMeta, replacing } from '../../domain/devices.ts';
 import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
-import { type AccountState, accountStream, accounts, PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
+import { PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';

@@ -3,10 +3,10 @@
 // back from its JSON equal to itself, Maps, Sets and properties set to undefined included.
 import assert from 'node:assert/strict';
 import { apps } from '../../api/apps/apps.ts';
-import { accounts } from '../../api/auth/accounts.ts';
-import { codes, refreshFamilies } from '../../api/auth/routes.ts';
 import { subscriptions } from '../../api/webhooks/subscriptions.ts';
+import { accounts } from '../../domain/accounts.ts';
 import { devices } from '../../domain/devices.ts';
+import { codes, refreshFamilies } from '../../domain/logins.ts';
 import { trails } from '../../domain/trails.ts';
 import {
   claims,
