@@ -10,7 +10,7 @@ import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { seal } from '../api/auth/secrets.ts';
-import { webhookStream } from '../api/webhooks/subscriptions.ts';
+import { webhookStream } from '../domain/subscriptions.ts';
 import { loadConfig } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 

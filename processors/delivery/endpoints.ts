@@ -2,7 +2,7 @@
 // force and its URL checked against the egress rules, kept for the subscriptions most in use.
 import { LRUCache } from 'lru-cache';
 import { unseal } from '../../api/auth/secrets.ts';
-import { type Subscription, subscriptions, webhookStream } from '../../api/webhooks/subscriptions.ts';
+import { type Subscription, subscriptions, webhookStream } from '../../domain/subscriptions.ts';
 import { load, loadedNow } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { type Egress, EgressError } from './egress.ts';
