@@ -2,9 +2,9 @@
 // streams (schema-valid events, read back as a store reads them), each state along the way reads
 // back from its JSON equal to itself, Maps, Sets and properties set to undefined included.
 import assert from 'node:assert/strict';
-import { apps } from '../../api/apps/apps.ts';
 import { accounts } from '../../api/auth/accounts.ts';
 import { codes, refreshFamilies } from '../../api/auth/routes.ts';
+import { apps } from '../../domain/apps.ts';
 import { devices } from '../../domain/devices.ts';
 import { names } from '../../domain/names.ts';
 import { subscriptions } from '../../domain/subscriptions.ts';
