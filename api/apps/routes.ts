@@ -15,20 +15,13 @@ import {
   type Scope,
 } from '../../domain/apps.ts';
 import type { DomainEvent } from '../../domain/events.ts';
-import {
-  claimName,
-  handle,
-  load,
-  NameTakenError,
-  nameOwner,
-  releaseName,
-} from '../../infra/eventstore/aggregate.ts';
+import { claimName, load, NameTakenError, nameOwner, releaseName } from '../../infra/eventstore/aggregate.ts';
 import { accountStream, accounts } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { secretToken, sha256 } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
-import { NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
+import { decideOn, NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
 import { conflict, notFound } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
 
@@ -129,15 +122,9 @@ export function appRoutes(hub: HubContext) {
     }
   }
 
-  /** Appends what `decide` makes of the app's state, and answers the state after it. */
-  async function update(ctx: Context, id: string, decide: (a: AppState) => DomainEvent[]): Promise<AppState> {
-    const { appended, after } = await handle(store, appStream(id), apps, (a) => ({
-      events: decide(a),
-      result: undefined,
-    }));
-    if (appended) await hub.consistency.written(ctx, appended.position);
-    return after;
-  }
+  /** Decides on the app's state, and answers the state after it. */
+  const update = (ctx: Context, id: string, decide: (a: AppState) => DomainEvent[]) =>
+    decideOn(hub, ctx, appStream(id), apps, decide);
 
   return (routes: Routes) => {
     routes.add({

@@ -1,10 +1,10 @@
 // /profiles/: the caller's profile, kept in the account's own stream.
 import { decideUpdateProfile } from '../../domain/profiles.ts';
-import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { type AccountState, accountStream, accounts, PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
-import type { HubContext } from '../context.ts';
+import { decideOn, type HubContext } from '../context.ts';
 import { notFound } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 
@@ -89,11 +89,9 @@ export function profileRoutes(hub: HubContext) {
           meta: body.meta ?? {},
           ovmode: body.ovmode ?? null,
         };
-        const { appended, after } = await handle(store, accountStream(account.id), accounts, (s) => ({
-          events: decideUpdateProfile(command, s),
-          result: undefined,
-        }));
-        if (appended) await hub.consistency.written(ctx, appended.position);
+        const after = await decideOn(hub, ctx, accountStream(account.id), accounts, (s) =>
+          decideUpdateProfile(command, s),
+        );
         ctx.body = profileRecord(after); // as stored: its time-modified is the event's, as GET shows
       },
     });

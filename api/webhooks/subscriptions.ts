@@ -15,13 +15,13 @@ import {
   subscriptions,
   webhookStream,
 } from '../../domain/subscriptions.ts';
-import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import { load } from '../../infra/eventstore/aggregate.ts';
 import { Egress, EgressError } from '../../processors/delivery/egress.ts';
 import { newSigningSecret } from '../../processors/delivery/signing.ts';
 import { EVENT_TYPES } from '../../processors/derive.ts';
 import { seal } from '../auth/secrets.ts';
 import { grantingScopes, grants } from '../auth/tokens.ts';
-import { PAGE_QUERY, pageSchema } from '../context.ts';
+import { decideOn, PAGE_QUERY, pageSchema } from '../context.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import type { WebhookRoutes } from './routes.ts';
 
@@ -161,16 +161,9 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
     }
   }
 
-  /** Appends what `decide` makes of the subscription's state as the append finds it, and answers
-   * the state after it. */
-  async function update(ctx: Context, id: string, decide: (s: Subscription) => DomainEvent[]) {
-    const { appended, after } = await handle(hub.store, webhookStream(id), subscriptions, (s) => ({
-      events: decide(s),
-      result: undefined,
-    }));
-    if (appended) await hub.consistency.written(ctx, appended.position);
-    return after;
-  }
+  /** Decides on the subscription's state as the append finds it, and answers the state after it. */
+  const update = (ctx: Context, id: string, decide: (s: Subscription) => DomainEvent[]) =>
+    decideOn(hub, ctx, webhookStream(id), subscriptions, decide);
 
   return (routes: Routes) => {
     routes.add<undefined, { limit: number; skip: number }>({
