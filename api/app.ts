@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import Koa, { type Context } from 'koa';
 import type { Config } from '../infra/config.ts';
+import { withTimeout } from '../infra/deadline.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { HttpError } from './errors.ts';
 import { type RateLimit, RateLimiter, rateLimit, requestContext } from './http.ts';
@@ -137,16 +138,6 @@ export async function closeServer(server: Server, timeoutMs: number): Promise<vo
   await closed;
   clearInterval(idle);
   clearTimeout(timer);
-}
-
-/** `p`, or a rejection (`<what> within <ms> ms`) if it has not settled by then: a bounded wait on a
- * dependency (readiness checks, remembering a write, a scrape of the delivery schedule). */
-export function withTimeout<T>(p: Promise<T>, ms: number, what = 'no answer'): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
 /**

@@ -6,7 +6,7 @@
 import type { Redis } from 'ioredis';
 import type { Context } from 'koa';
 import { LRUCache } from 'lru-cache';
-import { withTimeout } from './app.ts';
+import { withTimeout } from '../infra/deadline.ts';
 import { badRequest } from './errors.ts';
 
 export interface LastWrites {

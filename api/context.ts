@@ -1,5 +1,8 @@
 // What every service's routes are given: the configuration and the adapters of the process.
+import type { Context } from 'koa';
+import type { DomainEvent } from '../domain/events.ts';
 import type { Config } from '../infra/config.ts';
+import { type Evolver, handle } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { Limiter } from '../infra/limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
@@ -75,4 +78,24 @@ export function refuseIdShapedNick(nick: string, field: string): void {
     throw unprocessable(`The nick "${nick}" has the form of an id, which a path's {id} is read as first.`, [
       { field, problem: 'has the form of an id' },
     ]);
+}
+
+/**
+ * Runs a decision on one stream (load, decide, append: `handle`), makes the caller's later reads
+ * wait for its append, and answers the state after it: what a route does once it has parsed and
+ * authorized a command.
+ */
+export async function decideOn<S>(
+  hub: HubContext,
+  ctx: Context,
+  stream: string,
+  aggregate: Evolver<S>,
+  decide: (state: S) => DomainEvent[],
+): Promise<S> {
+  const { appended, after } = await handle(hub.store, stream, aggregate, (s) => ({
+    events: decide(s),
+    result: undefined,
+  }));
+  if (appended) await hub.consistency.written(ctx, appended.position);
+  return after;
 }

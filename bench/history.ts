@@ -24,7 +24,6 @@ import { Redis } from 'ioredis';
 import { exportPKCS8, generateKeyPair } from 'jose';
 import pg from 'pg';
 import { fromPem, jwtKeyFile } from '../api/auth/keys.ts';
-import { seal } from '../api/auth/secrets.ts';
 import { accountStream } from '../domain/accounts.ts';
 import { devicePrn, deviceStream } from '../domain/devices.ts';
 import { loadConfig } from '../infra/config.ts';
@@ -33,6 +32,7 @@ import type { EventStore, NewEvent } from '../infra/eventstore/port.ts';
 import { PostgresEventStore } from '../infra/eventstore/postgres.ts';
 import { SchemaCheckedStore } from '../infra/eventstore/schema-checked.ts';
 import { SqliteEventStore } from '../infra/eventstore/sqlite.ts';
+import { seal } from '../infra/secrets.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
 import {
   benchDevices,

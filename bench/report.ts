@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
-import { seal } from '../api/auth/secrets.ts';
-import { webhookStream } from '../api/webhooks/subscriptions.ts';
+import { webhookStream } from '../domain/subscriptions.ts';
 import { loadConfig } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
+import { seal } from '../infra/secrets.ts';
 
 // Every temporary directory of a bench run (its stores, the hubs it spawns) goes under one
 // directory of the run, removed when the bench exits: os.tmpdir() reads TMPDIR at each call,

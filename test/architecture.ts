@@ -25,22 +25,7 @@ export interface Violation {
  * move that removes it. From and to are folder prefixes or files. The check fails on an entry no
  * import uses any more, so that each goes once its move lands.
  */
-export const PENDING: Array<{ from: string; to: string; until: string }> = [
-  // The subscription aggregate moves to domain/subscriptions.ts (item 1): attempt.ts and
-  // endpoints.ts then read it there.
-  {
-    from: 'processors/delivery/',
-    to: 'api/webhooks/subscriptions.ts',
-    until: 'item 1: domain/subscriptions.ts',
-  },
-  // The apps aggregate moves to domain/apps.ts (item 1).
-  { from: 'projections/apps.ts', to: 'api/apps/apps.ts', until: 'item 1: domain/apps.ts' },
-  // Sealing secrets and the emailed tokens' HMAC are no HTTP: they leave api/auth/ with the
-  // accounts' domain (item 1/3), and the mailer and the dispatcher's endpoints import them there.
-  { from: 'processors/', to: 'api/auth/secrets.ts', until: 'items 1 and 3: secrets out of api/auth/' },
-  // A bounded wait is a mechanism, not the API's: it goes to infra/ with item 4 (one name per mechanism).
-  { from: 'processors/delivery/metrics.ts', to: 'api/app.ts', until: 'item 4: withTimeout into infra/' },
-];
+export const PENDING: Array<{ from: string; to: string; until: string }> = [];
 
 /** Reads the table's rows: | `folder/` | owns | may import |. */
 export function readRules(markdown: string): FolderRule[] {

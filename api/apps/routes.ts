@@ -1,23 +1,29 @@
 // /apps: third-party applications of the caller. An app is addressed by id, nick (among the
 // caller's apps) or PRN; other accounts' apps answer 404.
 import { randomBytes } from 'node:crypto';
+import type { Context } from 'koa';
 import { accountStream, accounts } from '../../domain/accounts.ts';
 import {
-  claimName,
-  handle,
-  load,
-  NameTakenError,
-  nameOwner,
-  releaseName,
-} from '../../infra/eventstore/aggregate.ts';
+  type AppFields,
+  type AppState,
+  appRecord,
+  appStream,
+  apps,
+  checkAppUpdate,
+  decideDelete,
+  decideRegister,
+  decideUpdate,
+  type Scope,
+} from '../../domain/apps.ts';
+import type { DomainEvent } from '../../domain/events.ts';
+import { claimName, load, NameTakenError, nameOwner, releaseName } from '../../infra/eventstore/aggregate.ts';
+import { secretToken, sha256 } from '../../infra/secrets.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
-import { secretToken, sha256 } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
-import { NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
-import { conflict, notFound, unprocessable } from '../errors.ts';
+import { decideOn, NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
+import { conflict, notFound } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
-import { type AppFields, type AppState, appPrn, appRecord, appStream, apps, type Scope } from './apps.ts';
 
 const SCOPE = {
   type: 'object',
@@ -106,6 +112,20 @@ export function appRoutes(hub: HubContext) {
     return state;
   }
 
+  /** Reserves the nick among the owner's apps (unique names are their own streams). */
+  async function reserveNick(ownerId: string, nick: string, appId: string): Promise<void> {
+    try {
+      await claimName(store, `appnick-${ownerId}`, nick.toLowerCase(), appId);
+    } catch (err) {
+      if (err instanceof NameTakenError) throw conflict('You have an app with this nick already.');
+      throw err;
+    }
+  }
+
+  /** Decides on the app's state, and answers the state after it. */
+  const update = (ctx: Context, id: string, decide: (a: AppState) => DomainEvent[]) =>
+    decideOn(hub, ctx, appStream(id), apps, decide);
+
   return (routes: Routes) => {
     routes.add({
       method: 'post',
@@ -125,35 +145,17 @@ export function appRoutes(hub: HubContext) {
         const { state: owner } = await load(store, accountStream(ownerId), accounts);
         const id = randomBytes(12).toString('hex');
         refuseIdShapedNick(body.nick, 'nick');
-        try {
-          await claimName(store, `appnick-${ownerId}`, body.nick.toLowerCase(), id);
-        } catch (err) {
-          if (err instanceof NameTakenError) throw conflict('You have an app with this nick already.');
-          throw err;
-        }
+        await reserveNick(ownerId, body.nick, id);
         const type = body.type ?? 'public';
         const secret = type === 'confidential' ? secretToken() : undefined;
-        const { appended } = await handle(store, appStream(id), apps, () => ({
-          events: [
-            {
-              type: 'AppRegistered',
-              data: {
-                app_id: id,
-                prn: appPrn(id),
-                owner_id: ownerId,
-                owner_prn: owner.prn,
-                owner_nick: owner.nick,
-                type,
-                secret_hash: secret ? sha256(secret) : null,
-                fields: fieldsOf(body),
-              },
-            },
-          ],
-          result: undefined,
-        }));
-        await hub.consistency.written(ctx, appended!.position);
-        const { state } = await load(store, appStream(id), apps);
-        ctx.body = appRecord(state, secret);
+        const command = {
+          id,
+          owner: { id: ownerId, prn: owner.prn, nick: owner.nick },
+          type,
+          secretHash: secret ? sha256(secret) : null,
+          fields: fieldsOf(body),
+        };
+        ctx.body = appRecord(await update(ctx, id, (a) => decideRegister(command, a)), secret);
       },
     });
 
@@ -216,33 +218,17 @@ export function appRoutes(hub: HubContext) {
       responses: { 200: { description: 'The app record.', schema: APP_RECORD } },
       authorize: (ctx) => findApp(ownerOf(ctx), ctx.params.id!),
       handler: async (ctx, { body, allowed: app }) => {
-        if (body.type && body.type !== app.type) {
-          throw unprocessable("An app's type cannot change; register a new app.", [
-            { field: 'type', problem: 'cannot change' },
-          ]);
-        }
-        const nickKind = `appnick-${app.ownerId}`;
-        if (body.nick.toLowerCase() !== app.fields.nick.toLowerCase()) {
+        checkAppUpdate(body, app);
+        const renamed = body.nick.toLowerCase() !== app.fields.nick.toLowerCase();
+        if (renamed) {
           refuseIdShapedNick(body.nick, 'nick');
-          try {
-            await claimName(store, nickKind, body.nick.toLowerCase(), app.id);
-          } catch (err) {
-            if (err instanceof NameTakenError) throw conflict('You have an app with this nick already.');
-            throw err;
-          }
+          await reserveNick(app.ownerId, body.nick, app.id);
         }
-        const { appended } = await handle(store, appStream(app.id), apps, (s) => {
-          if (s.deleted) throw notFound('No such app.');
-          return {
-            events: [{ type: 'AppUpdated', data: { app_id: s.id, fields: fieldsOf(body) } }],
-            result: undefined,
-          };
-        });
-        if (body.nick.toLowerCase() !== app.fields.nick.toLowerCase()) {
-          await releaseName(store, nickKind, app.fields.nick.toLowerCase(), app.id);
-        }
-        await hub.consistency.written(ctx, appended!.position);
-        ctx.body = appRecord((await load(store, appStream(app.id), apps)).state);
+        const command = { type: body.type, fields: fieldsOf(body) };
+        const updated = await update(ctx, app.id, (a) => decideUpdate(command, a));
+        if (renamed)
+          await releaseName(store, `appnick-${app.ownerId}`, app.fields.nick.toLowerCase(), app.id);
+        ctx.body = appRecord(updated);
       },
     });
 
@@ -257,17 +243,9 @@ export function appRoutes(hub: HubContext) {
       responses: { 200: { description: 'The deleted app.', schema: APP_RECORD } },
       handler: async (ctx) => {
         const app = await findApp(ownerOf(ctx), ctx.params.id!);
-        const { appended } = await handle(store, appStream(app.id), apps, (s) =>
-          s.deleted
-            ? { events: [], result: undefined }
-            : {
-                events: [{ type: 'AppDeleted', data: { app_id: s.id, owner_prn: s.ownerPrn } }],
-                result: undefined,
-              },
-        );
+        const deleted = await update(ctx, app.id, decideDelete);
         await releaseName(store, `appnick-${app.ownerId}`, app.fields.nick.toLowerCase(), app.id);
-        if (appended) await hub.consistency.written(ctx, appended.position);
-        ctx.body = appRecord((await load(store, appStream(app.id), apps)).state);
+        ctx.body = appRecord(deleted);
       },
     });
   };

@@ -13,11 +13,11 @@ import {
 } from '../../domain/accounts.ts';
 import { refreshFamilies, refreshStream } from '../../domain/logins.ts';
 import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { nonce } from '../../infra/secrets.ts';
 import type { HubContext } from '../context.ts';
 import { tooManyRequests, unauthorized } from '../errors.ts';
 import { authenticate } from './middleware.ts';
 import { operatorCheck } from './operator.ts';
-import { nonce } from './secrets.ts';
 import { LoginThrottle } from './throttle.ts';
 import { type Claims, changedSinceLogin, HUB_AUDIENCE } from './tokens.ts';
 

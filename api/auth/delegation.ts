@@ -1,6 +1,8 @@
 // Delegation: a user grants a service scopes by a single-use access code, which the service swaps
 // for a long-lived delegated token; and implicit authorize, which issues a registered app a token
 // for the user straight away.
+
+import { appStream, apps } from '../../domain/apps.ts';
 import {
   codeStream,
   codes,
@@ -10,13 +12,12 @@ import {
   refuseEndedGrant,
 } from '../../domain/logins.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
-import { appStream, apps } from '../apps/apps.ts';
+import { secretToken, sha256 } from '../../infra/secrets.ts';
 import { forbidden, unauthorized, unprocessable } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
 import type { AuthContext } from './context.ts';
 import { requireFirstParty } from './middleware.ts';
 import { GRANTED_SCOPES, tokenResponse } from './schemas.ts';
-import { secretToken, sha256 } from './secrets.ts';
 import { parseScopes, SCOPE_NAME, SERVICE_PRN, signToken } from './tokens.ts';
 
 export function delegationRoutes(a: AuthContext) {

@@ -14,11 +14,11 @@ import {
   refuseWrongCredentials,
 } from '../../domain/logins.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
+import { DUMMY_HASH, sameSecret, secretToken, sha256, unseal, verifyPassword } from '../../infra/secrets.ts';
 import { forbidden, HttpError, invalidCredentials, unauthorized } from '../errors.ts';
 import { type Routes, schema } from '../routes.ts';
 import { type AuthContext, lower, newId } from './context.ts';
 import { TOKEN_RESPONSE, tokenResponse } from './schemas.ts';
-import { DUMMY_HASH, sameSecret, secretToken, sha256, unseal, verifyPassword } from './secrets.ts';
 import { APP_PRN, HUB_AUDIENCE, signToken } from './tokens.ts';
 
 const REFRESH_TOKEN = {

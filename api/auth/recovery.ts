@@ -10,12 +10,12 @@ import {
 } from '../../domain/accounts.ts';
 import type { DomainEvent } from '../../domain/events.ts';
 import { handle } from '../../infra/eventstore/aggregate.ts';
+import { hashPassword, readEmailedToken, verifyPassword } from '../../infra/secrets.ts';
 import { forbidden, invalidCredentials, unauthorized, unprocessable } from '../errors.ts';
 import { sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { type AuthContext, lower } from './context.ts';
 import { EMAIL, EMAILED_LINK_QUERY, outcome, PASSWORD } from './schemas.ts';
-import { hashPassword, readEmailedToken, verifyPassword } from './secrets.ts';
 import { HUB_AUDIENCE } from './tokens.ts';
 
 const RESET_MS = 3600_000;

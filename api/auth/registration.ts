@@ -21,13 +21,13 @@ import {
   nameOwner,
   releaseName,
 } from '../../infra/eventstore/aggregate.ts';
+import { hashPassword, readEmailedToken, sameSecret, secretToken } from '../../infra/secrets.ts';
 import { conflict, forbidden, notFound, unauthorized, unprocessable } from '../errors.ts';
 import { sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { accountRecord } from './accounts.ts';
 import { type AuthContext, lower, newId } from './context.ts';
 import { ACCOUNT, EMAIL, EMAILED_LINK_QUERY, NICK, outcome, PASSWORD } from './schemas.ts';
-import { hashPassword, readEmailedToken, sameSecret, secretToken } from './secrets.ts';
 
 const VERIFIED = outcome('verified', { prn: { type: 'string' }, nick: { type: 'string' } });
 

@@ -30,8 +30,8 @@ import {
 } from '../../domain/devices.ts';
 import type { DomainEvent } from '../../domain/events.ts';
 import { claimName, handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { seal, secretToken, unseal } from '../../infra/secrets.ts';
 import { authenticate, requireAccountType, requireScope } from '../auth/middleware.ts';
-import { seal, secretToken, unseal } from '../auth/secrets.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { NICK, PAGE_QUERY, pageSchema } from '../context.ts';

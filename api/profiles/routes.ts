@@ -1,12 +1,12 @@
 // /profiles/: the caller's profile, kept in the account's own stream.
 import { type AccountState, accountStream, accounts } from '../../domain/accounts.ts';
-import { mergeMeta, replacing } from '../../domain/devices.ts';
-import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { decideUpdateProfile } from '../../domain/profiles.ts';
+import { load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
-import type { HubContext } from '../context.ts';
-import { notFound, unprocessable } from '../errors.ts';
+import { decideOn, type HubContext } from '../context.ts';
+import { notFound } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 
 const TEXT = { type: 'string', maxLength: 1024 };
@@ -42,16 +42,6 @@ type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'emai
   meta?: Record<string, string>;
   ovmode?: Record<string, string>;
 };
-
-/** Whether two maps of strings hold the same entries: the metadata merge finds nothing to change. */
-function sameMap(a: Record<string, string>, b: Record<string, string>): boolean {
-  const { changed, removed } = mergeMeta(a, replacing(a, b));
-  return Object.keys(changed).length === 0 && removed.length === 0;
-}
-
-/** The text fields that are set: one set to '' reads as one not sent (both are shown as ''). */
-const setFields = (m: Record<string, string>) =>
-  Object.fromEntries(Object.entries(m).filter(([, v]) => v !== ''));
 
 export function profileRoutes(hub: HubContext) {
   const { store } = hub;
@@ -91,29 +81,18 @@ export function profileRoutes(hub: HubContext) {
       responses: { 200: { description: 'The profile.', schema: PROFILE } },
       handler: async (ctx, { body }) => {
         const account = await own(ctx.state.auth!.sub);
-        for (const field of ['nick', 'email'] as const) {
-          if (body[field] !== undefined && body[field]!.toLowerCase() !== account[field].toLowerCase()) {
-            throw unprocessable(`The ${field} cannot change through the profile.`, [
-              { field, problem: 'is read-only' },
-            ]);
-          }
-        }
-        const profile = Object.fromEntries(
-          PROFILE_TEXT.filter((f) => body[f] !== undefined).map((f) => [f, body[f]!]),
+        const command = {
+          nick: body.nick,
+          email: body.email,
+          profile: Object.fromEntries(
+            PROFILE_TEXT.filter((f) => body[f] !== undefined).map((f) => [f, body[f]!]),
+          ),
+          meta: body.meta ?? {},
+          ovmode: body.ovmode ?? null,
+        };
+        const after = await decideOn(hub, ctx, accountStream(account.id), accounts, (s) =>
+          decideUpdateProfile(command, s),
         );
-        const meta = body.meta ?? {};
-        const ovmode = body.ovmode ?? null;
-        const { appended, after } = await handle(store, accountStream(account.id), accounts, (s) => ({
-          // The same profile again appends nothing (as a metadata write that changes nothing).
-          events:
-            sameMap(setFields(s.profile), setFields(profile)) &&
-            sameMap(s.meta, meta) &&
-            sameMap(s.ovmode ?? {}, ovmode ?? {})
-              ? []
-              : [{ type: 'ProfileUpdated', data: { account_id: s.id, profile, meta, ovmode } }],
-          result: undefined,
-        }));
-        if (appended) await hub.consistency.written(ctx, appended.position);
         ctx.body = profileRecord(after); // as stored: its time-modified is the event's, as GET shows
       },
     });

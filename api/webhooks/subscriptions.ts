@@ -1,118 +1,109 @@
-// The webhook subscription aggregate (stream webhook-<id>): state folded from its events, the
-// rules of its fields, and the record the API shows. No I/O here.
-import type { RecordedEvent } from '../../infra/eventstore/port.ts';
+// /webhooks subscriptions: list, create, read, replace, patch (pause and resume too), delete and
+// rotate the signing secret. Each write checks a new URL against the egress rules (it resolves
+// names), then runs a decision of domain/subscriptions.ts.
+import { randomBytes } from 'node:crypto';
+import type { Context } from 'koa';
+import type { DomainEvent } from '../../domain/events.ts';
+import {
+  decideCreate,
+  decideDelete,
+  decidePatch,
+  decideReplace,
+  decideRotateSecret,
+  type Subscription,
+  type SubscriptionFields,
+  subscriptions,
+  webhookStream,
+} from '../../domain/subscriptions.ts';
+import { load } from '../../infra/eventstore/aggregate.ts';
+import { seal } from '../../infra/secrets.ts';
+import { Egress, EgressError } from '../../processors/delivery/egress.ts';
+import { newSigningSecret } from '../../processors/delivery/signing.ts';
 import { EVENT_TYPES } from '../../processors/stream/derive.ts';
+import { grantingScopes, grants } from '../auth/tokens.ts';
+import { decideOn, PAGE_QUERY, pageSchema } from '../context.ts';
+import { NOT_PROTO, type Routes, schema } from '../routes.ts';
+import type { WebhookRoutes } from './routes.ts';
 
-export interface RetryPolicy {
-  /** Attempts in all, the first included. */
-  max_attempts: number;
-  /** Delay before each retry, seconds; the last one repeats when there are fewer than retries. */
-  delays_s: number[];
-}
-
-/** The specification's schedule: 8 attempts, retries after 60 s doubling to 3,840 s. */
-export const DEFAULT_RETRY_POLICY: RetryPolicy = {
-  max_attempts: 8,
-  delays_s: [60, 120, 240, 480, 960, 1920, 3840],
+const KEY = { type: 'string', minLength: 1, maxLength: 128 };
+const FIELDS = {
+  nick: { type: 'string', minLength: 1, maxLength: 128, description: 'Label of the subscription.' },
+  url: {
+    type: 'string',
+    maxLength: 2048,
+    description: 'HTTPS endpoint; must resolve to public addresses only (checked again at every attempt).',
+  },
+  description: { type: 'string', maxLength: 1024 },
+  event_types: {
+    type: 'array',
+    minItems: 1,
+    maxItems: 9,
+    uniqueItems: true,
+    items: { enum: Object.keys(EVENT_TYPES) },
+  },
+  enabled: { type: 'boolean', description: 'false pauses deliveries without deleting.' },
+  devices: {
+    type: 'array',
+    maxItems: 1000,
+    items: { type: 'string', pattern: '^prn:::devices:/[a-f0-9]{24}$' },
+    description: 'Device PRNs; empty: every device of the account.',
+  },
+  user_meta_keys: { type: 'array', maxItems: 100, items: KEY },
+  device_meta_keys: { type: 'array', maxItems: 100, items: KEY },
+  custom_headers: {
+    type: 'object',
+    maxProperties: 20,
+    propertyNames: { ...NOT_PROTO, pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" },
+    // Visible Latin-1 and tabs only: what HTTP/1.1 (and undici) can send as a header value.
+    additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[\\t\\x20-\\x7e\\x80-\\xff]*$' },
+    description:
+      'Header name → value, sent with every delivery. Webhook-*, Content-Type, User-Agent, Host and other framing headers are refused. Read-only tokens see each value as [redacted].',
+  },
+  retry_policy: {
+    type: ['object', 'null'],
+    additionalProperties: false,
+    required: ['max_attempts', 'delays_s'],
+    properties: {
+      max_attempts: {
+        type: 'integer',
+        minimum: 1,
+        maximum: 20,
+        description: 'Attempts in all, the first included.',
+      },
+      delays_s: {
+        type: 'array',
+        maxItems: 19,
+        items: { type: 'integer', minimum: 1, maximum: 86_400 },
+        description: 'Seconds before each retry; the last repeats when shorter than max_attempts - 1.',
+      },
+    },
+    // A retry needs a delay: at least one whenever there is more than one attempt.
+    if: { properties: { max_attempts: { minimum: 2 } } },
+    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then; an object, never awaited (not callable, so not a thenable)
+    then: { properties: { delays_s: { minItems: 1 } } },
+    description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
+  },
+} as const;
+const SUBSCRIPTION_BODY = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['nick', 'url', 'event_types', 'enabled'],
+  properties: FIELDS,
 };
-
-export interface SubscriptionFields {
-  nick: string;
-  url: string;
-  description: string;
-  event_types: string[];
-  enabled: boolean;
-  devices: string[];
-  user_meta_keys: string[];
-  device_meta_keys: string[];
-  custom_headers: Record<string, string>;
-  retry_policy: RetryPolicy | null;
-}
-
-export interface Subscription extends SubscriptionFields {
-  id: string;
-  ownerPrn: string;
-  secretSealed: string;
-  /** Signs beside the new secret until the rotation window ends or the next rotation ('' when none). */
-  previousSealed: string;
-  /** When the secret was last rotated (0: never). */
-  rotated: number;
-  deleted: boolean;
-  created: number;
-  modified: number;
-}
-
-export const webhookStream = (id: string) => `webhook-${id}`;
-
-type Ev = Pick<RecordedEvent, 'type' | 'data' | 'created'>;
-
-export const subscriptions = {
-  snapshot: { kind: 'webhook', shape: 1 },
-  initial: (): Subscription => ({
-    id: '',
-    ownerPrn: '',
-    nick: '',
-    url: '',
-    description: '',
-    event_types: [],
-    enabled: false,
-    devices: [],
-    user_meta_keys: [],
-    device_meta_keys: [],
-    custom_headers: {},
-    retry_policy: null,
-    secretSealed: '',
-    previousSealed: '',
-    rotated: 0,
-    deleted: false,
-    created: 0,
-    modified: 0,
-  }),
-  evolve(s: Subscription, e: Ev): Subscription {
-    const d = e.data as Record<string, unknown>;
-    switch (e.type) {
-      case 'WebhookCreated':
-        return {
-          ...s,
-          ...fieldsOf(d),
-          id: d.webhook_id as string,
-          ownerPrn: d.owner_prn as string,
-          secretSealed: d.secret_sealed as string,
-          created: e.created,
-          modified: e.created,
-        };
-      case 'WebhookUpdated':
-        return { ...s, ...fieldsOf(d), modified: e.created };
-      case 'WebhookSecretRotated':
-        return {
-          ...s,
-          secretSealed: d.secret_sealed as string,
-          previousSealed: d.previous_sealed as string,
-          rotated: e.created,
-          modified: e.created,
-        };
-      case 'WebhookDeleted':
-        return { ...s, deleted: true, enabled: false, modified: e.created };
-      default:
-        return s;
-    }
+const SUBSCRIPTION = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    owner: { type: 'string' },
+    ...FIELDS,
+    'time-created': { type: 'string' },
+    'time-modified': { type: 'string' },
+    secret: {
+      type: 'string',
+      description: 'The signing secret: only in the answers of creation and rotate-secret.',
+    },
   },
 };
-
-export function fieldsOf(d: Record<string, unknown>): SubscriptionFields {
-  return {
-    nick: d.nick as string,
-    url: d.url as string,
-    description: (d.description as string) ?? '',
-    event_types: d.event_types as string[],
-    enabled: d.enabled as boolean,
-    devices: (d.devices as string[]) ?? [],
-    user_meta_keys: (d.user_meta_keys as string[]) ?? [],
-    device_meta_keys: (d.device_meta_keys as string[]) ?? [],
-    custom_headers: (d.custom_headers as Record<string, string>) ?? {},
-    retry_policy: (d.retry_policy as RetryPolicy | null) ?? null,
-  };
-}
 
 /** What the API shows; the signing secret only when just generated. */
 export function subscriptionRecord(s: Subscription, secret?: string) {
@@ -135,24 +126,183 @@ export function subscriptionRecord(s: Subscription, secret?: string) {
   };
 }
 
-/** Headers the dispatcher sets itself, or that would change how the request is framed. */
-const RESERVED =
-  /^(webhook-.*|content-type|content-length|content-encoding|transfer-encoding|user-agent|host|connection|keep-alive|upgrade|te|trailer|expect|proxy-.*)$/i;
+/**
+ * Custom header values are as often as not the receiver's credentials (`Authorization: Bearer …`):
+ * a token that may change the subscription sees them, a read-only one (a delegated reader, an app)
+ * sees each value as REDACTED, in the subscription and in the recorded requests alike (where every
+ * header but the protocol's own is masked: custom headers may have been renamed since).
+ */
+export const REDACTED = '[redacted]';
+export const mayWrite = (ctx: Context) => grants(ctx.state.auth!.scopes, 'webhooks', 'write');
+export const masked = (headers: Record<string, string>, keep: (name: string) => boolean) =>
+  Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, keep(k.toLowerCase()) ? v : REDACTED]));
 
-/** Problems with the fields that the published JSON Schema does not express: [field, problem]. */
-export function fieldProblems(f: SubscriptionFields): [string, string][] {
-  const problems: [string, string][] = [];
-  for (const name of Object.keys(f.custom_headers)) {
-    if (RESERVED.test(name)) problems.push([`custom_headers.${name}`, 'is a reserved header name']);
+function subscriptionFor(ctx: Context, sub: Subscription) {
+  const record = subscriptionRecord(sub);
+  return mayWrite(ctx) ? record : { ...record, custom_headers: masked(record.custom_headers, () => false) };
+}
+
+export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
+  const egress = new Egress({
+    allowHttp: hub.config.webhookAllowHttp,
+    allowNetworks: hub.config.webhookAllowNetworks,
+  });
+
+  /** Why the egress refuses a URL, or nothing; a URL the subscription keeps (`kept`) is not
+   * checked again (domain/subscriptions.ts says why). */
+  async function urlProblem(url: string | undefined, kept?: string): Promise<string | undefined> {
+    if (url === undefined || url === kept) return undefined;
+    try {
+      await egress.checkReachable(url);
+      return undefined;
+    } catch (err) {
+      if (!(err instanceof EgressError)) throw err;
+      return err.message;
+    }
   }
-  return problems;
-}
 
-/** When attempt `n` (1-based) has failed: the delay before the next one, or null when spent. */
-export function nextDelayS(policy: RetryPolicy | null, attempt: number): number | null {
-  const p = policy ?? DEFAULT_RETRY_POLICY;
-  if (attempt >= p.max_attempts) return null;
-  return p.delays_s[Math.min(attempt - 1, p.delays_s.length - 1)] ?? null;
-}
+  /** Decides on the subscription's state as the append finds it, and answers the state after it. */
+  const update = (ctx: Context, id: string, decide: (s: Subscription) => DomainEvent[]) =>
+    decideOn(hub, ctx, webhookStream(id), subscriptions, decide);
 
-export const EVENT_TYPE_NAMES = Object.keys(EVENT_TYPES);
+  return (routes: Routes) => {
+    routes.add<undefined, { limit: number; skip: number }>({
+      method: 'get',
+      path: '/webhooks/',
+      tag: 'webhooks',
+      summary: 'Your subscriptions, newest first (no secrets).',
+      waitsForWrites: true,
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'read'),
+      middleware: read,
+      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
+      handler: async (ctx, { query: q }) => {
+        await hub.consistency.readable(ctx, ['webhooks']);
+        const rs = hub.readStore;
+        const g = await rs.activeGeneration('webhooks');
+        const key = `webhooks-of:${ctx.state.auth!.sub}`;
+        const [ids, total] = await Promise.all([
+          rs.range('webhooks', g, key, { reverse: true, offset: q.skip, limit: q.limit }),
+          rs.count('webhooks', g, key),
+        ]);
+        const items = await Promise.all(
+          ids.map(async (id) =>
+            subscriptionFor(ctx, (await load(hub.store, webhookStream(id), subscriptions)).state),
+          ),
+        );
+        ctx.body = { items, total, limit: q.limit, skip: q.skip };
+      },
+    });
+
+    routes.add<SubscriptionFields>({
+      method: 'post',
+      path: '/webhooks/',
+      tag: 'webhooks',
+      summary:
+        'Create a subscription; the answer carries its signing secret (shown only here and on rotation).',
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'write'),
+      middleware: write,
+      body: schema(SUBSCRIPTION_BODY),
+      responses: { 201: { description: 'The subscription, with `secret`.', schema: SUBSCRIPTION } },
+      handler: async (ctx, { body }) => {
+        const problem = await urlProblem(body.url);
+        const id = randomBytes(12).toString('hex');
+        const secret = newSigningSecret();
+        const command = {
+          id,
+          ownerPrn: ctx.state.auth!.sub,
+          fields: body,
+          urlProblem: problem,
+          secretSealed: seal(hub.keys.sealKey, secret),
+        };
+        const created = await update(ctx, id, (s) => decideCreate(command, s));
+        ctx.status = 201;
+        ctx.body = subscriptionRecord(created, secret);
+      },
+    });
+
+    routes.add({
+      method: 'get',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'One subscription (no secret).',
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'read'),
+      middleware: read,
+      responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
+      handler: async (ctx) => {
+        ctx.body = subscriptionFor(ctx, await owned(ctx));
+      },
+    });
+
+    routes.add<SubscriptionFields, Record<string, string>, Subscription>({
+      method: 'put',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'Replace a subscription wholesale (fields left out take their defaults).',
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'write'),
+      middleware: write,
+      body: schema(SUBSCRIPTION_BODY),
+      responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
+      authorize: owned,
+      handler: async (ctx, { body, allowed: sub }) => {
+        const command = { fields: body, urlProblem: await urlProblem(body.url, sub.url) };
+        ctx.body = subscriptionRecord(await update(ctx, sub.id, (s) => decideReplace(command, s)));
+      },
+    });
+
+    routes.add<Partial<SubscriptionFields>, Record<string, string>, Subscription>({
+      method: 'patch',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'Merge the fields sent into the subscription.',
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'write'),
+      middleware: write,
+      body: schema({ type: 'object', additionalProperties: false, minProperties: 1, properties: FIELDS }),
+      responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
+      authorize: owned,
+      handler: async (ctx, { body, allowed: sub }) => {
+        // Merged into the state the append finds, not the one read before the URL was checked.
+        const command = { fields: body, urlProblem: await urlProblem(body.url, sub.url) };
+        ctx.body = subscriptionRecord(await update(ctx, sub.id, (s) => decidePatch(command, s)));
+      },
+    });
+
+    routes.add({
+      method: 'delete',
+      path: '/webhooks/{id}',
+      tag: 'webhooks',
+      summary: 'Delete a subscription: its deliveries stop at once, scheduled retries included.',
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'write'),
+      middleware: write,
+      responses: { 204: { description: 'Deleted.' } },
+      handler: async (ctx) => {
+        await update(ctx, (await owned(ctx)).id, decideDelete);
+        ctx.status = 204;
+      },
+    });
+
+    routes.add({
+      method: 'post',
+      path: '/webhooks/{id}/rotate-secret',
+      tag: 'webhooks',
+      summary: 'A new signing secret; the previous one keeps signing beside it until the next rotation.',
+      security: 'bearer',
+      scopes: grantingScopes('webhooks', 'write'),
+      middleware: write,
+      responses: { 200: { description: 'The subscription, with the new `secret`.', schema: SUBSCRIPTION } },
+      handler: async (ctx) => {
+        const sub = await owned(ctx);
+        const secret = newSigningSecret();
+        const command = { secretSealed: seal(hub.keys.sealKey, secret) };
+        const rotated = await update(ctx, sub.id, (s) => decideRotateSecret(command, s));
+        ctx.body = subscriptionRecord(rotated, secret);
+      },
+    });
+  };
+}

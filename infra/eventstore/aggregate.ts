@@ -4,6 +4,7 @@
 import { createHash, getRandomValues } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { v7 } from 'uuid';
+import { decideClaimName, decideReleaseName, nameStream, names } from '../../domain/names.ts';
 import {
   type AppendResult,
   type EventStore,
@@ -461,39 +462,17 @@ export function fromSnapshot(value: unknown): unknown {
 
 // ---------------------------------------------------------------- unique names
 
-export class NameTakenError extends Error {
-  readonly kind: string;
-  constructor(kind: string, value: string) {
-    super(`${kind} '${value}' is taken`);
-    this.name = 'NameTakenError';
-    this.kind = kind;
-  }
-}
-
-interface Claim {
-  owner: string | undefined;
-}
-export const claims: Evolver<Claim> = {
-  snapshot: { kind: 'name-claim', shape: 1 },
-  initial: () => ({ owner: undefined }),
-  evolve: (s, e) =>
-    e.type === 'NameClaimed'
-      ? { owner: (e.data as { owner_id: string }).owner_id }
-      : e.type === 'NameReleased'
-        ? { owner: undefined }
-        : s,
-};
-
-const claimStream = (kind: string, value: string) => `unique-${kind}-${value}`;
+// The aggregate and its decisions are domain/names.ts; these run them against the store.
+export { NameTakenError } from '../../domain/names.ts';
 
 /** Who holds a unique name (a nick, an email, a PRN), read from the store: never stale. */
 export async function nameOwner(store: EventStore, kind: string, value: string): Promise<string | undefined> {
-  return (await load(store, claimStream(kind, value), claims)).state.owner;
+  return (await load(store, nameStream(kind, value), names)).state.owner;
 }
 
 /**
- * Takes a unique name for an owner; the name's own stream serialises competing claims. Claiming
- * a name one already holds is a no-op. Throws NameTakenError (409) when someone else holds it.
+ * Takes a unique name for an owner (decideClaimName): a no-op for the name's holder, a
+ * NameTakenError (a conflict) when someone else holds it.
  */
 export async function claimName(
   store: EventStore,
@@ -501,24 +480,22 @@ export async function claimName(
   value: string,
   owner: string,
 ): Promise<AppendResult | undefined> {
-  const { appended } = await handle(store, claimStream(kind, value), claims, (s) => {
-    if (s.owner === owner) return { events: [], result: undefined };
-    if (s.owner !== undefined) throw new NameTakenError(kind, value);
-    return { events: [{ type: 'NameClaimed', data: { kind, value, owner_id: owner } }], result: undefined };
-  });
+  const { appended } = await handle(store, nameStream(kind, value), names, (s) => ({
+    events: decideClaimName({ kind, value, owner }, s),
+    result: undefined,
+  }));
   return appended;
 }
 
-/** Gives a name back; only its holder can. */
+/** Gives a name back (decideReleaseName): only its holder can. */
 export async function releaseName(
   store: EventStore,
   kind: string,
   value: string,
   owner: string,
 ): Promise<void> {
-  await handle(store, claimStream(kind, value), claims, (s) =>
-    s.owner === owner
-      ? { events: [{ type: 'NameReleased', data: { kind, value } }], result: undefined }
-      : { events: [], result: undefined },
-  );
+  await handle(store, nameStream(kind, value), names, (s) => ({
+    events: decideReleaseName({ kind, value, owner }, s),
+    result: undefined,
+  }));
 }

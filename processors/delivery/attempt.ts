@@ -4,7 +4,7 @@
 // none (dead-lettered), is `retryDelayS`: pure, from the retry policy, the attempt's number and how
 // it ended, so that it is tested without a receiver.
 import { randomBytes } from 'node:crypto';
-import { nextDelayS, type RetryPolicy } from '../../api/webhooks/subscriptions.ts';
+import { nextDelayS, type RetryPolicy } from '../../domain/subscriptions.ts';
 import type { WebhookEvent } from '../stream/derive.ts';
 import { EgressError } from './egress.ts';
 import type { Endpoint } from './endpoints.ts';

@@ -1,10 +1,10 @@
 // The subscriptions as the dispatcher calls them: each one's state, a signer with the secrets in
 // force and its URL checked against the egress rules, kept for the subscriptions most in use.
 import { LRUCache } from 'lru-cache';
-import { unseal } from '../../api/auth/secrets.ts';
-import { type Subscription, subscriptions, webhookStream } from '../../api/webhooks/subscriptions.ts';
+import { type Subscription, subscriptions, webhookStream } from '../../domain/subscriptions.ts';
 import { load, loadedNow } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
+import { unseal } from '../../infra/secrets.ts';
 import { type Egress, EgressError } from './egress.ts';
 import { WebhookSigner } from './signing.ts';
 import type { Target } from './webhook-http.ts';

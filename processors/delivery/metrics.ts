@@ -1,7 +1,7 @@
 // The dispatcher's metrics: its jobs and attempts in flight, the attempts by outcome with their
 // duration, the delivery latency, retries and dead letters, and the schedule's backlog.
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { withTimeout } from '../../api/app.ts';
+import { withTimeout } from '../../infra/deadline.ts';
 import type { DeliveryStore, Outcome } from './port.ts';
 
 /** How long a /metrics scrape waits for the schedule (Redis) before reporting its gauges as NaN, ms. */

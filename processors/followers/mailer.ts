@@ -2,10 +2,10 @@
 // is the outbox: this follows it from a durable checkpoint, so an email is sent at least once
 // for every request stored, also across crashes; requests that expired meanwhile are skipped.
 
-import { emailedToken } from '../../api/auth/secrets.ts';
 import type { CheckpointStore } from '../../infra/checkpoints.ts';
 import type { EventStore, RecordedEvent, SubscribeOptions } from '../../infra/eventstore/port.ts';
 import type { Mail, Mailer } from '../../infra/mail.ts';
+import { emailedToken } from '../../infra/secrets.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 import { EventFollower } from './follower.ts';
 

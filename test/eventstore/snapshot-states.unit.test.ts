@@ -2,19 +2,14 @@
 // streams (schema-valid events, read back as a store reads them), each state along the way reads
 // back from its JSON equal to itself, Maps, Sets and properties set to undefined included.
 import assert from 'node:assert/strict';
-import { apps } from '../../api/apps/apps.ts';
-import { subscriptions } from '../../api/webhooks/subscriptions.ts';
 import { accounts } from '../../domain/accounts.ts';
+import { apps } from '../../domain/apps.ts';
 import { devices } from '../../domain/devices.ts';
 import { codes, refreshFamilies } from '../../domain/logins.ts';
+import { names } from '../../domain/names.ts';
+import { subscriptions } from '../../domain/subscriptions.ts';
 import { trails } from '../../domain/trails.ts';
-import {
-  claims,
-  type Evolver,
-  fromSnapshot,
-  snapshotShape,
-  toSnapshot,
-} from '../../infra/eventstore/aggregate.ts';
+import { type Evolver, fromSnapshot, snapshotShape, toSnapshot } from '../../infra/eventstore/aggregate.ts';
 import type { RecordedEvent } from '../../infra/eventstore/port.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 
@@ -55,7 +50,7 @@ const owner = 'prn:::accounts:/b';
 
 describe('snapshot states (unit)', () => {
   it('every aggregate the API loads declares its snapshot, each of its own kind and shape', () => {
-    const evolvers = [devices, trails, accounts, apps, subscriptions, refreshFamilies, codes, claims];
+    const evolvers = [devices, trails, accounts, apps, subscriptions, refreshFamilies, codes, names];
     const kinds = evolvers.map((e) => e.snapshot?.kind);
     assert.equal(new Set(kinds).size, evolvers.length);
     for (const e of evolvers) assert.match(snapshotShape(e as Evolver<unknown>)!, /^\d+\.[0-9a-f]{12}$/);
@@ -279,7 +274,7 @@ describe('snapshot states (unit)', () => {
       ]),
     );
     const released = foldChecked(
-      claims,
+      names,
       stream('unique-nick-bob', [
         ['NameClaimed', { kind: 'nick', value: 'bob', owner_id: 'b' }],
         ['NameReleased', { kind: 'nick', value: 'bob' }],

@@ -2,7 +2,7 @@
 // from the retry policy, the attempt's number and how it ended (the specification's table of what
 // is retried, the policy's delays, a receiver's Retry-After).
 import assert from 'node:assert/strict';
-import { DEFAULT_RETRY_POLICY, type RetryPolicy } from '../../../api/webhooks/subscriptions.ts';
+import { DEFAULT_RETRY_POLICY, type RetryPolicy } from '../../../domain/subscriptions.ts';
 import { RETRY_AFTER_BOUNDS, retryDelayS } from '../../../processors/delivery/attempt.ts';
 import type { Attempt, Outcome } from '../../../processors/delivery/port.ts';
 

@@ -1,0 +1,209 @@
+// The webhook subscription aggregate's decisions, each command's rules in given/when/then form, and
+// the retry policy's delays. No I/O: what the egress says of a URL comes with the command.
+import assert from 'node:assert/strict';
+import type { DomainEvent, EventData } from '../../domain/events.ts';
+import {
+  type CreateSubscription,
+  DEFAULT_RETRY_POLICY,
+  decideCreate,
+  decideDelete,
+  decidePatch,
+  decideReplace,
+  decideRotateSecret,
+  nextDelayS,
+  type SubscriptionFields,
+  subscriptions,
+} from '../../domain/subscriptions.ts';
+import { given } from './decider.ts';
+
+const ID = '0123456789abcdef01234567';
+const OWNER = 'prn:::accounts:/a1';
+
+const FIELDS: SubscriptionFields = {
+  nick: 'hook',
+  url: 'https://example.com/hook',
+  description: '',
+  event_types: ['device.created'],
+  enabled: true,
+  devices: [],
+  user_meta_keys: [],
+  device_meta_keys: [],
+  custom_headers: {},
+  retry_policy: null,
+};
+const created = (data: Partial<EventData['WebhookCreated']> = {}): DomainEvent<'WebhookCreated'> => ({
+  type: 'WebhookCreated',
+  data: { webhook_id: ID, owner_prn: OWNER, ...FIELDS, secret_sealed: 'sealed-1', ...data },
+});
+const updated = (fields: Partial<SubscriptionFields>): DomainEvent<'WebhookUpdated'> => ({
+  type: 'WebhookUpdated',
+  data: { webhook_id: ID, owner_prn: OWNER, ...FIELDS, ...fields },
+});
+const deleted: DomainEvent<'WebhookDeleted'> = {
+  type: 'WebhookDeleted',
+  data: { webhook_id: ID, owner_prn: OWNER },
+};
+
+describe('subscriptions: decisions (unit)', () => {
+  describe('create', () => {
+    const command = (c: Partial<CreateSubscription> = {}): CreateSubscription => ({
+      id: ID,
+      ownerPrn: OWNER,
+      fields: { nick: 'hook', url: FIELDS.url, event_types: ['device.created'], enabled: true },
+      secretSealed: 'sealed-1',
+      ...c,
+    });
+
+    it('a new subscription, the fields not sent at their defaults', () => {
+      given(subscriptions)()
+        .when((s) => decideCreate(command(), s))
+        .thenEmits(created());
+    });
+
+    it('refuses a URL the egress refused, and reserved headers, naming each (the URL first)', () => {
+      const c = command({
+        fields: { ...FIELDS, custom_headers: { 'Webhook-Id': 'x', Host: 'y', 'X-Ok': 'z' } },
+        urlProblem: 'must use https',
+      });
+      given(subscriptions)()
+        .when((s) => decideCreate(c, s))
+        .thenRefuses('invalid', /^url must use https\.$/);
+      assert.throws(
+        () => decideCreate(c, subscriptions.initial()),
+        (err: { details?: unknown }) => {
+          assert.deepEqual(err.details, [
+            { field: 'url', problem: 'must use https' },
+            { field: 'custom_headers.Webhook-Id', problem: 'is a reserved header name' },
+            { field: 'custom_headers.Host', problem: 'is a reserved header name' },
+          ]);
+          return true;
+        },
+      );
+    });
+
+    it('refuses a reserved header alone in its message', () => {
+      given(subscriptions)()
+        .when((s) =>
+          decideCreate(command({ fields: { ...FIELDS, custom_headers: { 'content-length': '1' } } }), s),
+        )
+        .thenRefuses('invalid', /^custom_headers\.content-length is a reserved header name\.$/);
+    });
+
+    it('refuses a stream that exists already', () => {
+      given(subscriptions)(created())
+        .when((s) => decideCreate(command(), s))
+        .thenRefuses('conflict', /exists already/);
+    });
+  });
+
+  describe('replace', () => {
+    it('every field as sent, the others at their defaults (not as they were)', () => {
+      given(subscriptions)(created({ description: 'old', devices: [`prn:::devices:/${ID}`] }))
+        .when((s) =>
+          decideReplace(
+            { fields: { nick: 'new', url: FIELDS.url, event_types: ['device.created'], enabled: false } },
+            s,
+          ),
+        )
+        .thenEmits(updated({ nick: 'new', enabled: false }));
+    });
+
+    it('refuses the problems of the fields', () => {
+      given(subscriptions)(created())
+        .when((s) => decideReplace({ fields: FIELDS, urlProblem: 'resolves to a private address' }, s))
+        .thenRefuses('invalid', /^url resolves to a private address\.$/);
+    });
+
+    it('refuses a deleted or unknown subscription', () => {
+      given(subscriptions)(created(), deleted)
+        .when((s) => decideReplace({ fields: FIELDS }, s))
+        .thenRefuses('not_found', /^No such subscription\.$/);
+      given(subscriptions)()
+        .when((s) => decideReplace({ fields: FIELDS }, s))
+        .thenRefuses('not_found', /^No such subscription\.$/);
+    });
+  });
+
+  describe('patch', () => {
+    it('merges the fields sent into the subscription as it is now (pausing it here)', () => {
+      given(subscriptions)(created(), updated({ description: 'set meanwhile' }))
+        .when((s) => decidePatch({ fields: { enabled: false } }, s))
+        .thenEmits(updated({ description: 'set meanwhile', enabled: false }));
+    });
+
+    it('a retry policy set to null goes back to the default one', () => {
+      const policy = { max_attempts: 2, delays_s: [5] };
+      given(subscriptions)(created({ retry_policy: policy }))
+        .when((s) => decidePatch({ fields: { retry_policy: null } }, s))
+        .thenEmits(updated({ retry_policy: null }));
+      given(subscriptions)(created({ retry_policy: policy }))
+        .when((s) => decidePatch({ fields: { nick: 'n' } }, s))
+        .thenEmits(updated({ nick: 'n', retry_policy: policy }));
+    });
+
+    it('refuses a reserved header, whether sent now or kept', () => {
+      given(subscriptions)(created())
+        .when((s) => decidePatch({ fields: { custom_headers: { 'User-Agent': 'x' } } }, s))
+        .thenRefuses('invalid', /^custom_headers\.User-Agent is a reserved header name\.$/);
+    });
+
+    it('refuses a deleted subscription', () => {
+      given(subscriptions)(created(), deleted)
+        .when((s) => decidePatch({ fields: { enabled: true } }, s))
+        .thenRefuses('not_found', /^No such subscription\.$/);
+    });
+  });
+
+  describe('delete', () => {
+    it('deletes the subscription; deleting again changes nothing', () => {
+      given(subscriptions)(created()).when(decideDelete).thenEmits(deleted);
+      given(subscriptions)(created(), deleted).when(decideDelete).thenEmits();
+    });
+
+    it('refuses an unknown subscription', () => {
+      given(subscriptions)()
+        .when(decideDelete)
+        .thenRefuses('not_found', /^No such subscription\.$/);
+    });
+  });
+
+  describe('rotate secret', () => {
+    it('the new secret signs, the current one becomes the previous', () => {
+      given(subscriptions)(created())
+        .when((s) => decideRotateSecret({ secretSealed: 'sealed-2' }, s))
+        .thenEmits({
+          type: 'WebhookSecretRotated',
+          data: { webhook_id: ID, owner_prn: OWNER, secret_sealed: 'sealed-2', previous_sealed: 'sealed-1' },
+        });
+    });
+
+    it('refuses a deleted subscription', () => {
+      given(subscriptions)(created(), deleted)
+        .when((s) => decideRotateSecret({ secretSealed: 'sealed-2' }, s))
+        .thenRefuses('not_found', /^No such subscription\.$/);
+    });
+  });
+
+  it('the state: a deleted subscription is disabled; a rotation keeps the previous secret and its time', () => {
+    const { state } = given(subscriptions)(created(), {
+      type: 'WebhookSecretRotated',
+      data: { webhook_id: ID, owner_prn: OWNER, secret_sealed: 'sealed-2', previous_sealed: 'sealed-1' },
+    });
+    assert.equal(state.previousSealed, 'sealed-1');
+    assert.equal(state.rotated, 1_001);
+    assert.equal(given(subscriptions)(created(), deleted).state.enabled, false);
+  });
+});
+
+describe('subscriptions: retry policy (unit)', () => {
+  it('the delay after each failed attempt, null once spent; the last delay repeats', () => {
+    assert.deepEqual(
+      Array.from({ length: 8 }, (_, i) => nextDelayS(null, i + 1)),
+      [...DEFAULT_RETRY_POLICY.delays_s, null],
+    );
+    assert.deepEqual(
+      Array.from({ length: 4 }, (_, i) => nextDelayS({ max_attempts: 4, delays_s: [5] }, i + 1)),
+      [5, 5, 5, null],
+    );
+  });
+});
