@@ -2,6 +2,7 @@
 // kept for the retention period. Adapters: memory (embedded) and Redis (distributed). Writes are
 // idempotent by event id, so a change processed twice is logged once.
 import type { Redis } from 'ioredis';
+import { LRUCache } from 'lru-cache';
 import type { EventType, WebhookEvent } from './derive.ts';
 
 export interface EventQuery {
@@ -144,8 +145,9 @@ type Scripted = Redis & { hubLogAppend(...args: (string | number)[]): Promise<nu
 export class RedisEventLog implements EventLog {
   private readonly redis: Scripted;
   private readonly retentionMs: number;
-  /** When each index key was last trimmed by this process: once a minute is enough. */
-  private readonly trimmed = new Map<string, number>();
+  /** The index keys this process trimmed in the last minute (once a minute is enough), bounded:
+   * a key forgotten early is only trimmed again sooner. */
+  private readonly trimmed = new LRUCache<string, true>({ max: 100_000, ttl: 60_000 });
 
   constructor(o: { redis: Redis; retentionMs: number }) {
     this.redis = o.redis as Scripted;
@@ -176,12 +178,11 @@ export class RedisEventLog implements EventLog {
         `${base}:r:${e.resource_prn}`,
         `${base}:tr:${e.type}:${e.resource_prn}`,
       ]) {
-        if (now - (this.trimmed.get(key) ?? 0) < 60_000) continue;
-        this.trimmed.set(key, now);
+        if (this.trimmed.has(key)) continue;
+        this.trimmed.set(key, true);
         due.add(key);
       }
     }
-    if (this.trimmed.size > 1_000_000) this.trimmed.clear();
     args.push(...due);
     await this.redis.hubLogAppend(...args);
   }
