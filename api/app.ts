@@ -5,9 +5,10 @@ import type { Server } from 'node:http';
 import Koa, { type Context } from 'koa';
 import type { Config } from '../infra/config.ts';
 import { withTimeout } from '../infra/deadline.ts';
+import { MemoryTokenBuckets, type TokenBuckets } from '../infra/rate-limits.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { HttpError } from './errors.ts';
-import { type RateLimit, RateLimiter, rateLimit, requestContext } from './http.ts';
+import { requestContext, tokenBucketLimit } from './http.ts';
 import { Routes } from './routes.ts';
 
 export const VERSION: string = JSON.parse(
@@ -31,7 +32,7 @@ export interface AppDeps {
   /** Each service adds its routes here. */
   mount?: Array<(routes: Routes) => void>;
   /** The per-caller rate limit (default: this thread's own buckets). */
-  rateLimiter?: RateLimit;
+  tokenBuckets?: TokenBuckets;
   /** What /metrics answers, when not this thread's registry alone (API threads: the process's). */
   scrape?: () => Promise<string>;
 }
@@ -119,9 +120,9 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
 
   app.use(requestContext(logger, metrics));
   app.use(
-    rateLimit(
-      deps.rateLimiter ??
-        new RateLimiter(config.rateLimitPerSecond, config.rateLimitBurst, config.callerCacheEntries),
+    tokenBucketLimit(
+      deps.tokenBuckets ??
+        new MemoryTokenBuckets(config.rateLimitPerSecond, config.rateLimitBurst, config.callerCacheEntries),
     ),
   );
   app.use(routes.middleware());

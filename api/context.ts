@@ -4,7 +4,7 @@ import type { DomainEvent } from '../domain/events.ts';
 import type { Config } from '../infra/config.ts';
 import { type Evolver, handle } from '../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
-import type { Limiter } from '../infra/limits.ts';
+import type { FixedWindows } from '../infra/rate-limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
@@ -22,7 +22,7 @@ export interface HubContext {
   readStore: ReadStore;
   consistency: Consistency;
   keys: Keys;
-  limiter: Limiter;
+  fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
   captcha: CaptchaCheck;

@@ -1,7 +1,8 @@
 // The API's HTTP edge: the server (with its answer to requests Node's parser refuses), the small
 // Koa middleware every route passes through, outermost first (request id + error rendering +
-// access log + duration metric, then the rate limit), and the reading of what a request brings:
-// its JSON body, and the RFC 3339 timestamps of queries.
+// access log + duration metric, then the rate limit by token buckets), the charge of a fixed
+// window, and the reading of what a request brings: its JSON body, and the RFC 3339 timestamps of
+// queries.
 
 import { isUtf8 } from 'node:buffer';
 import { createHash, randomBytes } from 'node:crypto';
@@ -9,8 +10,8 @@ import { createServer, type Server, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type Koa from 'koa';
 import type { Context, Middleware, Next } from 'koa';
-import { LRUCache } from 'lru-cache';
 import getRawBody from 'raw-body';
+import type { FixedWindows, TokenBuckets } from '../infra/rate-limits.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { badRequest, HttpError, renderError, tooManyRequests } from './errors.ts';
 
@@ -134,67 +135,38 @@ export function requestContext(logger: Logger, metrics: Metrics): Middleware {
 
 declare module 'koa' {
   interface DefaultState {
-    /** The process's rate limiter, for the middleware that learns who the caller is. */
-    rateLimiter?: RateLimit;
+    /** The process's token buckets, for the middleware that learns who the caller is. */
+    tokenBuckets?: TokenBuckets;
   }
 }
 
-/** Takes a token of a caller's budget: 0 when allowed, else the seconds until one is back. */
-export interface RateLimit {
-  take(key: string): number | Promise<number>;
-}
-
-/** Token buckets per caller key, capped in number (the oldest bucket goes first). In-process: each
- * API process limits on its own, which bounds the whole by processes × rate (an embedded hub's API
- * threads share their process's, on the main thread). */
-export class RateLimiter implements RateLimit {
-  private readonly buckets: LRUCache<string, { tokens: number; at: number }>;
-  private readonly perSecond: number;
-  private readonly burst: number;
-  constructor(perSecond: number, burst: number, maxCallers = 100_000) {
-    this.perSecond = perSecond;
-    this.burst = burst;
-    this.buckets = new LRUCache({ max: maxCallers });
-  }
-
-  /** Takes a token: 0 when allowed, else the seconds until one is back. */
-  take(key: string): number {
-    if (this.perSecond <= 0) return 0;
-    const now = performance.now();
-    let bucket = this.buckets.get(key);
-    if (!bucket) {
-      bucket = { tokens: this.burst, at: now };
-      this.buckets.set(key, bucket);
-    }
-    bucket.tokens = Math.min(this.burst, bucket.tokens + ((now - bucket.at) / 1000) * this.perSecond);
-    bucket.at = now;
-    if (bucket.tokens < 1) return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perSecond));
-    bucket.tokens -= 1;
-    return 0;
-  }
-}
-
-/** Charges `key` (429 with Retry-After when its bucket is empty). */
-export async function chargeRateLimit(ctx: Context, key: string): Promise<void> {
-  const limiter = ctx.state.rateLimiter;
-  if (!limiter) return;
-  const wait = await limiter.take(key);
+/** Charges `key` a token of its bucket (429 with Retry-After when the bucket is empty). */
+export async function chargeTokenBucket(ctx: Context, key: string): Promise<void> {
+  const buckets = ctx.state.tokenBuckets;
+  if (!buckets) return;
+  const wait = await buckets.take(key);
   if (wait > 0) throw tooManyRequests(wait);
 }
 
 /**
- * Per-caller rate limit. A request with a bearer token is charged to its account once the token is
- * verified (see authenticate), so that devices behind one address do not share a budget and a
- * forged token cannot spend another account's; a request without one, or whose token fails, is
- * charged to its client address (so is one with other credentials, such as Basic).
+ * Per-caller rate limit by token buckets. A request with a bearer token is charged to its account
+ * once the token is verified (see authenticate), so that devices behind one address do not share a
+ * budget and a forged token cannot spend another account's; a request without one, or whose token
+ * fails, is charged to its client address (so is one with other credentials, such as Basic).
  */
-export function rateLimit(limiter: RateLimit): Middleware {
+export function tokenBucketLimit(buckets: TokenBuckets): Middleware {
   return async (ctx, next) => {
-    ctx.state.rateLimiter = limiter;
+    ctx.state.tokenBuckets = buckets;
     // Basic (the operator callbacks) and anything else but a bearer token: the address pays.
-    if (!/^Bearer\s/i.test(ctx.get('Authorization'))) await chargeRateLimit(ctx, `address:${ctx.ip}`);
+    if (!/^Bearer\s/i.test(ctx.get('Authorization'))) await chargeTokenBucket(ctx, `address:${ctx.ip}`);
     return next();
   };
+}
+
+/** Counts a hit in `key`'s one-minute fixed window (429 with Retry-After past `perMinute`). */
+export async function fixedWindowLimit(windows: FixedWindows, key: string, perMinute: number): Promise<void> {
+  const wait = await windows.hit(key, perMinute, 60_000);
+  if (wait > 0) throw tooManyRequests(wait);
 }
 
 const JSON_TYPE = /^application\/json[ \t]*(?:;|$)/i; // type-is trims spaces and tabs alone

@@ -27,7 +27,7 @@ import {
   type Snapshot,
   WrongExpectedRevisionError,
 } from '../infra/eventstore/port.ts';
-import type { Limiter } from '../infra/limits.ts';
+import { type FixedWindows, MemoryTokenBuckets } from '../infra/rate-limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
 import { errorsCrossThreads, ThreadChannel } from '../infra/threads.ts';
@@ -47,7 +47,7 @@ import { loadDeviceCa } from './devices/ca.ts';
 import { deviceRoutes } from './devices/routes.ts';
 import { trailRoutes } from './devices/trails.ts';
 import { HttpError } from './errors.ts';
-import { apiServer, RateLimiter } from './http.ts';
+import { apiServer } from './http.ts';
 import { profileRoutes } from './profiles/routes.ts';
 import type { Routes } from './routes.ts';
 import { webhookRoutes } from './webhooks/routes.ts';
@@ -80,7 +80,7 @@ const SERVED = {
   store: ['append', 'readStream', 'readAll', 'head', 'readSnapshot', 'saveSnapshot'],
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
-  limiter: ['hit', 'spent', 'mark', 'marked'],
+  fixedWindows: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
 } as const;
@@ -90,7 +90,7 @@ export interface Owned {
   store: EventStore;
   readStore: ReadStore;
   waitFor: WaitForPosition;
-  limiter: Limiter;
+  fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
 }
@@ -161,7 +161,7 @@ export async function startApiThreads(o: {
     saveSnapshot: async (stream: string, snapshot: Snapshot) => owned.store.saveSnapshot?.(stream, snapshot),
   });
   // One budget per caller for the whole process, whichever thread its connections reach.
-  const rateLimiter = new RateLimiter(
+  const tokenBuckets = new MemoryTokenBuckets(
     config.rateLimitPerSecond,
     config.rateLimitBurst,
     config.callerCacheEntries,
@@ -196,7 +196,7 @@ export async function startApiThreads(o: {
       for (const [name, methods] of Object.entries(SERVED)) {
         channel.serve(name, served[name as keyof typeof SERVED], methods);
       }
-      channel.serve('rateLimiter', rateLimiter, ['take']);
+      channel.serve('tokenBuckets', tokenBuckets, ['take']);
       channel.serve(
         'node',
         {
@@ -351,7 +351,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
     readStore,
     consistency: consistency(new StoreHeadLastWrites(store), waitFor),
     keys: await loadKeys({ configured: config.jwtPrivateKey, dataDir: config.dataDir }, logger),
-    limiter: remote<Limiter>('limiter'),
+    fixedWindows: remote<FixedWindows>('fixedWindows'),
     eventLog: remote<EventLog>('eventLog'),
     deliveries: remote<DeliveryStore>('deliveries'),
     captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
@@ -372,9 +372,9 @@ async function runApiThread(data: ThreadData): Promise<void> {
     readiness,
     mount: serviceRoutes(hub),
     // Off (0) costs no call; on, each charge asks the main thread's buckets.
-    rateLimiter:
+    tokenBuckets:
       config.rateLimitPerSecond > 0
-        ? { take: (key: string) => channel.call('rateLimiter', 'take', [key]) as Promise<number> }
+        ? { take: (key: string) => channel.call('tokenBuckets', 'take', [key]) as Promise<number> }
         : undefined,
     scrape: () => channel.call('node', 'scrape', []) as Promise<string>,
   });

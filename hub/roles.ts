@@ -240,7 +240,7 @@ export async function startApi(
       readStore: stores.readStore,
       consistency: options.reads,
       keys: options.keys,
-      limiter: stores.limiter,
+      fixedWindows: stores.fixedWindows,
       eventLog: stores.eventLog,
       deliveries: stores.deliveries,
       captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),

@@ -14,7 +14,7 @@ import { boundStateCaches } from '../infra/eventstore/aggregate.ts';
 import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { SchemaCheckedStore } from '../infra/eventstore/schema-checked.ts';
-import { type Limiter, MemoryLimiter, RedisLimiter } from '../infra/limits.ts';
+import { type FixedWindows, MemoryFixedWindows, RedisFixedWindows } from '../infra/rate-limits.ts';
 import { MemoryReadStore } from '../infra/readstore/memory.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import { databaseProblem, RedisReadStore } from '../infra/readstore/redis.ts';
@@ -43,7 +43,7 @@ export interface Stores {
   store: EventStore;
   readStore: ReadStore;
   lastWrites: LastWrites;
-  limiter: Limiter;
+  fixedWindows: FixedWindows;
   checkpoints: CheckpointStore;
   /** The account-wide log of derived webhook events. */
   eventLog: EventLog;
@@ -87,7 +87,7 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
       store,
       readStore,
       lastWrites: new MemoryLastWrites(config.callerCacheEntries),
-      limiter: new MemoryLimiter(config.callerCacheEntries),
+      fixedWindows: new MemoryFixedWindows(config.callerCacheEntries),
       checkpoints,
       eventLog: derived ? new SqliteEventLog(derived, { retentionMs }) : new MemoryEventLog({ retentionMs }),
       actorStates: derived
@@ -162,7 +162,7 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
     readStore,
     logs,
     lastWrites: new RedisLastWrites(redis),
-    limiter: new RedisLimiter(redis),
+    fixedWindows: new RedisFixedWindows(redis),
     checkpoints: new RedisCheckpoints(redis),
     eventLog,
     actorStates: new RedisActorStates<DeviceActor>(redis, 'device'),

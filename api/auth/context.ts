@@ -1,5 +1,5 @@
-// What the route files of /auth share, made once per hub: the bearer check, who is an admin, rate
-// limits and the password-guess throttle, finding accounts, recording an email to send, and whether
+// What the route files of /auth share, made once per hub: the bearer check, who is an admin, the
+// password-guess throttle, finding accounts, recording an email to send, and whether
 // a token's login still holds.
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
@@ -15,7 +15,7 @@ import { refreshFamilies, refreshStream } from '../../domain/logins.ts';
 import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { nonce } from '../../infra/secrets.ts';
 import type { HubContext } from '../context.ts';
-import { tooManyRequests, unauthorized } from '../errors.ts';
+import { unauthorized } from '../errors.ts';
 import { authenticate } from './middleware.ts';
 import { operatorCheck } from './operator.ts';
 import { LoginThrottle } from './throttle.ts';
@@ -30,15 +30,10 @@ export function authContext(hub: HubContext) {
   const { store, config, keys } = hub;
   const auth = authenticate(keys, store, config.callerCacheEntries);
   const isAdmin = (nick: string) => isAdminNick(config.admins, nick);
-  const operator = operatorCheck(config.saAdminSecret, hub.limiter, config.callbacksFailuresPerMinute);
+  const operator = operatorCheck(config.saAdminSecret, hub.fixedWindows, config.callbacksFailuresPerMinute);
   /** An admin's own login token: a USER's first-party token, not acting for anyone. Device and
    * service nicks live elsewhere or are chosen freely, so the nick alone proves nothing. */
   const adminToken = (c: Claims) => c.type === 'USER' && c.aud === HUB_AUDIENCE && !c.act && isAdmin(c.nick);
-
-  async function limit(key: string, perMinute: number): Promise<void> {
-    const retryAfter = await hub.limiter.hit(key, perMinute, 60_000);
-    if (retryAfter > 0) throw tooManyRequests(retryAfter);
-  }
 
   async function loadAccount(id: string): Promise<AccountState | undefined> {
     const { state } = await load(store, accountStream(id), accounts);
@@ -54,7 +49,7 @@ export function authContext(hub: HubContext) {
 
   // Guesses of an account's password (login, password change), by its id (or, for a name that is
   // no account's, and a device's PRN, by the name).
-  const throttle = new LoginThrottle(hub.limiter, {
+  const throttle = new LoginThrottle(hub.fixedWindows, {
     perAddressPerMinute: config.loginAccountLimitPerMinute,
     perAccountPerHour: config.loginAccountFailuresPerHour,
     knownForMs: config.loginKnownAddressDays * 86_400_000,
@@ -102,7 +97,6 @@ export function authContext(hub: HubContext) {
     isAdmin,
     operator,
     adminToken,
-    limit,
     loadAccount,
     findAccount,
     throttle,

@@ -16,6 +16,7 @@ import {
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import { DUMMY_HASH, sameSecret, secretToken, sha256, unseal, verifyPassword } from '../../infra/secrets.ts';
 import { forbidden, HttpError, invalidCredentials, unauthorized } from '../errors.ts';
+import { fixedWindowLimit } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { type AuthContext, lower, newId } from './context.ts';
 import { TOKEN_RESPONSE, tokenResponse } from './schemas.ts';
@@ -35,7 +36,7 @@ const LOGIN_RESPONSE = tokenResponse(
 );
 
 export function loginRoutes(a: AuthContext) {
-  const { hub, auth, limit, findAccount, loadAccount, throttle, loginHolds } = a;
+  const { hub, auth, findAccount, loadAccount, throttle, loginHolds } = a;
   const { store, config, keys } = hub;
 
   /** The claims of a first-party login token (from login or refresh), `act` when an admin acts. */
@@ -138,7 +139,7 @@ export function loginRoutes(a: AuthContext) {
         },
       },
       handler: async (ctx, { body }) => {
-        await limit(`login-ip:${ctx.ip}`, config.loginLimitPerMinute);
+        await fixedWindowLimit(hub.fixedWindows, `login-ip:${ctx.ip}`, config.loginLimitPerMinute);
         if (DEVICE_PRN.test(body.username)) {
           const device = lower(body.username);
           await throttle.admit(device, ctx.ip);

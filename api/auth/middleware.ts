@@ -8,7 +8,7 @@ import { appStream, apps } from '../../domain/apps.ts';
 import { load } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
-import { chargeRateLimit } from '../http.ts';
+import { chargeTokenBucket } from '../http.ts';
 import type { Keys } from './keys.ts';
 import {
   APP_PRN,
@@ -85,7 +85,7 @@ export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_0
     const header = ctx.get('Authorization');
     // A request whose token fails is charged to its address: guessing tokens is rate limited too.
     const refuse = async (message: string) => {
-      await chargeRateLimit(ctx, `address:${ctx.ip}`);
+      await chargeTokenBucket(ctx, `address:${ctx.ip}`);
       return unauthorized(message);
     };
     if (!/^Bearer\s+\S+$/i.test(header))
@@ -97,7 +97,7 @@ export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_0
       if (await grantEnded(known)) throw await refuse(GRANT_ENDED);
       ctx.state.auth = known;
       ctx.state.caller = known.sub;
-      await chargeRateLimit(ctx, `account:${known.sub}`);
+      await chargeTokenBucket(ctx, `account:${known.sub}`);
       return next();
     }
     try {
@@ -114,7 +114,7 @@ export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_0
     if (await grantEnded(claims)) throw await refuse(GRANT_ENDED);
     cache.set(token, claims);
     ctx.state.caller = claims.sub;
-    await chargeRateLimit(ctx, `account:${claims.sub}`);
+    await chargeTokenBucket(ctx, `account:${claims.sub}`);
     await next();
   };
 }

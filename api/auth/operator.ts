@@ -2,7 +2,7 @@
 // registration of a nick reserved for an admin.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'koa';
-import type { Limiter } from '../../infra/limits.ts';
+import type { FixedWindows } from '../../infra/rate-limits.ts';
 import { HttpError, tooManyRequests } from '../errors.ts';
 
 const sha = (s: string) => createHash('sha256').update(s).digest();
@@ -14,7 +14,7 @@ const sha = (s: string) => createHash('sha256').update(s).digest();
  */
 export function operatorCheck(
   secret: string,
-  limiter: Limiter,
+  windows: FixedWindows,
   failuresPerMinute: number,
 ): (ctx: Context) => Promise<void> {
   return async (ctx) => {
@@ -25,14 +25,14 @@ export function operatorCheck(
     const m = /^Basic\s+(\S+)$/i.exec(ctx.get('Authorization'));
     if (!m || !secret) throw refuse();
     const budget = `callbacks-fail:${ctx.ip}`;
-    const wait = await limiter.spent(budget, failuresPerMinute);
+    const wait = await windows.spent(budget, failuresPerMinute);
     if (wait > 0) throw tooManyRequests(wait);
     const decoded = Buffer.from(m[1]!, 'base64').toString('utf8');
     const colon = decoded.indexOf(':');
     const user = decoded.slice(0, colon);
     const password = decoded.slice(colon + 1);
     if (colon < 0 || user !== 'saadmin' || !timingSafeEqual(sha(password), sha(secret))) {
-      await limiter.hit(budget, failuresPerMinute, 60_000);
+      await windows.hit(budget, failuresPerMinute, 60_000);
       throw refuse();
     }
   };

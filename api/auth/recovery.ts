@@ -12,7 +12,7 @@ import type { DomainEvent } from '../../domain/events.ts';
 import { handle } from '../../infra/eventstore/aggregate.ts';
 import { hashPassword, readEmailedToken, verifyPassword } from '../../infra/secrets.ts';
 import { forbidden, invalidCredentials, unauthorized, unprocessable } from '../errors.ts';
-import { sendPage } from '../http.ts';
+import { fixedWindowLimit, sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { type AuthContext, lower } from './context.ts';
 import { EMAIL, EMAILED_LINK_QUERY, outcome, PASSWORD } from './schemas.ts';
@@ -23,7 +23,7 @@ const RESET_MS = 3600_000;
 const RECOVER_FLOOR_MS = 100;
 
 export function recoveryRoutes(a: AuthContext) {
-  const { hub, auth, limit, findAccount, throttle, requestEmail } = a;
+  const { hub, auth, findAccount, throttle, requestEmail } = a;
   const { store, config, keys } = hub;
 
   return (routes: Routes) => {
@@ -48,7 +48,7 @@ export function recoveryRoutes(a: AuthContext) {
         },
       },
       handler: async (ctx, { body }) => {
-        await limit(`recover:${ctx.ip}`, config.loginLimitPerMinute);
+        await fixedWindowLimit(hub.fixedWindows, `recover:${ctx.ip}`, config.loginLimitPerMinute);
         // A known email costs an append the unknown one does not: both answer at the same floor,
         // which the append stays well under, so the time tells nothing either.
         const floor = delay(RECOVER_FLOOR_MS);

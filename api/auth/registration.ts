@@ -23,7 +23,7 @@ import {
 } from '../../infra/eventstore/aggregate.ts';
 import { hashPassword, readEmailedToken, sameSecret, secretToken } from '../../infra/secrets.ts';
 import { conflict, forbidden, notFound, unauthorized, unprocessable } from '../errors.ts';
-import { sendPage } from '../http.ts';
+import { fixedWindowLimit, sendPage } from '../http.ts';
 import { type Routes, schema } from '../routes.ts';
 import { accountRecord } from './accounts.ts';
 import { type AuthContext, lower, newId } from './context.ts';
@@ -32,7 +32,7 @@ import { ACCOUNT, EMAIL, EMAILED_LINK_QUERY, NICK, outcome, PASSWORD } from './s
 const VERIFIED = outcome('verified', { prn: { type: 'string' }, nick: { type: 'string' } });
 
 export function registrationRoutes(a: AuthContext) {
-  const { hub, auth, adminToken, isAdmin, limit, loadAccount, operator, requestEmail } = a;
+  const { hub, auth, adminToken, isAdmin, loadAccount, operator, requestEmail } = a;
   const { store, config, keys } = hub;
 
   /**
@@ -142,7 +142,7 @@ export function registrationRoutes(a: AuthContext) {
           await auth(ctx, async () => {});
           if (!adminToken(ctx.state.auth!)) throw forbidden('Only admins may register SERVICE accounts.');
         }
-        await limit(`register:${ctx.ip}`, config.loginLimitPerMinute);
+        await fixedWindowLimit(hub.fixedWindows, `register:${ctx.ip}`, config.loginLimitPerMinute);
         // A nick HUB_ADMINS lists is an admin's: whoever registered it first would be one. Until it
         // is registered only the operator may register it (docs/api.md, Admins).
         if (isAdmin(body.nick)) await operator(ctx);
@@ -225,7 +225,7 @@ export function registrationRoutes(a: AuthContext) {
       }),
       responses: { 202: { description: 'The verification email is on its way.', schema: outcome('sent') } },
       handler: async (ctx, { body }) => {
-        await limit(`challenge:${ctx.ip}`, config.loginLimitPerMinute);
+        await fixedWindowLimit(hub.fixedWindows, `challenge:${ctx.ip}`, config.loginLimitPerMinute);
         const account = await challengeAccount(ctx.params.challenge!);
         refuseVerified(account); // before the captcha is asked about
         if (!(await hub.captcha(body.captcha ?? '', ctx.ip))) {

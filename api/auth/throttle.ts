@@ -1,7 +1,7 @@
 // How password (and device secret) guessing is bounded without letting a stranger lock an account
 // out: failures are counted per account and client address, and per account; an account over its
 // ceiling still takes a correct password from an address it logged in from before.
-import type { Limiter } from '../../infra/limits.ts';
+import type { FixedWindows } from '../../infra/rate-limits.ts';
 import { tooManyRequests } from '../errors.ts';
 
 export interface LoginThrottleOptions {
@@ -14,11 +14,11 @@ export interface LoginThrottleOptions {
 }
 
 export class LoginThrottle {
-  private readonly limiter: Limiter;
+  private readonly windows: FixedWindows;
   private readonly o: LoginThrottleOptions;
 
-  constructor(limiter: Limiter, options: LoginThrottleOptions) {
-    this.limiter = limiter;
+  constructor(windows: FixedWindows, options: LoginThrottleOptions) {
+    this.windows = windows;
     this.o = options;
   }
 
@@ -28,24 +28,24 @@ export class LoginThrottle {
    * `account` is the account's id (or, for a name that is no account's, the name).
    */
   async admit(account: string, address: string): Promise<void> {
-    const here = await this.limiter.spent(this.pairKey(account, address), this.o.perAddressPerMinute);
+    const here = await this.windows.spent(this.pairKey(account, address), this.o.perAddressPerMinute);
     if (here > 0) throw tooManyRequests(here);
-    const anywhere = await this.limiter.spent(this.accountKey(account), this.o.perAccountPerHour);
-    if (anywhere > 0 && !(await this.limiter.marked(this.knownKey(account, address))))
+    const anywhere = await this.windows.spent(this.accountKey(account), this.o.perAccountPerHour);
+    if (anywhere > 0 && !(await this.windows.marked(this.knownKey(account, address))))
       throw tooManyRequests(anywhere);
   }
 
   /** A wrong password (or secret): counted for the address and for the account. */
   async failed(account: string, address: string): Promise<void> {
     await Promise.all([
-      this.limiter.hit(this.pairKey(account, address), this.o.perAddressPerMinute, 60_000),
-      this.limiter.hit(this.accountKey(account), this.o.perAccountPerHour, 3_600_000),
+      this.windows.hit(this.pairKey(account, address), this.o.perAddressPerMinute, 60_000),
+      this.windows.hit(this.accountKey(account), this.o.perAccountPerHour, 3_600_000),
     ]);
   }
 
   /** A correct one: the address is (again) one the account logs in from. */
   async succeeded(account: string, address: string): Promise<void> {
-    await this.limiter.mark(this.knownKey(account, address), this.o.knownForMs);
+    await this.windows.mark(this.knownKey(account, address), this.o.knownForMs);
   }
 
   private pairKey = (account: string, address: string) => `login-fail:${account}:${address}`;

@@ -49,7 +49,7 @@ export function callbackRoutes(hub: HubContext) {
   const { store } = hub;
   const isOperator = operatorCheck(
     hub.config.saAdminSecret,
-    hub.limiter,
+    hub.fixedWindows,
     hub.config.callbacksFailuresPerMinute,
   );
   const basic: Middleware = async (ctx, next) => {

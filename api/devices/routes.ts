@@ -35,7 +35,8 @@ import { authenticate, requireAccountType, requireScope } from '../auth/middlewa
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
 import { NICK, PAGE_QUERY, pageSchema } from '../context.ts';
-import { forbidden, HttpError, unprocessable } from '../errors.ts';
+import { forbidden, unprocessable } from '../errors.ts';
+import { fixedWindowLimit } from '../http.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import {
   type DeviceAccess,
@@ -203,14 +204,11 @@ export function deviceRoutes(hub: HubContext) {
           await requireScope('devices', 'write')(ctx, async () => {});
           owner = await ownerAccount(ctx.state.auth!.sub);
         } else {
-          await hub.limiter
-            .hit(`device-register:${ctx.ip}`, config.deviceRegisterLimitPerMinute, 60_000)
-            .then((wait) => {
-              if (wait > 0)
-                throw new HttpError(429, 'rate_limited', `Too many requests; retry after ${wait} s.`, {
-                  headers: { 'Retry-After': String(wait) },
-                });
-            });
+          await fixedWindowLimit(
+            hub.fixedWindows,
+            `device-register:${ctx.ip}`,
+            config.deviceRegisterLimitPerMinute,
+          );
         }
         const meta = { userMeta: body['user-meta'] ?? {}, deviceMeta: body['device-meta'] ?? {} };
         checkNewDevice({ owner, ...meta, maxMetaKeys: config.metaMaxKeys }); // before a nick is taken

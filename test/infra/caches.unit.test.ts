@@ -2,14 +2,13 @@
 // callers cannot grow it, and the least recently used leave first.
 import assert from 'node:assert/strict';
 import { MemoryLastWrites } from '../../api/consistency.ts';
-import { RateLimiter } from '../../api/http.ts';
-import { MemoryLimiter } from '../../infra/limits.ts';
+import { MemoryFixedWindows, MemoryTokenBuckets } from '../../infra/rate-limits.ts';
 
 const sizeOf = (o: object, field: string) => (o as Record<string, { size: number }>)[field]!.size;
 
 describe('per-caller tables are bounded (unit)', () => {
   it('rate-limit buckets: at most the bound, the recent callers kept with their spent budget', () => {
-    const limiter = new RateLimiter(1, 2, 1000);
+    const limiter = new MemoryTokenBuckets(1, 2, 1000);
     limiter.take('steady');
     limiter.take('steady');
     for (let i = 0; i < 5000; i++) {
@@ -21,7 +20,7 @@ describe('per-caller tables are bounded (unit)', () => {
   });
 
   it('login windows and last writes: at most the bound, the newest kept', async () => {
-    const windows = new MemoryLimiter(1000);
+    const windows = new MemoryFixedWindows(1000);
     const writes = new MemoryLastWrites(1000);
     for (let i = 0; i < 5000; i++) {
       await windows.hit(`k${i}`, 10, 60_000);

@@ -1,10 +1,48 @@
-// Fixed-window counters for rate limits that must hold across requests of one caller (login
-// attempts per account and per address), and marks that last a while (the addresses an account
-// logged in from): in memory (embedded) or in Redis, shared by every API process (distributed).
+// The two rate-limit algorithms, named by what they are. Token buckets: every request's budget per
+// caller (a steady rate with bursts), in process. Fixed windows: counters that must hold across
+// requests and processes (login attempts per account and per address, registrations per address),
+// with marks that last a while (the addresses an account logged in from), in memory (embedded) or
+// in Redis, shared by every API process (distributed). The Koa side is in api/http.ts.
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 
-export interface Limiter {
+/** Takes a token of a caller's budget: 0 when allowed, else the seconds until one is back. */
+export interface TokenBuckets {
+  take(key: string): number | Promise<number>;
+}
+
+/** Token buckets per caller key, capped in number (the oldest bucket goes first). In-process: each
+ * API process limits on its own, which bounds the whole by processes × rate (an embedded hub's API
+ * threads share their process's, on the main thread). */
+export class MemoryTokenBuckets implements TokenBuckets {
+  private readonly buckets: LRUCache<string, { tokens: number; at: number }>;
+  private readonly perSecond: number;
+  private readonly burst: number;
+  constructor(perSecond: number, burst: number, maxCallers = 100_000) {
+    this.perSecond = perSecond;
+    this.burst = burst;
+    this.buckets = new LRUCache({ max: maxCallers });
+  }
+
+  /** Takes a token: 0 when allowed, else the seconds until one is back. */
+  take(key: string): number {
+    if (this.perSecond <= 0) return 0;
+    const now = performance.now();
+    let bucket = this.buckets.get(key);
+    if (!bucket) {
+      bucket = { tokens: this.burst, at: now };
+      this.buckets.set(key, bucket);
+    }
+    bucket.tokens = Math.min(this.burst, bucket.tokens + ((now - bucket.at) / 1000) * this.perSecond);
+    bucket.at = now;
+    if (bucket.tokens < 1) return Math.max(1, Math.ceil((1 - bucket.tokens) / this.perSecond));
+    bucket.tokens -= 1;
+    return 0;
+  }
+}
+
+/** Fixed-window counters and marks, by key. */
+export interface FixedWindows {
   /** Counts one hit; returns 0 when allowed, else the seconds until the window ends. */
   hit(key: string, limit: number, windowMs: number): Promise<number>;
   /** Counts nothing: 0 while the window has had fewer than `limit` hits, else the seconds until it ends. */
@@ -18,7 +56,7 @@ export interface Limiter {
 /** Seconds until a window that ends in `ms` ends, at least 1. */
 const secondsLeft = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
 
-export class MemoryLimiter implements Limiter {
+export class MemoryFixedWindows implements FixedWindows {
   private readonly windows: LRUCache<string, { count: number; resetAt: number }>;
   private readonly marks: LRUCache<string, true>;
   constructor(max = 100_000) {
@@ -48,7 +86,7 @@ export class MemoryLimiter implements Limiter {
   }
 }
 
-export class RedisLimiter implements Limiter {
+export class RedisFixedWindows implements FixedWindows {
   private readonly redis: Redis;
   constructor(redis: Redis) {
     this.redis = redis;
