@@ -1,13 +1,20 @@
 // Accounts for the admin listing: one document per account (no password material), newest last.
 import type { Projection } from './runner.ts';
 
+/** The read model's keys, for the projection and for those who read it. */
+export const accountKeys = {
+  record: (id: string) => `account:${id}`,
+  /** Every account, by registration. */
+  byCreated: 'by-created',
+};
+
 export const accountList: Projection = {
   name: 'accounts',
   version: 1,
   description: 'Every account (prn, type, nick, email, status, times) and an index by creation.',
   project(e) {
     const d = e.data as Record<string, unknown>;
-    const key = `account:${d.account_id}`;
+    const key = accountKeys.record(String(d.account_id));
     const modified = new Date(e.created).toISOString();
     switch (e.type) {
       case 'AccountRegistered':
@@ -26,7 +33,7 @@ export const accountList: Projection = {
               'time-modified': modified,
             },
           },
-          { op: 'zadd', key: 'by-created', member: String(d.account_id), score: e.position },
+          { op: 'zadd', key: accountKeys.byCreated, member: String(d.account_id), score: e.position },
         ];
       case 'AccountVerified':
         return [{ op: 'patch', key, doc: { status: 'active', 'time-modified': modified } }];
@@ -34,7 +41,7 @@ export const accountList: Projection = {
       case 'RegistrationExpired':
         return [
           { op: 'del', key },
-          { op: 'zrem', key: 'by-created', member: String(d.account_id) },
+          { op: 'zrem', key: accountKeys.byCreated, member: String(d.account_id) },
         ];
       case 'PasswordChanged':
       case 'ProfileUpdated':

@@ -3,6 +3,13 @@ import { appRecord, apps } from '../domain/apps.ts';
 import type { StoredEvent } from '../infra/eventstore/port.ts';
 import type { Projection } from './runner.ts';
 
+/** The read model's keys, for the projection and for those who read it. */
+export const appKeys = {
+  record: (id: string) => `app:${id}`,
+  /** An owner's apps, by creation. */
+  ofOwner: (ownerPrn: string) => `apps-of:${ownerPrn}`,
+};
+
 export const appList: Projection = {
   name: 'apps',
   version: 1,
@@ -12,8 +19,8 @@ export const appList: Projection = {
       case 'AppRegistered': {
         const state = apps.evolve(apps.initial(), e);
         return [
-          { op: 'set', key: `app:${state.id}`, doc: appRecord(state) },
-          { op: 'zadd', key: `apps-of:${state.ownerPrn}`, member: state.id, score: e.position },
+          { op: 'set', key: appKeys.record(state.id), doc: appRecord(state) },
+          { op: 'zadd', key: appKeys.ofOwner(state.ownerPrn), member: state.id, score: e.position },
         ];
       }
       case 'AppUpdated': {
@@ -21,7 +28,7 @@ export const appList: Projection = {
         return [
           {
             op: 'patch',
-            key: `app:${e.data.app_id}`,
+            key: appKeys.record(e.data.app_id),
             doc: {
               ...fields,
               exposedScopesLength: fields.exposed_scopes.length,
@@ -32,8 +39,8 @@ export const appList: Projection = {
       }
       case 'AppDeleted':
         return [
-          { op: 'del', key: `app:${e.data.app_id}` },
-          { op: 'zrem', key: `apps-of:${e.data.owner_prn}`, member: e.data.app_id },
+          { op: 'del', key: appKeys.record(e.data.app_id) },
+          { op: 'zrem', key: appKeys.ofOwner(e.data.owner_prn), member: e.data.app_id },
         ];
       default:
         return [];

@@ -6,6 +6,17 @@ import type { StoredEvent } from '../infra/eventstore/port.ts';
 import type { Write } from '../infra/readstore/port.ts';
 import type { Projection } from './runner.ts';
 
+/** The read model's keys, for the projection and for those who read it. */
+export const deviceKeys = {
+  record: (id: string) => `device:${id}`,
+  userMeta: (id: string) => `user-meta:${id}`,
+  deviceMeta: (id: string) => `device-meta:${id}`,
+  /** An owner's devices, by creation (or claim). */
+  ofOwner: (ownerPrn: string) => `devices-of:${ownerPrn}`,
+  /** The devices a nick names, in any case. */
+  byNick: (nick: string) => `by-nick:${nick.toLowerCase()}`,
+};
+
 export const deviceList: Projection = {
   name: 'devices',
   // 2: records carry ovmode. (Deleted devices leave the index by nick since their event records the
@@ -15,9 +26,9 @@ export const deviceList: Projection = {
   project(e: StoredEvent) {
     const id = 'device_id' in e.data ? e.data.device_id : '';
     if (!id) return [];
-    const key = `device:${id}`;
+    const key = deviceKeys.record(id);
     const modified = { 'time-modified': new Date(e.created).toISOString() };
-    const nickIndex = (nick: string) => `by-nick:${nick.toLowerCase()}`;
+    const nickIndex = deviceKeys.byNick;
     switch (e.type) {
       case 'DeviceCreated': {
         const d = e.data;
@@ -40,12 +51,12 @@ export const deviceList: Projection = {
               ...modified,
             },
           },
-          { op: 'set', key: `user-meta:${id}`, doc: d.user_meta },
-          { op: 'set', key: `device-meta:${id}`, doc: d.device_meta },
+          { op: 'set', key: deviceKeys.userMeta(id), doc: d.user_meta },
+          { op: 'set', key: deviceKeys.deviceMeta(id), doc: d.device_meta },
           { op: 'zadd', key: nickIndex(d.nick), member: id, score: e.position },
         ];
         if (d.owner_prn)
-          writes.push({ op: 'zadd', key: `devices-of:${d.owner_prn}`, member: id, score: e.position });
+          writes.push({ op: 'zadd', key: deviceKeys.ofOwner(d.owner_prn), member: id, score: e.position });
         return writes;
       }
       case 'DeviceClaimed': {
@@ -63,7 +74,7 @@ export const deviceList: Projection = {
               ...modified,
             },
           },
-          { op: 'zadd', key: `devices-of:${d.owner_prn}`, member: id, score: e.position },
+          { op: 'zadd', key: deviceKeys.ofOwner(d.owner_prn), member: id, score: e.position },
           { op: 'zrem', key: nickIndex(d.previous_nick), member: id },
           { op: 'zadd', key: nickIndex(d.nick), member: id, score: e.position },
         ];
@@ -83,19 +94,19 @@ export const deviceList: Projection = {
       case 'DeviceMarkedGarbage':
         return [
           { op: 'patch', key, doc: { garbage: true, ...modified } },
-          { op: 'zrem', key: `devices-of:${e.data.owner_prn}`, member: id },
+          { op: 'zrem', key: deviceKeys.ofOwner(e.data.owner_prn), member: id },
           // Recorded since deleting gives the nick back; a garbage device is named by its id.
           ...(e.data.nick ? [{ op: 'zrem' as const, key: nickIndex(e.data.nick), member: id }] : []),
         ];
       case 'DeviceMetaUpdated':
         return [
           // The read store applies the patch: the one metadata merge's, a null removing the key.
-          { op: 'patch', key: `device-meta:${id}`, doc: metaPatchOf(e.data.changed, e.data.removed) },
+          { op: 'patch', key: deviceKeys.deviceMeta(id), doc: metaPatchOf(e.data.changed, e.data.removed) },
           { op: 'patch', key, doc: modified },
         ];
       case 'UserMetaReplaced':
         return [
-          { op: 'set', key: `user-meta:${id}`, doc: e.data.meta },
+          { op: 'set', key: deviceKeys.userMeta(id), doc: e.data.meta },
           { op: 'patch', key, doc: modified },
         ];
       default:

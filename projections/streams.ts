@@ -3,6 +3,15 @@
 // the projector has come.
 import type { Projection } from './runner.ts';
 
+/** The read model's keys, for the projection and for those who read it. */
+export const streamKeys = {
+  record: (stream: string) => `stream:${stream}`,
+  /** Every stream, by its last change. */
+  byUpdate: 'streams-by-update',
+  /** Event totals by type. */
+  totals: 'totals',
+};
+
 export const streamCatalog: Projection = {
   name: 'streams',
   version: 1,
@@ -11,7 +20,7 @@ export const streamCatalog: Projection = {
     return [
       {
         op: 'patch',
-        key: `stream:${e.stream}`,
+        key: streamKeys.record(e.stream),
         doc: {
           stream: e.stream,
           revision: e.revision,
@@ -20,8 +29,8 @@ export const streamCatalog: Projection = {
           updated: e.created,
         },
       },
-      { op: 'zadd', key: 'streams-by-update', member: e.stream, score: e.created },
-      { op: 'incr', key: 'totals', field: e.type, by: 1 },
+      { op: 'zadd', key: streamKeys.byUpdate, member: e.stream, score: e.created },
+      { op: 'incr', key: streamKeys.totals, field: e.type, by: 1 },
     ];
   },
 };

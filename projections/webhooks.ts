@@ -3,6 +3,13 @@
 import type { StoredEvent } from '../infra/eventstore/port.ts';
 import type { Projection } from './runner.ts';
 
+/** The read model's keys, for the projection and for those who read it. */
+export const webhookKeys = {
+  record: (id: string) => `webhook:${id}`,
+  /** An owner's subscriptions, by creation. */
+  ofOwner: (ownerPrn: string) => `webhooks-of:${ownerPrn}`,
+};
+
 export const webhookList: Projection = {
   name: 'webhooks',
   version: 1,
@@ -16,10 +23,10 @@ export const webhookList: Projection = {
         return [
           {
             op: 'set',
-            key: `webhook:${id}`,
+            key: webhookKeys.record(id),
             doc: { id, ...fields, owner, 'time-created': at, 'time-modified': at },
           },
-          { op: 'zadd', key: `webhooks-of:${owner}`, member: id, score: e.position },
+          { op: 'zadd', key: webhookKeys.ofOwner(owner), member: id, score: e.position },
         ];
       }
       case 'WebhookUpdated': {
@@ -27,15 +34,15 @@ export const webhookList: Projection = {
         return [
           {
             op: 'patch',
-            key: `webhook:${id}`,
+            key: webhookKeys.record(id),
             doc: { ...fields, owner: fields.owner_prn, 'time-modified': at },
           },
         ];
       }
       case 'WebhookDeleted':
         return [
-          { op: 'del', key: `webhook:${e.data.webhook_id}` },
-          { op: 'zrem', key: `webhooks-of:${e.data.owner_prn}`, member: e.data.webhook_id },
+          { op: 'del', key: webhookKeys.record(e.data.webhook_id) },
+          { op: 'zrem', key: webhookKeys.ofOwner(e.data.owner_prn), member: e.data.webhook_id },
         ];
       default:
         return [];

@@ -18,6 +18,7 @@ import {
 import type { DomainEvent } from '../../domain/events.ts';
 import { claimName, load, NameTakenError, nameOwner, releaseName } from '../../infra/eventstore/aggregate.ts';
 import { secretToken, sha256 } from '../../infra/secrets.ts';
+import { appKeys } from '../../projections/apps.ts';
 import { authenticate, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
@@ -174,15 +175,15 @@ export function appRoutes(hub: HubContext) {
         await hub.consistency.readable(ctx, ['apps']);
         const rs = hub.readStore;
         const generation = await rs.activeGeneration('apps');
-        const key = `apps-of:${ownerOf(ctx)}`;
+        const key = appKeys.ofOwner(ownerOf(ctx));
         const ids = await rs.range('apps', generation, key, {
           reverse: true,
           offset: query.skip,
           limit: query.limit,
         });
-        const items = (await Promise.all(ids.map((id) => rs.get('apps', generation, `app:${id}`)))).filter(
-          Boolean,
-        );
+        const items = (
+          await Promise.all(ids.map((id) => rs.get('apps', generation, appKeys.record(id))))
+        ).filter(Boolean);
         ctx.body = {
           items,
           total: await rs.count('apps', generation, key),

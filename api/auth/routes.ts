@@ -4,6 +4,7 @@
 // /openapi.json lists them. Handlers are thin: they validate (the schemas are the ones
 // /openapi.json publishes), authorize, run a decision of domain/accounts.ts or domain/logins.ts
 // through the event store, and shape the answer.
+import { accountKeys } from '../../projections/accounts.ts';
 import type { HubContext, Page } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden } from '../errors.ts';
@@ -80,16 +81,16 @@ function accountRoutes(a: AuthContext) {
         await hub.consistency.readable(ctx, ['accounts']);
         const rs = hub.readStore;
         const generation = await rs.activeGeneration('accounts');
-        const ids = await rs.range('accounts', generation, 'by-created', {
+        const ids = await rs.range('accounts', generation, accountKeys.byCreated, {
           offset: query.skip,
           limit: query.limit,
         });
         const items = (
-          await Promise.all(ids.map((id) => rs.get('accounts', generation, `account:${id}`)))
+          await Promise.all(ids.map((id) => rs.get('accounts', generation, accountKeys.record(id))))
         ).filter(Boolean);
         ctx.body = {
           items,
-          total: await rs.count('accounts', generation, 'by-created'),
+          total: await rs.count('accounts', generation, accountKeys.byCreated),
           limit: query.limit,
           skip: query.skip,
         };

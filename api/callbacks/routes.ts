@@ -6,6 +6,7 @@ import { DEVICE_PRN, deviceStream, devices } from '../../domain/devices.ts';
 import { decideCarryPublicity, trailStream, trails } from '../../domain/trails.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import { carryPublicity } from '../../processors/followers/publicity.ts';
+import { deviceKeys } from '../../projections/devices.ts';
 import { operatorCheck } from '../auth/operator.ts';
 import type { HubContext } from '../context.ts';
 import { REV, stepBookkeeping } from '../devices/records.ts';
@@ -79,10 +80,10 @@ export function callbackRoutes(hub: HubContext) {
     if (/^[a-f0-9]{24}$/.test(id)) return id;
     const rs = hub.readStore;
     const g = await rs.activeGeneration('devices');
-    const named = await rs.range('devices', g, `by-nick:${ref.toLowerCase()}`);
+    const named = await rs.range('devices', g, deviceKeys.byNick(ref));
     // Deleted devices give their nick back; those deleted before their event said which nick
     // are still in the index, and are skipped here.
-    const records = await Promise.all(named.map((id) => rs.get('devices', g, `device:${id}`)));
+    const records = await Promise.all(named.map((id) => rs.get('devices', g, deviceKeys.record(id))));
     const ids = named.filter((_, i) => records[i] && !(records[i] as { garbage?: boolean }).garbage);
     if (ids.length > 1)
       throw new HttpError(409, 'ambiguous', `Several devices have the nick ${ref}; use the device id.`);

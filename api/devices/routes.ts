@@ -31,6 +31,7 @@ import {
 import type { DomainEvent } from '../../domain/events.ts';
 import { claimName, handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { seal, secretToken, unseal } from '../../infra/secrets.ts';
+import { deviceKeys } from '../../projections/devices.ts';
 import { authenticate, requireAccountType, requireScope } from '../auth/middleware.ts';
 import { grantingScopes } from '../auth/tokens.ts';
 import type { HubContext } from '../context.ts';
@@ -298,7 +299,7 @@ export function deviceRoutes(hub: HubContext) {
         await hub.consistency.readable(ctx, ['devices']);
         const rs = hub.readStore;
         const g = await rs.activeGeneration('devices');
-        const key = `devices-of:${ctx.state.auth!.sub}`;
+        const key = deviceKeys.ofOwner(ctx.state.auth!.sub);
         const ids = await rs.range('devices', g, key, {
           reverse: true,
           offset: query.skip,
@@ -306,9 +307,9 @@ export function deviceRoutes(hub: HubContext) {
         });
         const items = await Promise.all(
           ids.map(async (id) => ({
-            ...(await rs.get('devices', g, `device:${id}`)),
-            'user-meta': (await rs.get('devices', g, `user-meta:${id}`)) ?? {},
-            'device-meta': (await rs.get('devices', g, `device-meta:${id}`)) ?? {},
+            ...(await rs.get('devices', g, deviceKeys.record(id))),
+            'user-meta': (await rs.get('devices', g, deviceKeys.userMeta(id))) ?? {},
+            'device-meta': (await rs.get('devices', g, deviceKeys.deviceMeta(id))) ?? {},
           })),
         );
         ctx.body = { items, total: await rs.count('devices', g, key), limit: query.limit, skip: query.skip };

@@ -20,6 +20,7 @@ import { seal } from '../../infra/secrets.ts';
 import { Egress, EgressError } from '../../processors/delivery/egress.ts';
 import { newSigningSecret } from '../../processors/delivery/signing.ts';
 import { EVENT_TYPES } from '../../processors/stream/derive.ts';
+import { webhookKeys } from '../../projections/webhooks.ts';
 import { grantingScopes, grants } from '../auth/tokens.ts';
 import { decideOn, PAGE_QUERY, pageSchema } from '../context.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
@@ -181,7 +182,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
         await hub.consistency.readable(ctx, ['webhooks']);
         const rs = hub.readStore;
         const g = await rs.activeGeneration('webhooks');
-        const key = `webhooks-of:${ctx.state.auth!.sub}`;
+        const key = webhookKeys.ofOwner(ctx.state.auth!.sub);
         const [ids, total] = await Promise.all([
           rs.range('webhooks', g, key, { reverse: true, offset: q.skip, limit: q.limit }),
           rs.count('webhooks', g, key),

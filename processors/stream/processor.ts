@@ -10,6 +10,7 @@ import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import type { CheckpointStore } from '../../infra/checkpoints.ts';
 import type { ReadStore } from '../../infra/readstore/port.ts';
 import type { Logger } from '../../infra/telemetry.ts';
+import { webhookKeys } from '../../projections/webhooks.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
 import type { Job } from '../delivery/port.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
@@ -56,8 +57,10 @@ export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0, owners
   });
   const read = async (owner: string) => {
     const generation = await readStore.activeGeneration('webhooks');
-    const ids = await readStore.range('webhooks', generation, `webhooks-of:${owner}`);
-    const docs = await Promise.all(ids.map((id) => readStore.get('webhooks', generation, `webhook:${id}`)));
+    const ids = await readStore.range('webhooks', generation, webhookKeys.ofOwner(owner));
+    const docs = await Promise.all(
+      ids.map((id) => readStore.get('webhooks', generation, webhookKeys.record(id))),
+    );
     return docs.filter((d) => d !== undefined) as unknown as SubscriptionFilter[];
   };
   return {
