@@ -342,43 +342,43 @@ export const knobs = {
     'The <domain> of service account PRNs (prn:<domain>:auth:/<nick>).',
     text,
   ),
-  accessTokenTtl: knob(
+  accessTokenTtlS: knob(
     'HUB_ACCESS_TOKEN_TTL_S',
     '3600',
     'Lifetime of tokens from login and refresh, seconds.',
     int(60, 86_400 * 30),
   ),
-  refreshWindow: knob(
+  refreshWindowS: knob(
     'HUB_REFRESH_WINDOW_S',
     '604800',
     'How long after a login GET /auth/login may keep refreshing its token, seconds.',
     int(60, 86_400 * 365),
   ),
-  refreshTokenTtl: knob(
+  refreshTokenTtlS: knob(
     'HUB_REFRESH_TOKEN_TTL_S',
     '2592000',
     'Lifetime of a refresh token, seconds.',
     int(60, 86_400 * 365),
   ),
-  delegatedTokenTtl: knob(
+  delegatedTokenTtlS: knob(
     'HUB_DELEGATED_TOKEN_TTL_S',
     '31536000',
     'Lifetime of delegated tokens (POST /auth/token), seconds.',
     int(60, 86_400 * 3650),
   ),
-  implicitTokenTtl: knob(
+  implicitTokenTtlS: knob(
     'HUB_IMPLICIT_TOKEN_TTL_S',
     '3600',
     'Lifetime of tokens from POST /auth/authorize, seconds.',
     int(60, 86_400),
   ),
-  verifyTtl: knob(
+  verifyTtlS: knob(
     'HUB_VERIFY_TTL_S',
     '172800',
     'How long a verification link works, seconds; a registration still not verified that long after it (and its last link), or twice that long whatever, gives its nick and email up to a new registration.',
     int(1, 2_592_000),
   ),
-  accessCodeTtl: knob(
+  accessCodeTtlS: knob(
     'HUB_ACCESS_CODE_TTL_S',
     '600',
     'Lifetime of an access code (POST /auth/code), seconds.',

@@ -92,7 +92,7 @@ export class RedisFixedWindows implements FixedWindows {
     this.redis = redis;
   }
   async hit(key: string, limit: number, windowMs: number): Promise<number> {
-    const [count, ttl] = (await this.redis.eval(
+    const [count, ttlMs] = (await this.redis.eval(
       `local c = redis.call('INCR', KEYS[1])
        if c == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
        return {c, redis.call('PTTL', KEYS[1])}`,
@@ -100,15 +100,15 @@ export class RedisFixedWindows implements FixedWindows {
       `hub:limit:${key}`,
       windowMs,
     )) as [number, number];
-    return count > limit ? secondsLeft(ttl) : 0;
+    return count > limit ? secondsLeft(ttlMs) : 0;
   }
   async spent(key: string, limit: number): Promise<number> {
-    const [count, ttl] = (await this.redis
+    const [count, ttlMs] = (await this.redis
       .multi()
       .get(`hub:limit:${key}`)
       .pttl(`hub:limit:${key}`)
       .exec())!.map(([, value]) => value) as [string | null, number];
-    return Number(count ?? 0) >= limit && ttl > 0 ? secondsLeft(ttl) : 0;
+    return Number(count ?? 0) >= limit && ttlMs > 0 ? secondsLeft(ttlMs) : 0;
   }
   async mark(key: string, ttlMs: number): Promise<void> {
     await this.redis.set(`hub:mark:${key}`, '1', 'PX', ttlMs);

@@ -173,7 +173,7 @@ export class ProjectionRunner {
       );
     }, 1000);
     headTimer.unref();
-    let backoff = 100;
+    let backoffMs = 100;
     while (!signal.aborted) {
       try {
         const generation = await this.resolveGeneration();
@@ -183,7 +183,7 @@ export class ProjectionRunner {
         this.head = await this.o.store.head();
         await this.catchUp(generation, signal);
         this.markCaughtUp();
-        backoff = 100;
+        backoffMs = 100;
         await this.follow(generation, signal);
       } catch (err) {
         if (signal.aborted) break;
@@ -206,8 +206,8 @@ export class ProjectionRunner {
             'projection runner failed; retrying',
           );
         }
-        await sleep(backoff, signal);
-        backoff = Math.min(backoff * 2, 5000);
+        await sleep(backoffMs, signal);
+        backoffMs = Math.min(backoffMs * 2, 5000);
       }
     }
     clearInterval(headTimer);

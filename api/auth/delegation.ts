@@ -77,7 +77,7 @@ export function delegationRoutes(a: AuthContext) {
           service: await findAccount(body.service),
           user: await findAccount(claims.sub),
           scopes,
-          expires: Date.now() + config.accessCodeTtl * 1000,
+          expires: Date.now() + config.accessCodeTtlS * 1000,
         };
         const code = secretToken();
         const { appended } = await handle(store, codeStream(sha256(code)), codes, (c) => ({
@@ -85,7 +85,7 @@ export function delegationRoutes(a: AuthContext) {
           result: undefined,
         }));
         await hub.consistency.written(ctx, appended!.position);
-        ctx.body = { code, expires_in: config.accessCodeTtl };
+        ctx.body = { code, expires_in: config.accessCodeTtlS };
       },
     });
 
@@ -141,12 +141,12 @@ export function delegationRoutes(a: AuthContext) {
             type: user!.type,
             scopes: grant.scopes,
           },
-          config.delegatedTokenTtl,
+          config.delegatedTokenTtlS,
         );
         ctx.body = {
           token,
           token_type: 'Bearer',
-          expires_in: config.delegatedTokenTtl,
+          expires_in: config.delegatedTokenTtlS,
           scopes: grant.scopes,
         };
       },
@@ -219,18 +219,18 @@ export function delegationRoutes(a: AuthContext) {
             type: claims.type,
             scopes,
           },
-          config.implicitTokenTtl,
+          config.implicitTokenTtlS,
         );
         const fragment = new URLSearchParams({
           access_token: token,
           token_type: 'Bearer',
-          expires_in: String(config.implicitTokenTtl),
+          expires_in: String(config.implicitTokenTtlS),
           ...(body.state ? { state: body.state } : {}),
         });
         ctx.body = {
           token,
           token_type: 'Bearer',
-          expires_in: config.implicitTokenTtl,
+          expires_in: config.implicitTokenTtlS,
           scopes,
           ...(body.state ? { state: body.state } : {}),
           redirect_to: `${body.redirect_uri}#${fragment}`,

@@ -65,7 +65,7 @@ export function loginRoutes(a: AuthContext) {
       ...(as ? { as } : {}),
       admins: config.admins,
       tokenHash: sha256(secret),
-      expires: Date.now() + config.refreshTokenTtl * 1000,
+      expires: Date.now() + config.refreshTokenTtlS * 1000,
     };
     const { appended } = await handle(store, refreshStream(family), refreshFamilies, (f) => ({
       events: decideStartLogin(command, f),
@@ -74,11 +74,11 @@ export function loginRoutes(a: AuthContext) {
     await hub.consistency.written(ctx, appended!.position);
     const subject = as?.account ?? account;
     const actor = as ? account : undefined;
-    const { token } = await signToken(keys, loginClaims(family, subject, actor), config.accessTokenTtl);
+    const { token } = await signToken(keys, loginClaims(family, subject, actor), config.accessTokenTtlS);
     return {
       token,
       token_type: 'Bearer',
-      expires_in: config.accessTokenTtl,
+      expires_in: config.accessTokenTtlS,
       refresh_token: `${family}.${secret}`,
       prn: subject.prn,
       nick: subject.nick,
@@ -101,12 +101,12 @@ export function loginRoutes(a: AuthContext) {
         type: 'DEVICE',
         scopes: ['devices', 'trails'],
       },
-      config.accessTokenTtl,
+      config.accessTokenTtlS,
     );
     return {
       token,
       token_type: 'Bearer',
-      expires_in: config.accessTokenTtl,
+      expires_in: config.accessTokenTtlS,
       prn: device.prn,
       nick: device.nick,
     };
@@ -189,14 +189,14 @@ export function loginRoutes(a: AuthContext) {
         // The spec gives them about an hour: an app asks the user again (/auth/authorize).
         if (APP_PRN.test(String(claims.aud)))
           throw forbidden('A token from /auth/authorize is not refreshed: authorize again.');
-        if (Date.now() / 1000 - claims.orig_iat > config.refreshWindow) {
+        if (Date.now() / 1000 - claims.orig_iat > config.refreshWindowS) {
           throw unauthorized('The refresh window of this login has passed; log in again.');
         }
         await loginHolds(ctx.state.auth!);
         // A refreshed token lives as long as the one presented: an hour-long app token stays hour-long.
-        const ttl = exp - iat;
-        const { token } = await signToken(keys, claims, ttl);
-        ctx.body = { token, token_type: 'Bearer', expires_in: ttl };
+        const ttlS = exp - iat;
+        const { token } = await signToken(keys, claims, ttlS);
+        ctx.body = { token, token_type: 'Bearer', expires_in: ttlS };
       },
     });
 
@@ -258,11 +258,11 @@ export function loginRoutes(a: AuthContext) {
         const account = await loadAccount(f.actingAs ?? f.accountId);
         const actor = f.actingAs ? await loadAccount(f.accountId) : undefined;
         refuseEndedLogin(f, { account, actor, admins: config.admins });
-        const { token } = await signToken(keys, loginClaims(family, account!, actor), config.accessTokenTtl);
+        const { token } = await signToken(keys, loginClaims(family, account!, actor), config.accessTokenTtlS);
         ctx.body = {
           token,
           token_type: 'Bearer',
-          expires_in: config.accessTokenTtl,
+          expires_in: config.accessTokenTtlS,
           refresh_token: `${family}.${next}`,
         };
       },

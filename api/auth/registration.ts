@@ -43,7 +43,7 @@ export function registrationRoutes(a: AuthContext) {
   async function expireStale(kind: string, value: string): Promise<boolean> {
     const holder = await nameOwner(store, kind, value);
     if (!holder) return true;
-    const command = { now: Date.now(), verifyTtlMs: config.verifyTtl * 1000 };
+    const command = { now: Date.now(), verifyTtlMs: config.verifyTtlS * 1000 };
     const { after } = await handle(store, accountStream(holder), accounts, (s) => ({
       events: decideExpireRegistration(command, s),
       result: undefined,
@@ -233,7 +233,7 @@ export function registrationRoutes(a: AuthContext) {
             { field: 'captcha', problem: 'not accepted' },
           ]);
         }
-        await requestEmail(ctx, account, decideRequestVerification, config.verifyTtl * 1000);
+        await requestEmail(ctx, account, decideRequestVerification, config.verifyTtlS * 1000);
         ctx.status = 202;
         ctx.body = { status: 'sent', message: `A verification email is on its way to ${account.email}.` };
       },

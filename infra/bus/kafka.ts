@@ -40,15 +40,15 @@ interface RequestQueueState {
 function stopIdleRequestQueueLoop(RequestQueue: { prototype: RequestQueueState }): void {
   RequestQueue.prototype.scheduleCheckPendingRequests = function (this: RequestQueueState) {
     if (this.throttleCheckTimeoutId) return;
-    const throttledFor = this.throttledUntil - Date.now();
-    let delay: number;
-    if (this.pending.length > 0) delay = throttledFor > 0 ? throttledFor : PENDING_CHECK_MS;
-    else if (throttledFor > 0) delay = throttledFor;
+    const throttledForMs = this.throttledUntil - Date.now();
+    let delayMs: number;
+    if (this.pending.length > 0) delayMs = throttledForMs > 0 ? throttledForMs : PENDING_CHECK_MS;
+    else if (throttledForMs > 0) delayMs = throttledForMs;
     else return;
     this.throttleCheckTimeoutId = setTimeout(() => {
       this.throttleCheckTimeoutId = null;
       this.checkPendingRequests();
-    }, delay);
+    }, delayMs);
   };
 }
 /** kafkajs's CHECK_PENDING_REQUESTS_INTERVAL. */

@@ -79,7 +79,7 @@ export class MemoryBus implements Bus {
     const loop = async (index: number) => {
       const p = partitions[index]!;
       if (!p.cursors.has(o.group)) p.cursors.set(o.group, p.base);
-      let backoff = 100;
+      let backoffMs = 100;
       while (running) {
         const cursor = p.cursors.get(o.group)!;
         if (cursor >= p.next) {
@@ -102,14 +102,14 @@ export class MemoryBus implements Bus {
             lag: p.next - cursor - batch.length,
             heartbeat: async () => {},
           });
-          backoff = 100;
+          backoffMs = 100;
         } catch (err) {
           this.logger.warn(
             { topic: o.topic, group: o.group, partition: index, err: (err as Error).message },
             'batch failed; retrying it',
           );
-          await new Promise((r) => setTimeout(r, backoff));
-          backoff = Math.min(backoff * 2, 5000);
+          await new Promise((r) => setTimeout(r, backoffMs));
+          backoffMs = Math.min(backoffMs * 2, 5000);
           continue;
         }
         p.cursors.set(o.group, cursor + batch.length);

@@ -68,7 +68,7 @@ return 0`;
 
 type Scripted = Redis & {
   hubApply(...args: (string | number)[]): Promise<ApplyOutcome>;
-  hubLock(key: string, owner: string, ttl: number): Promise<number>;
+  hubLock(key: string, owner: string, ttlMs: number): Promise<number>;
   hubUnlock(key: string, owner: string): Promise<number>;
 };
 

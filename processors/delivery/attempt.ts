@@ -58,10 +58,10 @@ export function retryDelayS(
 ): number | null {
   const status = response?.status ?? null;
   if (!retryable(outcome, status)) return null;
-  const delay = nextDelayS(policy, attempt);
-  if (delay === null) return null;
-  if (status !== 429 && status !== 503) return delay;
-  return retryAfterS(response?.headers['retry-after'], finished) ?? delay;
+  const delayS = nextDelayS(policy, attempt);
+  if (delayS === null) return null;
+  if (status !== 429 && status !== 503) return delayS;
+  return retryAfterS(response?.headers['retry-after'], finished) ?? delayS;
 }
 
 /** The request of an attempt, as `prepare` makes it: its id, and the body and headers as sent. */
@@ -160,13 +160,13 @@ export class Attempts {
 
   /** Anything else: tried again after retryDelayS, or dead-lettered. */
   private handleFailure({ sub }: Endpoint, attempt: Attempt): Attempt {
-    const delay = retryDelayS(sub.retry_policy, attempt.attempt, attempt);
-    if (delay === null) {
+    const delayS = retryDelayS(sub.retry_policy, attempt.attempt, attempt);
+    if (delayS === null) {
       attempt.status = 'dead_lettered';
       this.metrics.deadLettered.inc();
     } else {
       attempt.status = 'failed';
-      attempt.next = attempt.finished + delay * 1000;
+      attempt.next = attempt.finished + delayS * 1000;
       this.metrics.retries.inc();
     }
     return attempt;

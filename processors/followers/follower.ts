@@ -38,7 +38,7 @@ export class EventFollower {
 
   private async loop(): Promise<void> {
     const signal = this.controller.signal;
-    let backoff = 200;
+    let backoffMs = 200;
     // Checkpoints are saved at most once a second (and at stop): after a crash at most a second
     // of events is handled again, which at-least-once handlers accept.
     let handled = 0;
@@ -59,7 +59,7 @@ export class EventFollower {
           { follower: this.o.name, err: (err as Error).message },
           'checkpoint unreadable; retrying',
         );
-        await new Promise((r) => setTimeout(r, backoff));
+        await new Promise((r) => setTimeout(r, backoffMs));
         continue;
       }
       if (signal.aborted) break;
@@ -78,7 +78,7 @@ export class EventFollower {
           await this.o.handle(batch);
           handled = batch[batch.length - 1]!.position;
           if (Date.now() - savedAt >= 1000) await save();
-          backoff = 200;
+          backoffMs = 200;
         }
       } catch (err) {
         if (signal.aborted) break;
@@ -86,8 +86,8 @@ export class EventFollower {
           { follower: this.o.name, err: (err as Error).message },
           'follower failed; retrying from its checkpoint',
         );
-        await new Promise((r) => setTimeout(r, backoff));
-        backoff = Math.min(backoff * 2, 10_000);
+        await new Promise((r) => setTimeout(r, backoffMs));
+        backoffMs = Math.min(backoffMs * 2, 10_000);
       } finally {
         signal.removeEventListener('abort', stop);
         subscription.close();
