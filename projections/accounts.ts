@@ -1,4 +1,5 @@
 // Accounts for the admin listing: one document per account (no password material), newest last.
+import type { StoredEvent } from '../infra/eventstore/port.ts';
 import type { Projection } from './runner.ts';
 
 /** The read model's keys, for the projection and for those who read it. */
@@ -12,16 +13,15 @@ export const accountList: Projection = {
   name: 'accounts',
   version: 1,
   description: 'Every account (prn, type, nick, email, status, times) and an index by creation.',
-  project(e) {
-    const d = e.data as Record<string, unknown>;
-    const key = accountKeys.record(String(d.account_id));
+  project(e: StoredEvent) {
     const modified = new Date(e.created).toISOString();
     switch (e.type) {
-      case 'AccountRegistered':
+      case 'AccountRegistered': {
+        const d = e.data;
         return [
           {
             op: 'set',
-            key,
+            key: accountKeys.record(d.account_id),
             doc: {
               prn: d.prn,
               type: d.type,
@@ -33,19 +33,28 @@ export const accountList: Projection = {
               'time-modified': modified,
             },
           },
-          { op: 'zadd', key: accountKeys.byCreated, member: String(d.account_id), score: e.position },
+          { op: 'zadd', key: accountKeys.byCreated, member: d.account_id, score: e.position },
         ];
+      }
       case 'AccountVerified':
-        return [{ op: 'patch', key, doc: { status: 'active', 'time-modified': modified } }];
+        return [
+          {
+            op: 'patch',
+            key: accountKeys.record(e.data.account_id),
+            doc: { status: 'active', 'time-modified': modified },
+          },
+        ];
       // Its names went to a newer registration: the listing drops it (its stream keeps it).
       case 'RegistrationExpired':
         return [
-          { op: 'del', key },
-          { op: 'zrem', key: accountKeys.byCreated, member: String(d.account_id) },
+          { op: 'del', key: accountKeys.record(e.data.account_id) },
+          { op: 'zrem', key: accountKeys.byCreated, member: e.data.account_id },
         ];
       case 'PasswordChanged':
       case 'ProfileUpdated':
-        return [{ op: 'patch', key, doc: { 'time-modified': modified } }];
+        return [
+          { op: 'patch', key: accountKeys.record(e.data.account_id), doc: { 'time-modified': modified } },
+        ];
       default:
         return [];
     }
