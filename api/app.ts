@@ -2,7 +2,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
-import Koa, { type Context } from 'koa';
+import Koa, { type Context, type Middleware } from 'koa';
 import type { Config } from '../infra/config.ts';
 import { withTimeout } from '../infra/deadline.ts';
 import { MemoryTokenBuckets, type TokenBuckets } from '../infra/rate-limits.ts';
@@ -31,6 +31,9 @@ export interface AppDeps {
   readiness?: Record<string, ReadinessCheck>;
   /** Each service adds its routes here. */
   mount?: Array<(routes: Routes) => void>;
+  /** The bearer token check (`authenticate` of api/auth/middleware.ts) the routes declaring
+   * `security: 'bearer'` get from the registry; needed when `mount` adds any. */
+  authenticate?: Middleware;
   /** The per-caller rate limit (default: this thread's own buckets). */
   tokenBuckets?: TokenBuckets;
   /** What /metrics answers, when not this thread's registry alone (API threads: the process's). */
@@ -42,7 +45,7 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
   const app = new Koa({ proxy: false });
   app.silent = true; // errors are rendered and logged by requestContext…
   app.on('error', (err) => logger.error({ err }, 'response failed')); // …except those Koa meets while responding
-  const routes = new Routes(config.bodyLimitBytes);
+  const routes = new Routes(config.bodyLimitBytes, deps.authenticate);
 
   routes.add({
     method: 'get',

@@ -17,6 +17,13 @@ export const schema = <T>(json: Record<string, unknown>): Schema<T> => json as S
  * instead, so such a key was answered, then lost from the stored map. */
 export const NOT_PROTO = { not: { const: '__proto__' } };
 
+/** The scopes of which a bearer token needs one (published as the operation's alternatives), with
+ * the check that refuses a token holding none of them (403 naming them). */
+export interface ScopeRequirement {
+  granting: string[];
+  check: Middleware;
+}
+
 export type Method = 'get' | 'post' | 'put' | 'patch' | 'delete';
 
 export interface Input<B, Q, R = undefined> {
@@ -35,17 +42,23 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>, R = undefi
   tag: string;
   description?: string;
   /** `optional-bearer`: anonymous, or with a bearer token that changes what it does (POST
-   * /devices without one registers an unowned device; with one, the caller's). */
-  security?: 'bearer' | 'optional-bearer' | 'basic' | 'none';
-  /** Scopes of which the bearer token needs one, published as alternatives (`grantingScopes`, which
-   * the route's own middleware enforces). */
-  scopes?: string[];
+   * /devices without one registers an unowned device; with one, the caller's): the registry checks
+   * a token that is sent as it does for `bearer`. `bearer-if-body-needs`: published as
+   * `optional-bearer`, but the body says whether a token is needed (a SERVICE account's
+   * registration, a password change without the emailed token), so the handler checks it then, and
+   * a header no token is needed for is not read (the operator's Basic credentials). */
+  security?: 'bearer' | 'optional-bearer' | 'bearer-if-body-needs' | 'basic' | 'none';
+  /** What the bearer token must grant (`requireScope(service, mode)`): its scopes are published as
+   * alternatives, and the registry checks them once the token is verified. */
+  scopes?: ScopeRequirement;
   /** A read served from read models: it waits for the caller's writes and for X-Hub-Min-Position
    * (its handler asks `consistency.readable`), which /openapi.json then publishes for it. */
   waitsForWrites?: boolean;
   body?: Schema<B>;
   query?: Schema<Q>;
   responses: Record<number, { description: string; schema?: Record<string, unknown> }>;
+  /** Checks of the route's own, run after the registry's authentication and scope check (a kind of
+   * token: `requireFirstParty`, `requireAccountType`). */
   middleware?: RouterMiddleware[];
   /** The caller's rights on the resource the path names, asked before the body is read: a caller
    * who may not act is told so (403, 404) whatever it sent, and learns nothing from a 422. */
@@ -180,9 +193,13 @@ export class Routes {
     useDefaults: true,
   });
   private readonly bodyLimit: number;
+  private readonly authenticate: Middleware | undefined;
 
-  constructor(bodyLimitBytes: number) {
+  /** `authenticate` verifies a bearer token (401 with WWW-Authenticate when it does not hold): the
+   * check of every route that declares `security: 'bearer'`, made by the caller, which has the keys. */
+  constructor(bodyLimitBytes: number, authenticate?: Middleware) {
     this.bodyLimit = bodyLimitBytes;
+    this.authenticate = authenticate;
     // `format` keywords (uri, email, date-time) are checked, not just documented.
     for (const ajv of [this.ajv, this.queryAjv]) (addFormats as unknown as (a: Ajv2020) => void)(ajv);
   }
@@ -237,10 +254,29 @@ export class Routes {
     if (literal) segment.literals.add(pathKey(spec.path));
     (literal ? segment.literal : segment.param).router[spec.method](
       koaPath,
+      ...this.security(spec),
       ...(spec.middleware ?? []),
       handle,
     );
     this.document(spec, !bodyOptional);
+  }
+
+  /** The checks a route's declared `security` and `scopes` make, before its own middleware: the
+   * token (401), then its scopes (403). `optional-bearer` checks a token when one is sent. */
+  private security<B, Q, R>(spec: RouteSpec<B, Q, R>): RouterMiddleware[] {
+    const bearer = spec.security === 'bearer' || spec.security === 'optional-bearer';
+    if (!bearer) return [];
+    const authenticate = this.authenticate;
+    if (!authenticate)
+      throw new Error(`${spec.path} takes a bearer token: make the routes with authenticate.`);
+    const scopes = spec.scopes;
+    if (spec.security === 'bearer')
+      return (scopes ? [authenticate, scopes.check] : [authenticate]) as RouterMiddleware[];
+    // Without a token the route serves the anonymous caller; with one, the token must hold.
+    const verified: Middleware = scopes
+      ? (ctx, next) => authenticate(ctx, () => scopes.check(ctx, next))
+      : authenticate;
+    return [((ctx, next) => (ctx.get('Authorization') ? verified(ctx, next) : next())) as RouterMiddleware];
   }
 
   /** The routes as one middleware: the router of the request's first segment. A path that is
@@ -294,7 +330,8 @@ export class Routes {
         : errorResponse(r.description, status === '401' ? WWW_AUTHENTICATE : {});
     }
     // The errors this operation can answer, from what it takes (each of the one error shape).
-    const bearer = spec.security === 'bearer' || spec.security === 'optional-bearer';
+    const optional = spec.security === 'optional-bearer' || spec.security === 'bearer-if-body-needs';
+    const bearer = spec.security === 'bearer' || optional;
     const errors: [number, string, boolean][] = [
       [400, 'BadRequest', true],
       [401, 'Unauthorized', bearer || spec.security === 'basic'],
@@ -312,13 +349,13 @@ export class Routes {
       description: 'Any other error (4xx, 5xx), always of this shape.',
       content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
     };
-    const alternatives = spec.scopes?.length
-      ? spec.scopes.map((scope) => ({ bearer: [scope] })) // any one of them will do
+    const alternatives = spec.scopes?.granting.length
+      ? spec.scopes.granting.map((scope) => ({ bearer: [scope] })) // any one of them will do
       : [{ bearer: [] }];
     const security =
       spec.security === 'bearer'
         ? alternatives
-        : spec.security === 'optional-bearer'
+        : optional
           ? [{}, ...alternatives] // {}: without a token too
           : spec.security === 'basic'
             ? [{ basic: [] }]

@@ -35,10 +35,11 @@ import type { DeliveryStore } from '../processors/delivery/port.ts';
 import type { EventLog } from '../processors/stream/eventlog.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
 import { SchemaError } from '../schemas/registry.ts';
-import { closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';
+import { type AppDeps, closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';
 import { appRoutes } from './apps/routes.ts';
 import { captchaCheck } from './auth/captcha.ts';
 import { loadKeys } from './auth/keys.ts';
+import { authenticate } from './auth/middleware.ts';
 import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
 import { consistency, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
@@ -49,20 +50,23 @@ import { trailRoutes } from './devices/trails.ts';
 import { HttpError } from './errors.ts';
 import { apiServer } from './http.ts';
 import { profileRoutes } from './profiles/routes.ts';
-import type { Routes } from './routes.ts';
 import { webhookRoutes } from './webhooks/routes.ts';
 
-/** Every service's routes: the API role, on the main thread or on an API thread. */
-export function serviceRoutes(hub: HubContext): Array<(routes: Routes) => void> {
-  return [
-    authRoutes(hub),
-    appRoutes(hub),
-    profileRoutes(hub),
-    deviceRoutes(hub),
-    trailRoutes(hub),
-    callbackRoutes(hub),
-    webhookRoutes(hub),
-  ];
+/** Every service's routes, and the bearer token check the registry gives those that declare it:
+ * the API role, on the main thread or on an API thread. */
+export function serviceRoutes(hub: HubContext): Required<Pick<AppDeps, 'mount' | 'authenticate'>> {
+  return {
+    mount: [
+      authRoutes(hub),
+      appRoutes(hub),
+      profileRoutes(hub),
+      deviceRoutes(hub),
+      trailRoutes(hub),
+      callbackRoutes(hub),
+      webhookRoutes(hub),
+    ],
+    authenticate: authenticate(hub.keys, hub.store, hub.config.callerCacheEntries),
+  };
 }
 
 // The errors the routes tell apart (api/errors.ts, the aggregate's retry) arrive as themselves.
@@ -370,7 +374,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
     logger,
     metrics,
     readiness,
-    mount: serviceRoutes(hub),
+    ...serviceRoutes(hub),
     // Off (0) costs no call; on, each charge asks the main thread's buckets.
     tokenBuckets:
       config.rateLimitPerSecond > 0

@@ -5,14 +5,20 @@ import { once } from 'node:events';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { closeServer, createApp, type ReadinessCheck, StillBuilding, VERSION } from '../api/app.ts';
+import {
+  type AppDeps,
+  closeServer,
+  createApp,
+  type ReadinessCheck,
+  StillBuilding,
+  VERSION,
+} from '../api/app.ts';
 import { captchaCheck } from '../api/auth/captcha.ts';
 import type { Keys } from '../api/auth/keys.ts';
 import type { Consistency, WaitForPosition } from '../api/consistency.ts';
 import type { HubContext } from '../api/context.ts';
 import { loadDeviceCa } from '../api/devices/ca.ts';
 import { apiServer } from '../api/http.ts';
-import type { Routes } from '../api/routes.ts';
 import { serviceRoutes, startApiThreads } from '../api/threads.ts';
 import { type Bus, TOPICS } from '../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../infra/checkpoints.ts';
@@ -231,7 +237,7 @@ export async function startApi(
     hub.onStop(() => threads.stop());
     return threads.url;
   }
-  let mount: Array<(routes: Routes) => void> = [];
+  let services: Pick<AppDeps, 'mount' | 'authenticate'> = {};
   if (options.routes) {
     const context: HubContext = {
       config,
@@ -252,9 +258,9 @@ export async function startApi(
       }),
       publicUrl: hub.publicUrl,
     };
-    mount = serviceRoutes(context);
+    services = serviceRoutes(context);
   }
-  const { app } = createApp({ config, logger, metrics, readiness, mount });
+  const { app } = createApp({ config, logger, metrics, readiness, ...services });
   const server: Server = apiServer(app);
   server.listen(config.port, config.host);
   await once(server, 'listening');

@@ -19,8 +19,7 @@ import type { DomainEvent } from '../../domain/events.ts';
 import { claimName, load, NameTakenError, nameOwner, releaseName } from '../../infra/eventstore/aggregate.ts';
 import { secretToken, sha256 } from '../../infra/secrets.ts';
 import { appKeys } from '../../projections/apps.ts';
-import { authenticate, requireScope } from '../auth/middleware.ts';
-import { grantingScopes } from '../auth/tokens.ts';
+import { requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { decideOn, NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
 import { conflict, notFound } from '../errors.ts';
@@ -99,7 +98,6 @@ const fieldsOf = (body: Partial<AppFields> & { nick: string; name: string }): Ap
 
 export function appRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const ownerOf = (ctx: { state: { auth?: { sub: string } } }) => ctx.state.auth!.sub;
 
   /** The caller's app by id, nick or PRN; 404 for anyone else's or a deleted one. */
@@ -134,8 +132,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'Register a third-party app.',
       security: 'bearer',
-      scopes: grantingScopes('apps', 'write'),
-      middleware: [auth, requireScope('apps', 'write')],
+      scopes: requireScope('apps', 'write'),
       body: APP_BODY,
       responses: {
         200: { description: 'The app; `secret` once, for confidential apps.', schema: APP_RECORD },
@@ -167,8 +164,7 @@ export function appRoutes(hub: HubContext) {
       summary: 'Your apps, newest first.',
       waitsForWrites: true,
       security: 'bearer',
-      scopes: grantingScopes('apps', 'read'),
-      middleware: [auth, requireScope('apps', 'read')],
+      scopes: requireScope('apps', 'read'),
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of apps.', schema: pageSchema(APP_RECORD) } },
       handler: async (ctx, { query }) => {
@@ -199,8 +195,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'One of your apps, by id, nick or PRN.',
       security: 'bearer',
-      scopes: grantingScopes('apps', 'read'),
-      middleware: [auth, requireScope('apps', 'read')],
+      scopes: requireScope('apps', 'read'),
       responses: { 200: { description: 'The app.', schema: APP_RECORD } },
       handler: async (ctx) => {
         ctx.body = appRecord(await findApp(ownerOf(ctx), ctx.params.id!));
@@ -213,8 +208,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: "Replace an app's fields (id, nick or PRN). Its type cannot change.",
       security: 'bearer',
-      scopes: grantingScopes('apps', 'write'),
-      middleware: [auth, requireScope('apps', 'write')],
+      scopes: requireScope('apps', 'write'),
       body: APP_BODY,
       responses: { 200: { description: 'The app record.', schema: APP_RECORD } },
       authorize: (ctx) => findApp(ownerOf(ctx), ctx.params.id!),
@@ -239,8 +233,7 @@ export function appRoutes(hub: HubContext) {
       tag: 'apps',
       summary: 'Delete an app (id, nick or PRN); answers its record with deleted-at.',
       security: 'bearer',
-      scopes: grantingScopes('apps', 'write'),
-      middleware: [auth, requireScope('apps', 'write')],
+      scopes: requireScope('apps', 'write'),
       responses: { 200: { description: 'The deleted app.', schema: APP_RECORD } },
       handler: async (ctx) => {
         const app = await findApp(ownerOf(ctx), ctx.params.id!);

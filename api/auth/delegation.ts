@@ -21,7 +21,7 @@ import { GRANTED_SCOPES, tokenResponse } from './schemas.ts';
 import { parseScopes, SCOPE_NAME, SERVICE_PRN, signToken } from './tokens.ts';
 
 export function delegationRoutes(a: AuthContext) {
-  const { hub, auth, findAccount, loadAccount, loginHolds } = a;
+  const { hub, findAccount, loadAccount, loginHolds } = a;
   const { store, config, keys } = hub;
 
   return (routes: Routes) => {
@@ -31,7 +31,7 @@ export function delegationRoutes(a: AuthContext) {
       tag: 'auth',
       summary: 'Grant a service scopes on your behalf: answers a short-lived, single-use access code.',
       security: 'bearer',
-      middleware: [auth, requireFirstParty],
+      middleware: [requireFirstParty],
       body: schema({
         type: 'object',
         required: ['service', 'scopes'],
@@ -97,7 +97,7 @@ export function delegationRoutes(a: AuthContext) {
       description:
         "Called with the service's own token. The delegated token authenticates as the user, has `aud` = the service PRN and only the granted scopes. A code works once and only for the service it names: unknown, expired or reused codes answer 401, a code of another service 403.",
       security: 'bearer',
-      middleware: [auth, requireFirstParty],
+      middleware: [requireFirstParty],
       body: schema({
         type: 'object',
         required: ['access-code'],
@@ -166,7 +166,7 @@ export function delegationRoutes(a: AuthContext) {
       description:
         "Called with the user's token. `client_id` is the app id or PRN; `redirect_uri` must equal one registered for the app exactly. The token authenticates as the user, has `aud` = the app PRN, the requested scopes (all the app declares when none are asked) and lasts HUB_IMPLICIT_TOKEN_TTL_S (an hour). `redirect_to` is the redirect URI with the token in its fragment.",
       security: 'bearer',
-      middleware: [auth, requireFirstParty],
+      middleware: [requireFirstParty],
       body: schema({
         type: 'object',
         required: ['client_id', 'redirect_uri'],

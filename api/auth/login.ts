@@ -36,7 +36,7 @@ const LOGIN_RESPONSE = tokenResponse(
 );
 
 export function loginRoutes(a: AuthContext) {
-  const { hub, auth, findAccount, loadAccount, throttle, loginHolds } = a;
+  const { hub, findAccount, loadAccount, throttle, loginHolds } = a;
   const { store, config, keys } = hub;
 
   /** The claims of a first-party login token (from login or refresh), `act` when an admin acts. */
@@ -181,7 +181,6 @@ export function loginRoutes(a: AuthContext) {
       description:
         'Not for device tokens (devices log in again) or app tokens from /auth/authorize (authorize again): 403. 401 once the refresh window has passed, or the password changed since the login.',
       security: 'bearer',
-      middleware: [auth],
       responses: { 200: { description: 'A new token with the same claims.', schema: TOKEN_RESPONSE } },
       handler: async (ctx) => {
         const { iss: _i, iat, exp, jti: _j, ...claims } = ctx.state.auth!;
@@ -206,7 +205,6 @@ export function loginRoutes(a: AuthContext) {
       tag: 'auth',
       summary: 'The claims of the presented token.',
       security: 'bearer',
-      middleware: [auth],
       responses: {
         200: {
           description:

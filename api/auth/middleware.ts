@@ -1,5 +1,6 @@
 // Authentication and authorisation as small Koa middleware: a bearer JWT verified by koa-jwt
-// (ES256 only, our issuer, an audience we serve), then scope checks per route.
+// (ES256 only, our issuer, an audience we serve), then scope checks per route (both installed by the
+// route registry from a route's declared `security` and `scopes`).
 import type { Middleware } from 'koa';
 import koaJwt from 'koa-jwt';
 import { LRUCache } from 'lru-cache';
@@ -9,11 +10,13 @@ import { load } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
 import { forbidden, HttpError, unauthorized } from '../errors.ts';
 import { chargeTokenBucket } from '../http.ts';
+import type { ScopeRequirement } from '../routes.ts';
 import type { Keys } from './keys.ts';
 import {
   APP_PRN,
   type Claims,
   changedSinceLogin,
+  grantingScopes,
   grants,
   HUB_AUDIENCE,
   ISSUER,
@@ -119,16 +122,22 @@ export function authenticate(keys: Keys, store: EventStore, cacheEntries = 100_0
   };
 }
 
-/** The token must grant `service` for reading or writing (403 naming the scopes that would). */
-export function requireScope(service: string, mode: 'read' | 'write'): Middleware {
-  return async (ctx, next) => {
-    const claims = ctx.state.auth!;
-    if (!grants(claims.scopes, service, mode)) {
-      const needed =
-        mode === 'write' ? `${service}.write (or ${service}, api)` : `${service}.readonly (or a write scope)`;
-      throw forbidden(`The token lacks the scope ${needed}.`);
-    }
-    await next();
+/** The token must grant `service` for reading or writing: the `scopes` a route declares, which the
+ * registry checks after the token (403 naming the scopes that would) and /openapi.json publishes. */
+export function requireScope(service: string, mode: 'read' | 'write'): ScopeRequirement {
+  return {
+    granting: grantingScopes(service, mode),
+    check: async (ctx, next) => {
+      const claims = ctx.state.auth!;
+      if (!grants(claims.scopes, service, mode)) {
+        const needed =
+          mode === 'write'
+            ? `${service}.write (or ${service}, api)`
+            : `${service}.readonly (or a write scope)`;
+        throw forbidden(`The token lacks the scope ${needed}.`);
+      }
+      await next();
+    },
   };
 }
 

@@ -69,7 +69,7 @@ export function recoveryRoutes(a: AuthContext) {
       summary: 'Set a new password: with the emailed reset token, or with your token and current password.',
       description:
         'A reset token works once and expires after an hour (401 otherwise); a new password ends every reset token sent before it. Without `token`, send your bearer token and `current_password` (422 without it, 401 when wrong; a device token: 403).',
-      security: 'optional-bearer',
+      security: 'bearer-if-body-needs',
       body: schema({
         type: 'object',
         required: ['password'],

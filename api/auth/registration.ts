@@ -115,7 +115,7 @@ export function registrationRoutes(a: AuthContext) {
       summary: 'Register an account (step one of two).',
       description:
         'Creates a pending USER account and answers its record with `redirect-uri`, the browser address where the challenge is passed (captcha, when configured) and the verification email is sent; verifying the email activates the account. `nick` and `email` are unique (409). A SERVICE account needs an admin token and is active at once. No response ever carries a password or a hash.',
-      security: 'optional-bearer',
+      security: 'bearer-if-body-needs',
       body: schema({
         type: 'object',
         required: ['email', 'nick', 'password'],

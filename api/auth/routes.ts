@@ -50,7 +50,7 @@ export function authRoutes(hub: HubContext) {
 
 /** GET /auth/accounts: one's own account, or (an admin) every account, from the read model. */
 function accountRoutes(a: AuthContext) {
-  const { hub, auth, adminToken, findAccount } = a;
+  const { hub, adminToken, findAccount } = a;
   return (routes: Routes) => {
     routes.add<undefined, { asadmin?: string; limit: number; skip: number }>({
       method: 'get',
@@ -61,7 +61,7 @@ function accountRoutes(a: AuthContext) {
         'For accounts (users and services): a device has none (403). The admin listing (asadmin=yes) is served from a read model and waits for X-Hub-Min-Position; your own account comes from the event store.',
       waitsForWrites: true,
       security: 'bearer',
-      middleware: [auth, requireFirstParty, requireAccountType('USER', 'SERVICE')],
+      middleware: [requireFirstParty, requireAccountType('USER', 'SERVICE')],
       query: schema({ type: 'object', properties: { asadmin: { enum: ['yes', 'no'] }, ...PAGE_QUERY } }),
       responses: { 200: { description: 'A page of account records.', schema: pageSchema(ACCOUNT) } },
       handler: async (ctx, { query }) => {

@@ -32,8 +32,7 @@ import type { DomainEvent } from '../../domain/events.ts';
 import { claimName, handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { seal, secretToken, unseal } from '../../infra/secrets.ts';
 import { deviceKeys } from '../../projections/devices.ts';
-import { authenticate, requireAccountType, requireScope } from '../auth/middleware.ts';
-import { grantingScopes } from '../auth/tokens.ts';
+import { requireAccountType, requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { NICK, PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden, unprocessable } from '../errors.ts';
@@ -93,7 +92,6 @@ type Found = Awaited<ReturnType<DeviceAccess['resolve']>>;
 
 export function deviceRoutes(hub: HubContext) {
   const { store, config } = hub;
-  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const access = deviceAccess(store, config.admins);
   const { cache, resolve } = access;
   // Unsealing is AES work on the hot path (device-meta answers carry the secret): memoised, bounded.
@@ -186,7 +184,7 @@ export function deviceRoutes(hub: HubContext) {
       description:
         'With a user token the device belongs to the caller. Without a token, a device registers itself: it is unowned (`ownership_unverified`), and its owner claims it with the `challenge` it answers (POST /devices/{id}/claim). Either way the answer carries the device PRN and its `secret`, the password of POST /auth/login.',
       security: 'optional-bearer',
-      scopes: grantingScopes('devices', 'write'),
+      scopes: requireScope('devices', 'write'),
       body: schema({
         type: 'object',
         additionalProperties: false,
@@ -200,10 +198,8 @@ export function deviceRoutes(hub: HubContext) {
       responses: { 200: { description: 'The device, with its secret.', schema: DEVICE_RECORD } },
       handler: async (ctx, { body }) => {
         let owner: Owner | undefined;
-        if (ctx.get('Authorization')) {
-          await auth(ctx, async () => {});
-          await requireScope('devices', 'write')(ctx, async () => {});
-          owner = await ownerAccount(ctx.state.auth!.sub);
+        if (ctx.state.auth) {
+          owner = await ownerAccount(ctx.state.auth.sub);
         } else {
           await fixedWindowLimit(
             hub.fixedWindows,
@@ -236,8 +232,7 @@ export function deviceRoutes(hub: HubContext) {
       description:
         '`csr` is a PKCS#10 request (PEM); its signature must verify (422 naming the problem otherwise). `device-name` becomes the device nick, `name` the user-meta `name`. The answer is the Device record plus `certificate`.',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       body: schema({
         type: 'object',
         required: ['csr'],
@@ -289,8 +284,8 @@ export function deviceRoutes(hub: HubContext) {
       description: 'A device owns no devices: its token gets 403.',
       waitsForWrites: true,
       security: 'bearer',
-      scopes: grantingScopes('devices', 'read'),
-      middleware: [auth, requireScope('devices', 'read'), requireAccountType('USER', 'SERVICE')],
+      scopes: requireScope('devices', 'read'),
+      middleware: [requireAccountType('USER', 'SERVICE')],
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of devices (no secrets).', schema: pageSchema(DEVICE_RECORD) },
@@ -322,8 +317,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'A device by id, PRN or nick: yours, yourself (a device), any for an admin, or a public one.',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'read'),
-      middleware: [auth, requireScope('devices', 'read')],
+      scopes: requireScope('devices', 'read'),
       responses: {
         200: { description: 'The device; the secret only for its owner and itself.', schema: DEVICE_RECORD },
       },
@@ -339,8 +333,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Rename a device (owner).',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       body: schema({
         type: 'object',
         required: ['nick'],
@@ -373,8 +366,7 @@ export function deviceRoutes(hub: HubContext) {
           ? 'Make a device (and its steps) public (owner).'
           : 'Make a device (and its steps) private (owner).',
         security: 'bearer',
-        scopes: grantingScopes('devices', 'write'),
-        middleware: [auth, requireScope('devices', 'write')],
+        scopes: requireScope('devices', 'write'),
         responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
         handler: async (ctx) => {
           const { device, viewer } = await resolve(ctx, ctx.params.id!);
@@ -391,8 +383,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Delete a device (owner): it is marked garbage, leaves your list and can no longer log in.',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       responses: { 200: { description: 'The device, garbage.', schema: DEVICE_RECORD } },
       handler: async (ctx) => {
         const { device, viewer } = await resolve(ctx, ctx.params.id!);
@@ -410,8 +401,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Claim an unowned device with the challenge it registered with.',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       body: schema({
         type: 'object',
         required: ['challenge'],
@@ -443,8 +433,7 @@ export function deviceRoutes(hub: HubContext) {
       description:
         'Sets `secret` when given, else a generated one, and answers the Device record with it. The logins made with the old secret end at once (401 on their next request): the device logs in again with the new one. Tokens delegated to services and apps cannot rotate it (403), as they never see it.',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       body: schema({
         type: 'object',
         additionalProperties: false,
@@ -479,8 +468,7 @@ export function deviceRoutes(hub: HubContext) {
       description:
         "Only the device's own token. Keys and values are strings (limits: HUB_META_MAX_KEY_LENGTH and HUB_META_MAX_VALUE_LENGTH, 422; HUB_META_MAX_KEYS keys in the merged map, 413). A patch that changes nothing appends nothing. Answers the Device record.",
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       body: schema(metaMap(true)),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: callingDevice,
@@ -506,8 +494,7 @@ export function deviceRoutes(hub: HubContext) {
       tag: 'devices',
       summary: 'Replace the user metadata of your device (owner): tags, labels.',
       security: 'bearer',
-      scopes: grantingScopes('devices', 'write'),
-      middleware: [auth, requireScope('devices', 'write')],
+      scopes: requireScope('devices', 'write'),
       body: schema(metaMap(false)),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: ownedDevice,

@@ -9,8 +9,7 @@ import {
   trails,
 } from '../../domain/trails.ts';
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
-import { authenticate, requireScope } from '../auth/middleware.ts';
-import { grantingScopes } from '../auth/tokens.ts';
+import { requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden, notFound } from '../errors.ts';
@@ -49,7 +48,6 @@ const STEP = {
 
 export function trailRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const access = deviceAccess(store, hub.config.admins);
 
   return (routes: Routes) => {
@@ -61,8 +59,7 @@ export function trailRoutes(hub: HubContext) {
       description:
         "`rev` defaults to the next one and must be it (409 otherwise). `objects` lists every sha256 (64 hex digits) found among the state's string values.",
       security: 'bearer',
-      scopes: grantingScopes('trails', 'write'),
-      middleware: [auth, requireScope('trails', 'write')],
+      scopes: requireScope('trails', 'write'),
       body: schema({
         type: 'object',
         required: ['state'],
@@ -97,8 +94,7 @@ export function trailRoutes(hub: HubContext) {
       tag: 'trails',
       summary: "The steps of a device's trail, by rev.",
       security: 'bearer',
-      scopes: grantingScopes('trails', 'read'),
-      middleware: [auth, requireScope('trails', 'read')],
+      scopes: requireScope('trails', 'read'),
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of steps.', schema: pageSchema(STEP) } },
       handler: async (ctx, { query }) => {
@@ -122,8 +118,7 @@ export function trailRoutes(hub: HubContext) {
       tag: 'trails',
       summary: 'One step.',
       security: 'bearer',
-      scopes: grantingScopes('trails', 'read'),
-      middleware: [auth, requireScope('trails', 'read')],
+      scopes: requireScope('trails', 'read'),
       responses: { 200: { description: 'The step.', schema: STEP } },
       handler: async (ctx) => {
         const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
@@ -140,8 +135,7 @@ export function trailRoutes(hub: HubContext) {
       tag: 'trails',
       summary: 'The device reports progress on a step: progress (0–100), status and a message.',
       security: 'bearer',
-      scopes: grantingScopes('trails', 'write'),
-      middleware: [auth, requireScope('trails', 'write')],
+      scopes: requireScope('trails', 'write'),
       body: schema({
         type: 'object',
         required: ['progress', 'status'],

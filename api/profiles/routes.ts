@@ -3,8 +3,7 @@ import { type AccountState, accountStream, accounts } from '../../domain/account
 import { decideUpdateProfile } from '../../domain/profiles.ts';
 import { load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
-import { authenticate, requireScope } from '../auth/middleware.ts';
-import { grantingScopes } from '../auth/tokens.ts';
+import { requireScope } from '../auth/middleware.ts';
 import { decideOn, type HubContext } from '../context.ts';
 import { notFound } from '../errors.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
@@ -45,7 +44,6 @@ type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'emai
 
 export function profileRoutes(hub: HubContext) {
   const { store } = hub;
-  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
 
   async function own(prn: string): Promise<AccountState> {
     const id = await nameOwner(store, 'prn', prn);
@@ -61,8 +59,7 @@ export function profileRoutes(hub: HubContext) {
       tag: 'profiles',
       summary: 'Your profile.',
       security: 'bearer',
-      scopes: grantingScopes('profiles', 'read'),
-      middleware: [auth, requireScope('profiles', 'read')],
+      scopes: requireScope('profiles', 'read'),
       responses: { 200: { description: 'The profile.', schema: PROFILE } },
       handler: async (ctx) => {
         ctx.body = profileRecord(await own(ctx.state.auth!.sub));
@@ -75,8 +72,7 @@ export function profileRoutes(hub: HubContext) {
       tag: 'profiles',
       summary: 'Replace your profile (fields not sent become empty).',
       security: 'bearer',
-      scopes: grantingScopes('profiles', 'write'),
-      middleware: [auth, requireScope('profiles', 'write')],
+      scopes: requireScope('profiles', 'write'),
       body: schema(PROFILE),
       responses: { 200: { description: 'The profile.', schema: PROFILE } },
       handler: async (ctx, { body }) => {

@@ -14,7 +14,7 @@ import {
   type WebhookEvent,
 } from '../../processors/stream/derive.ts';
 import { matches, projectedSubscriptions } from '../../processors/stream/processor.ts';
-import { grantingScopes } from '../auth/tokens.ts';
+import { requireScope } from '../auth/middleware.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
@@ -176,7 +176,7 @@ function queueing(hub: WebhookRoutes['hub']) {
 }
 
 /** The catalog of event types and the event log: before /webhooks/{id}, which would take them. */
-export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
+export function eventLogRoutes({ hub }: WebhookRoutes) {
   const { enqueue, job } = queueing(hub);
   return (routes: Routes) => {
     routes.add({
@@ -185,8 +185,7 @@ export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'The catalog of event types, each with a description.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       responses: {
         200: {
           description: 'Every event type.',
@@ -223,8 +222,7 @@ export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
       description:
         'Events are kept for HUB_EVENT_LOG_RETENTION_DAYS (30 by default). `since` is inclusive, `until` exclusive; both compare with `created`.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       query: schema({
         type: 'object',
         properties: {
@@ -262,8 +260,7 @@ export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'One event with its full payload: 404 for an unknown id or another account’s.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       responses: { 200: { description: 'The event.', schema: EVENT } },
       handler: async (ctx) => {
         const event = await hub.eventLog.get(ctx.state.auth!.sub, ctx.params.eid!);
@@ -280,8 +277,7 @@ export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
       description:
         'Paged like every list: an event redelivered or replayed again and again has as many attempts.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of the attempts, oldest first.', schema: pageSchema(ATTEMPT) },
@@ -306,8 +302,7 @@ export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'Sends a fresh attempt of the event to every subscription that matches it now.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       responses: { 202: { description: 'The jobs queued (one per matching subscription).', schema: QUEUED } },
       handler: async (ctx) => {
         const owner = ctx.state.auth!.sub;
@@ -324,7 +319,7 @@ export function eventLogRoutes({ hub, read, write }: WebhookRoutes) {
 }
 
 /** A subscription's delivery log, and a test delivery to it. */
-export function deliveryRoutes({ hub, read, write, owned }: WebhookRoutes) {
+export function deliveryRoutes({ hub, owned }: WebhookRoutes) {
   const { enqueue, job } = queueing(hub);
 
   /** One attempt of the caller's subscription, or 404. */
@@ -342,8 +337,7 @@ export function deliveryRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'Sends a synthetic event (livemode false) through the full signing and retry path.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       responses: { 202: { description: 'The job queued.', schema: QUEUED } },
       handler: async (ctx) => {
         const sub = await owned(ctx);
@@ -361,8 +355,7 @@ export function deliveryRoutes({ hub, read, write, owned }: WebhookRoutes) {
         description:
           '`status`: `succeeded`, `failed` (every attempt that did not succeed, dead-lettered ones included) or `dead_lettered` (failed, no attempt follows).',
         security: 'bearer',
-        scopes: grantingScopes('webhooks', 'read'),
-        middleware: read,
+        scopes: requireScope('webhooks', 'read'),
         query: schema({
           type: 'object',
           properties: { status: { enum: ['succeeded', 'failed', 'dead_lettered'] }, ...PAGE_QUERY },
@@ -387,8 +380,7 @@ export function deliveryRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'One attempt with the request sent and the response received (body cut at 4 KiB).',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       responses: { 200: { description: 'The attempt.', schema: ATTEMPT_DETAIL } },
       handler: async (ctx) => {
         ctx.body = attemptFor(ctx, (await ownedAttempt(ctx)).attempt);
@@ -401,8 +393,7 @@ export function deliveryRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'Resends the event of one attempt to this subscription, as a new job with fresh attempts.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       responses: { 202: { description: 'The job queued.', schema: QUEUED } },
       handler: async (ctx) => {
         const { sub, attempt: a } = await ownedAttempt(ctx);

@@ -1,11 +1,9 @@
 // /webhooks: the catalog of event types and the account-wide event log, the subscriptions
 // (subscriptions.ts), and the delivery log with its operations (deliveries.ts: test, replay,
-// redeliver). This file gives them what they share: the caller's rights and subscription.
-import type { RouterMiddleware } from '@koa/router';
+// redeliver). This file gives them what they share: the caller's subscription.
 import type { Context } from 'koa';
 import { type Subscription, subscriptions, webhookStream } from '../../domain/subscriptions.ts';
 import { load } from '../../infra/eventstore/aggregate.ts';
-import { authenticate, requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { notFound } from '../errors.ts';
 import type { Routes } from '../routes.ts';
@@ -17,19 +15,13 @@ const WEBHOOK_ID = /^[a-f0-9]{24}$/;
 /** What the routes of /webhooks share. */
 export interface WebhookRoutes {
   hub: HubContext;
-  /** Middleware of the reads and of the writes: the token, and a scope granting the access. */
-  read: RouterMiddleware[];
-  write: RouterMiddleware[];
   /** The caller's subscription, or 404 (unknown, deleted, or another account's). */
   owned(ctx: Context): Promise<Subscription>;
 }
 
 export function webhookRoutes(hub: HubContext) {
-  const auth = authenticate(hub.keys, hub.store, hub.config.callerCacheEntries);
   const shared: WebhookRoutes = {
     hub,
-    read: [auth, requireScope('webhooks', 'read')],
-    write: [auth, requireScope('webhooks', 'write')],
     async owned(ctx) {
       const id = ctx.params.id!;
       if (!WEBHOOK_ID.test(id)) throw notFound('No such subscription.');

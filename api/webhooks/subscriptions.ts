@@ -21,7 +21,8 @@ import { Egress, EgressError } from '../../processors/delivery/egress.ts';
 import { newSigningSecret } from '../../processors/delivery/signing.ts';
 import { EVENT_TYPES } from '../../processors/stream/derive.ts';
 import { webhookKeys } from '../../projections/webhooks.ts';
-import { grantingScopes, grants } from '../auth/tokens.ts';
+import { requireScope } from '../auth/middleware.ts';
+import { grants } from '../auth/tokens.ts';
 import { decideOn, PAGE_QUERY, pageSchema } from '../context.ts';
 import { NOT_PROTO, type Routes, schema } from '../routes.ts';
 import type { WebhookRoutes } from './routes.ts';
@@ -143,7 +144,7 @@ function subscriptionFor(ctx: Context, sub: Subscription) {
   return mayWrite(ctx) ? record : { ...record, custom_headers: masked(record.custom_headers, () => false) };
 }
 
-export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
+export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
   const egress = new Egress({
     allowHttp: hub.config.webhookAllowHttp,
     allowNetworks: hub.config.webhookAllowNetworks,
@@ -174,8 +175,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       summary: 'Your subscriptions, newest first (no secrets).',
       waitsForWrites: true,
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       query: schema({ type: 'object', properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
       handler: async (ctx, { query: q }) => {
@@ -203,8 +203,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       summary:
         'Create a subscription; the answer carries its signing secret (shown only here and on rotation).',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       body: schema(SUBSCRIPTION_BODY),
       responses: { 201: { description: 'The subscription, with `secret`.', schema: SUBSCRIPTION } },
       handler: async (ctx, { body }) => {
@@ -230,8 +229,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'One subscription (no secret).',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'read'),
-      middleware: read,
+      scopes: requireScope('webhooks', 'read'),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       handler: async (ctx) => {
         ctx.body = subscriptionFor(ctx, await owned(ctx));
@@ -244,8 +242,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'Replace a subscription wholesale (fields left out take their defaults).',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       body: schema(SUBSCRIPTION_BODY),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       authorize: owned,
@@ -261,8 +258,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'Merge the fields sent into the subscription.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       body: schema({ type: 'object', additionalProperties: false, minProperties: 1, properties: FIELDS }),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       authorize: owned,
@@ -279,8 +275,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'Delete a subscription: its deliveries stop at once, scheduled retries included.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       responses: { 204: { description: 'Deleted.' } },
       handler: async (ctx) => {
         await update(ctx, (await owned(ctx)).id, decideDelete);
@@ -294,8 +289,7 @@ export function subscriptionRoutes({ hub, read, write, owned }: WebhookRoutes) {
       tag: 'webhooks',
       summary: 'A new signing secret; the previous one keeps signing beside it until the next rotation.',
       security: 'bearer',
-      scopes: grantingScopes('webhooks', 'write'),
-      middleware: write,
+      scopes: requireScope('webhooks', 'write'),
       responses: { 200: { description: 'The subscription, with the new `secret`.', schema: SUBSCRIPTION } },
       handler: async (ctx) => {
         const sub = await owned(ctx);
