@@ -7,9 +7,9 @@ import type { Context, Middleware } from 'koa';
 import { minPosition } from './consistency.ts';
 import { type ErrorDetail, unprocessable } from './errors.ts';
 import { readJsonBody } from './http.ts';
+import type { Schema } from './schema.ts';
 
-/** A JSON Schema whose instances are T (the type rides along for handlers). */
-export type Schema<T> = Record<string, unknown> & { readonly __type?: T };
+/** The cast the routes not yet built with `s` use. */
 export const schema = <T>(json: Record<string, unknown>): Schema<T> => json as Schema<T>;
 
 /** For the propertyNames of a map the caller names the keys of: `__proto__` is refused. JSON.parse
@@ -54,6 +54,7 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>, R = undefi
   /** A read served from read models: it waits for the caller's writes and for X-Hub-Min-Position
    * (its handler asks `consistency.readable`), which /openapi.json then publishes for it. */
   waitsForWrites?: boolean;
+  /** Built with `s` (./schema.ts): the handler's `body` and `query` are of the types they carry. */
   body?: Schema<B>;
   query?: Schema<Q>;
   responses: Record<number, { description: string; schema?: Record<string, unknown> }>;
