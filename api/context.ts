@@ -14,6 +14,7 @@ import type { Keys } from './auth/keys.ts';
 import type { Consistency } from './consistency.ts';
 import type { DeviceCa } from './devices/ca.ts';
 import { unprocessable } from './errors.ts';
+import { s } from './schema.ts';
 
 export interface HubContext {
   config: Config;
@@ -40,22 +41,20 @@ export interface Page<T> {
 }
 
 export const PAGE_QUERY = {
-  limit: {
-    type: 'integer',
+  limit: s.integer({
     minimum: 1,
     maximum: 500,
     default: 50,
     description: 'Items per page (default 50, at most 500).',
-  },
+  }),
   // Bounded: a skip beyond 2^53 reached the stores as a float (SQLite refused it, Redis too): a 500.
-  skip: {
-    type: 'integer',
+  skip: s.integer({
     minimum: 0,
     maximum: 1_000_000_000,
     default: 0,
     description: 'Items to skip (at most 1,000,000,000).',
-  },
-} as const;
+  }),
+};
 
 export const pageSchema = (item: Record<string, unknown>) => ({
   type: 'object',
@@ -69,7 +68,14 @@ export const pageSchema = (item: Record<string, unknown>) => ({
 });
 
 /** The nick of a device or an app: unique among its owner's, one of the names its path's {id} takes. */
-export const NICK = { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' } as const;
+export const NICK = s.string({ pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$' });
+
+/** The redirect URIs of an app, or of a user's account (the implicit grant's). */
+export const REDIRECT_URIS = s.array({
+  maxItems: 20,
+  // No fragment: the token is handed over in one (RFC 6749 3.1.2).
+  items: s.string({ format: 'uri', pattern: '^https?://[^#]*$', maxLength: 2048 }),
+});
 
 /** A path's {id} is read as an id first when it is 24 hex digits: a nick of that form could not be
  * reached by, or would reach the thing with that id. */

@@ -22,8 +22,6 @@ import {
   devicePrn,
   deviceStream,
   devices,
-  type Meta,
-  type MetaPatch,
   type Owner,
   refuseGone,
   refuseUnclaimable,
@@ -37,15 +35,9 @@ import type { HubContext } from '../context.ts';
 import { NICK, PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden, unprocessable } from '../errors.ts';
 import { fixedWindowLimit } from '../http.ts';
-import { NOT_PROTO, type Routes, schema } from '../routes.ts';
-import {
-  type DeviceAccess,
-  deviceAccess,
-  deviceLoginHolds,
-  ownerOnly,
-  ownFullLogin,
-  seesSecret,
-} from './access.ts';
+import { NOT_PROTO, type Routes } from '../routes.ts';
+import { type Schema, s } from '../schema.ts';
+import { deviceAccess, deviceLoginHolds, ownerOnly, ownFullLogin, seesSecret } from './access.ts';
 import { CsrError } from './ca.ts';
 import { deviceNicks, generatedNick, refuseReserved } from './nicks.ts';
 import { deviceRecord, type Viewer } from './records.ts';
@@ -88,7 +80,6 @@ const DEVICE_RECORD = {
   },
 };
 /** A device the caller may act on, and how it sees it (access.ts). */
-type Found = Awaited<ReturnType<DeviceAccess['resolve']>>;
 
 export function deviceRoutes(hub: HubContext) {
   const { store, config } = hub;
@@ -123,13 +114,14 @@ export function deviceRoutes(hub: HubContext) {
         }
       : undefined;
 
-  const metaMap = (nullable: boolean) => ({
-    type: 'object',
-    propertyNames: { ...NOT_PROTO, maxLength: config.metaMaxKeyLength, minLength: 1 },
-    additionalProperties: nullable
-      ? { anyOf: [{ type: 'string', maxLength: config.metaMaxValueLength }, { type: 'null' }] }
-      : { type: 'string', maxLength: config.metaMaxValueLength },
-  });
+  const metaValue = s.string({ maxLength: config.metaMaxValueLength });
+  const metaMap = <V>(values: Schema<V>) =>
+    s.map({
+      propertyNames: { ...NOT_PROTO, maxLength: config.metaMaxKeyLength, minLength: 1 },
+      additionalProperties: values,
+    });
+  const META = metaMap(metaValue);
+  const META_PATCH = metaMap(s.anyOf(metaValue, s.null()));
   const nicks = deviceNicks(store, cache);
 
   /** The caller's account, when it may own devices (a user's). */
@@ -175,7 +167,7 @@ export function deviceRoutes(hub: HubContext) {
   }
 
   return (routes: Routes) => {
-    routes.add<{ nick?: string; secret?: string; 'user-meta'?: Meta; 'device-meta'?: Meta }>({
+    routes.add({
       method: 'post',
       path: '/devices',
       tag: 'devices',
@@ -185,14 +177,13 @@ export function deviceRoutes(hub: HubContext) {
         'With a user token the device belongs to the caller. Without a token, a device registers itself: it is unowned (`ownership_unverified`), and its owner claims it with the `challenge` it answers (POST /devices/{id}/claim). Either way the answer carries the device PRN and its `secret`, the password of POST /auth/login.',
       security: 'optional-bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema({
-        type: 'object',
+      body: s.object({
         additionalProperties: false,
         properties: {
           nick: { ...NICK, description: "Unique among the owner's devices; generated when absent." },
-          secret: { type: 'string', minLength: 16, maxLength: 256, description: 'Generated when absent.' },
-          'user-meta': metaMap(false),
-          'device-meta': metaMap(false),
+          secret: s.string({ minLength: 16, maxLength: 256, description: 'Generated when absent.' }),
+          'user-meta': META,
+          'device-meta': META,
         },
       }),
       responses: { 200: { description: 'The device, with its secret.', schema: DEVICE_RECORD } },
@@ -223,7 +214,7 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<{ csr: string; 'device-name'?: string; name?: string }>({
+    routes.add({
       method: 'post',
       path: '/devices/register',
       tag: 'devices',
@@ -233,14 +224,13 @@ export function deviceRoutes(hub: HubContext) {
         '`csr` is a PKCS#10 request (PEM); its signature must verify (422 naming the problem otherwise). `device-name` becomes the device nick, `name` the user-meta `name`. The answer is the Device record plus `certificate`.',
       security: 'bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['csr'],
         additionalProperties: false,
         properties: {
-          csr: { type: 'string', minLength: 1, maxLength: 65_536 },
+          csr: s.string({ minLength: 1, maxLength: 65_536 }),
           'device-name': NICK,
-          name: { type: 'string', maxLength: 256 },
+          name: s.string({ maxLength: 256 }),
         },
       }),
       responses: {
@@ -276,7 +266,7 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<undefined, { limit: number; skip: number }>({
+    routes.add({
       method: 'get',
       path: '/devices',
       tag: 'devices',
@@ -286,7 +276,7 @@ export function deviceRoutes(hub: HubContext) {
       security: 'bearer',
       scopes: requireScope('devices', 'read'),
       middleware: [requireAccountType('USER', 'SERVICE')],
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: s.object({ properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of devices (no secrets).', schema: pageSchema(DEVICE_RECORD) },
       },
@@ -327,19 +317,14 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<{ nick: string }, Record<string, string>, Found>({
+    routes.add({
       method: 'patch',
       path: '/devices/{id}',
       tag: 'devices',
       summary: 'Rename a device (owner).',
       security: 'bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema({
-        type: 'object',
-        required: ['nick'],
-        additionalProperties: false,
-        properties: { nick: NICK },
-      }),
+      body: s.object({ required: ['nick'], additionalProperties: false, properties: { nick: NICK } }),
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: ownedDevice,
       handler: async (ctx, { body, allowed: { device, viewer } }) => {
@@ -395,18 +380,17 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<{ challenge: string; nick?: string }>({
+    routes.add({
       method: 'post',
       path: '/devices/{id}/claim',
       tag: 'devices',
       summary: 'Claim an unowned device with the challenge it registered with.',
       security: 'bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['challenge'],
         additionalProperties: false,
-        properties: { challenge: { type: 'string', maxLength: 256 }, nick: NICK },
+        properties: { challenge: s.string({ maxLength: 256 }), nick: NICK },
       }),
       responses: { 200: { description: 'The device, now yours.', schema: DEVICE_RECORD } },
       handler: async (ctx, { body }) => {
@@ -425,7 +409,7 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<{ secret?: string }, Record<string, string>, Found>({
+    routes.add({
       method: 'post',
       path: '/devices/{id}/secret',
       tag: 'devices',
@@ -434,11 +418,10 @@ export function deviceRoutes(hub: HubContext) {
         'Sets `secret` when given, else a generated one, and answers the Device record with it. The logins made with the old secret end at once (401 on their next request): the device logs in again with the new one. Tokens delegated to services and apps cannot rotate it (403), as they never see it.',
       security: 'bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema({
-        type: 'object',
+      body: s.object({
         additionalProperties: false,
         properties: {
-          secret: { type: 'string', minLength: 16, maxLength: 256, description: 'Generated when absent.' },
+          secret: s.string({ minLength: 16, maxLength: 256, description: 'Generated when absent.' }),
         },
       }),
       responses: { 200: { description: 'The device, with its new secret.', schema: DEVICE_RECORD } },
@@ -460,7 +443,7 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<MetaPatch, Record<string, string>, Found>({
+    routes.add({
       method: 'patch',
       path: '/devices/{id}/device-meta',
       tag: 'devices',
@@ -469,7 +452,7 @@ export function deviceRoutes(hub: HubContext) {
         "Only the device's own token. Keys and values are strings (limits: HUB_META_MAX_KEY_LENGTH and HUB_META_MAX_VALUE_LENGTH, 422; HUB_META_MAX_KEYS keys in the merged map, 413). A patch that changes nothing appends nothing. Answers the Device record.",
       security: 'bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema(metaMap(true)),
+      body: META_PATCH,
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: callingDevice,
       handler: async (ctx, { body, allowed: { device, unverified } }) => {
@@ -488,14 +471,14 @@ export function deviceRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<Meta, Record<string, string>, Found>({
+    routes.add({
       method: 'put',
       path: '/devices/{id}/user-meta',
       tag: 'devices',
       summary: 'Replace the user metadata of your device (owner): tags, labels.',
       security: 'bearer',
       scopes: requireScope('devices', 'write'),
-      body: schema(metaMap(false)),
+      body: META,
       responses: { 200: { description: 'The device.', schema: DEVICE_RECORD } },
       authorize: ownedDevice,
       handler: async (ctx, { body, allowed: { device, viewer } }) => {

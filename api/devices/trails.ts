@@ -4,7 +4,6 @@ import {
   decidePushStep,
   decideReportProgress,
   STEP_STATUSES,
-  type StepStatus,
   trailStream,
   trails,
 } from '../../domain/trails.ts';
@@ -13,7 +12,8 @@ import { requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden, notFound } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import { deviceAccess } from './access.ts';
 import { REV, stepRecord } from './records.ts';
 
@@ -51,7 +51,7 @@ export function trailRoutes(hub: HubContext) {
   const access = deviceAccess(store, hub.config.admins);
 
   return (routes: Routes) => {
-    routes.add<{ rev?: number; state: Record<string, unknown>; 'commit-msg'?: string }>({
+    routes.add({
       method: 'post',
       path: '/trails/{device}/steps',
       tag: 'trails',
@@ -60,14 +60,13 @@ export function trailRoutes(hub: HubContext) {
         "`rev` defaults to the next one and must be it (409 otherwise). `objects` lists every sha256 (64 hex digits) found among the state's string values.",
       security: 'bearer',
       scopes: requireScope('trails', 'write'),
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['state'],
         additionalProperties: false,
         properties: {
-          rev: { type: 'integer', minimum: 0 },
-          state: { type: 'object' },
-          'commit-msg': { type: 'string', maxLength: 4096 },
+          rev: s.integer({ minimum: 0 }),
+          state: s.map(),
+          'commit-msg': s.string({ maxLength: 4096 }),
         },
       }),
       responses: { 200: { description: 'The step.', schema: STEP } },
@@ -88,14 +87,14 @@ export function trailRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<undefined, { limit: number; skip: number }>({
+    routes.add({
       method: 'get',
       path: '/trails/{device}/steps',
       tag: 'trails',
       summary: "The steps of a device's trail, by rev.",
       security: 'bearer',
       scopes: requireScope('trails', 'read'),
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: s.object({ properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of steps.', schema: pageSchema(STEP) } },
       handler: async (ctx, { query }) => {
         const { device, viewer } = await access.resolve(ctx, ctx.params.device!);
@@ -129,21 +128,20 @@ export function trailRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<{ progress: number; status: StepStatus; 'status-msg'?: string }>({
+    routes.add({
       method: 'put',
       path: '/trails/{device}/steps/{rev}/progress',
       tag: 'trails',
       summary: 'The device reports progress on a step: progress (0–100), status and a message.',
       security: 'bearer',
       scopes: requireScope('trails', 'write'),
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['progress', 'status'],
         additionalProperties: false,
         properties: {
-          progress: { type: 'integer', minimum: 0, maximum: 100 },
-          status: { enum: [...STEP_STATUSES] },
-          'status-msg': { type: 'string', maxLength: 4096 },
+          progress: s.integer({ minimum: 0, maximum: 100 }),
+          status: s.enum(STEP_STATUSES),
+          'status-msg': s.string({ maxLength: 4096 }),
         },
       }),
       responses: { 200: { description: 'The step.', schema: STEP } },
