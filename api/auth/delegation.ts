@@ -14,7 +14,8 @@ import {
 import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import { secretToken, sha256 } from '../../infra/secrets.ts';
 import { forbidden, unauthorized, unprocessable } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import type { AuthContext } from './context.ts';
 import { requireFirstParty } from './middleware.ts';
 import { GRANTED_SCOPES, tokenResponse } from './schemas.ts';
@@ -25,29 +26,26 @@ export function delegationRoutes(a: AuthContext) {
   const { store, config, keys } = hub;
 
   return (routes: Routes) => {
-    routes.add<{ service: string; scopes: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/code',
       tag: 'auth',
       summary: 'Grant a service scopes on your behalf: answers a short-lived, single-use access code.',
       security: 'bearer',
       middleware: [requireFirstParty],
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['service', 'scopes'],
         additionalProperties: false,
         properties: {
-          service: {
-            type: 'string',
+          service: s.string({
             pattern: SERVICE_PRN.source,
             description: 'The service PRN, prn:<domain>:auth:/<name>.',
-          },
-          scopes: {
-            type: 'string',
+          }),
+          scopes: s.string({
             minLength: 1,
             maxLength: 1024,
             description: '`*` for all, or scope names separated by spaces or commas.',
-          },
+          }),
         },
       }),
       responses: {
@@ -89,7 +87,7 @@ export function delegationRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<{ 'access-code': string }>({
+    routes.add({
       method: 'post',
       path: '/auth/token',
       tag: 'auth',
@@ -98,11 +96,10 @@ export function delegationRoutes(a: AuthContext) {
         "Called with the service's own token. The delegated token authenticates as the user, has `aud` = the service PRN and only the granted scopes. A code works once and only for the service it names: unknown, expired or reused codes answer 401, a code of another service 403.",
       security: 'bearer',
       middleware: [requireFirstParty],
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['access-code'],
         additionalProperties: false,
-        properties: { 'access-code': { type: 'string', maxLength: 512 } },
+        properties: { 'access-code': s.string({ maxLength: 512 }) },
       }),
       responses: {
         200: {
@@ -152,13 +149,7 @@ export function delegationRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<{
-      client_id: string;
-      redirect_uri: string;
-      scope?: string;
-      state?: string;
-      response_type?: string;
-    }>({
+    routes.add({
       method: 'post',
       path: '/auth/authorize',
       tag: 'auth',
@@ -167,16 +158,15 @@ export function delegationRoutes(a: AuthContext) {
         "Called with the user's token. `client_id` is the app id or PRN; `redirect_uri` must equal one registered for the app exactly. The token authenticates as the user, has `aud` = the app PRN, the requested scopes (all the app declares when none are asked) and lasts HUB_IMPLICIT_TOKEN_TTL_S (an hour). `redirect_to` is the redirect URI with the token in its fragment.",
       security: 'bearer',
       middleware: [requireFirstParty],
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['client_id', 'redirect_uri'],
         additionalProperties: false,
         properties: {
-          client_id: { type: 'string', maxLength: 256 },
-          redirect_uri: { type: 'string', maxLength: 2048 },
-          scope: { type: 'string', maxLength: 1024 },
-          state: { type: 'string', maxLength: 1024 },
-          response_type: { const: 'token' },
+          client_id: s.string({ maxLength: 256 }),
+          redirect_uri: s.string({ maxLength: 2048 }),
+          scope: s.string({ maxLength: 1024 }),
+          state: s.string({ maxLength: 1024 }),
+          response_type: s.const('token'),
         },
       }),
       responses: {

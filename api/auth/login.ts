@@ -17,7 +17,8 @@ import { handle, load } from '../../infra/eventstore/aggregate.ts';
 import { DUMMY_HASH, sameSecret, secretToken, sha256, unseal, verifyPassword } from '../../infra/secrets.ts';
 import { forbidden, HttpError, invalidCredentials, unauthorized } from '../errors.ts';
 import { fixedWindowLimit } from '../http.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import { type AuthContext, lower, newId } from './context.ts';
 import { TOKEN_RESPONSE, tokenResponse } from './schemas.ts';
 import { APP_PRN, HUB_AUDIENCE, signToken } from './tokens.ts';
@@ -113,7 +114,7 @@ export function loginRoutes(a: AuthContext) {
   }
 
   return (routes: Routes) => {
-    routes.add<{ username: string; password: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/login',
       tag: 'auth',
@@ -121,13 +122,12 @@ export function loginRoutes(a: AuthContext) {
       description:
         "Answers an access token and a refresh token. An admin may log in as another user with the username `<admin_nick>==><target_nick>` and the admin's own password; the token then carries `act` naming the admin. Attempts are limited per client address and per username (429 with Retry-After).",
       security: 'none',
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['username', 'password'],
         additionalProperties: false,
         properties: {
-          username: { type: 'string', minLength: 1, maxLength: 512 },
-          password: { type: 'string', maxLength: 512 },
+          username: s.string({ minLength: 1, maxLength: 512 }),
+          password: s.string({ maxLength: 512 }),
         },
       }),
       responses: {
@@ -217,7 +217,7 @@ export function loginRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<{ refresh_token: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/token/refresh',
       tag: 'auth',
@@ -225,11 +225,10 @@ export function loginRoutes(a: AuthContext) {
       description:
         'Each refresh token works once. Presenting one that was already used revokes its whole family (every refresh token of that login), on the assumption that it was stolen; answers 401.',
       security: 'none',
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['refresh_token'],
         additionalProperties: false,
-        properties: { refresh_token: { type: 'string', maxLength: 512 } },
+        properties: { refresh_token: s.string({ maxLength: 512 }) },
       }),
       responses: {
         200: {

@@ -13,7 +13,8 @@ import { handle } from '../../infra/eventstore/aggregate.ts';
 import { hashPassword, readEmailedToken, verifyPassword } from '../../infra/secrets.ts';
 import { forbidden, invalidCredentials, unauthorized, unprocessable } from '../errors.ts';
 import { fixedWindowLimit, sendPage } from '../http.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import { type AuthContext, lower } from './context.ts';
 import { EMAIL, EMAILED_LINK_QUERY, outcome, PASSWORD } from './schemas.ts';
 import { HUB_AUDIENCE } from './tokens.ts';
@@ -27,7 +28,7 @@ export function recoveryRoutes(a: AuthContext) {
   const { store, config, keys } = hub;
 
   return (routes: Routes) => {
-    routes.add<{ email: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/recover',
       tag: 'auth',
@@ -35,12 +36,7 @@ export function recoveryRoutes(a: AuthContext) {
       description:
         'Always answers 200 with the same body, no sooner than 100 ms after the request, whether or not an account has this email, so that it reveals nothing. The emailed token works once, for an hour.',
       security: 'none',
-      body: schema({
-        type: 'object',
-        required: ['email'],
-        additionalProperties: false,
-        properties: { email: EMAIL },
-      }),
+      body: s.object({ required: ['email'], additionalProperties: false, properties: { email: EMAIL } }),
       responses: {
         200: {
           description: 'If an account has this email, a reset link is on its way.',
@@ -62,7 +58,7 @@ export function recoveryRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<{ password: string; token?: string; current_password?: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/password',
       tag: 'auth',
@@ -70,14 +66,13 @@ export function recoveryRoutes(a: AuthContext) {
       description:
         'A reset token works once and expires after an hour (401 otherwise); a new password ends every reset token sent before it. Without `token`, send your bearer token and `current_password` (422 without it, 401 when wrong; a device token: 403).',
       security: 'bearer-if-body-needs',
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['password'],
         additionalProperties: false,
         properties: {
           password: PASSWORD,
-          token: { type: 'string', maxLength: 512 },
-          current_password: { type: 'string', maxLength: 512 },
+          token: s.string({ maxLength: 512 }),
+          current_password: s.string({ maxLength: 512 }),
         },
       }),
       responses: { 200: { description: 'The password is set.', schema: outcome('changed') } },
@@ -122,13 +117,13 @@ export function recoveryRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<undefined, { token: string }>({
+    routes.add({
       method: 'get',
       path: '/auth/reset',
       tag: 'auth',
       summary: 'The page of the password reset link: a form that posts to /auth/password.',
       security: 'none',
-      query: schema(EMAILED_LINK_QUERY),
+      query: EMAILED_LINK_QUERY,
       responses: { 200: { description: 'An HTML form.' } },
       handler: (ctx) => {
         sendPage(

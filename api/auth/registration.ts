@@ -22,9 +22,11 @@ import {
   releaseName,
 } from '../../infra/eventstore/aggregate.ts';
 import { hashPassword, readEmailedToken, sameSecret, secretToken } from '../../infra/secrets.ts';
+import { REDIRECT_URIS } from '../context.ts';
 import { conflict, forbidden, notFound, unauthorized, unprocessable } from '../errors.ts';
 import { fixedWindowLimit, sendPage } from '../http.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import { accountRecord } from './accounts.ts';
 import { type AuthContext, lower, newId } from './context.ts';
 import { ACCOUNT, EMAIL, EMAILED_LINK_QUERY, NICK, outcome, PASSWORD } from './schemas.ts';
@@ -102,13 +104,7 @@ export function registrationRoutes(a: AuthContext) {
   };
 
   return (routes: Routes) => {
-    routes.add<{
-      email: string;
-      nick: string;
-      password: string;
-      type?: 'USER' | 'SERVICE';
-      redirect_uris?: string[];
-    }>({
+    routes.add({
       method: 'post',
       path: '/auth/accounts',
       tag: 'auth',
@@ -116,21 +112,15 @@ export function registrationRoutes(a: AuthContext) {
       description:
         'Creates a pending USER account and answers its record with `redirect-uri`, the browser address where the challenge is passed (captcha, when configured) and the verification email is sent; verifying the email activates the account. `nick` and `email` are unique (409). A SERVICE account needs an admin token and is active at once. No response ever carries a password or a hash.',
       security: 'bearer-if-body-needs',
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['email', 'nick', 'password'],
         additionalProperties: false,
         properties: {
           email: EMAIL,
           nick: NICK,
           password: PASSWORD,
-          type: { enum: ['USER', 'SERVICE'], default: 'USER' },
-          redirect_uris: {
-            type: 'array',
-            maxItems: 20,
-            // No fragment: the token is handed over in one (RFC 6749 3.1.2).
-            items: { type: 'string', format: 'uri', pattern: '^https?://[^#]*$', maxLength: 2048 },
-          },
+          type: s.enum(['USER', 'SERVICE'], { default: 'USER' }),
+          redirect_uris: REDIRECT_URIS,
         },
       }),
       responses: {
@@ -211,18 +201,14 @@ export function registrationRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<{ captcha?: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/challenge/{challenge}',
       tag: 'auth',
       summary:
         'Pass the registration challenge: checks the captcha (when configured) and sends the verification email.',
       security: 'none',
-      body: schema({
-        type: 'object',
-        additionalProperties: false,
-        properties: { captcha: { type: 'string', maxLength: 4096 } },
-      }),
+      body: s.object({ additionalProperties: false, properties: { captcha: s.string({ maxLength: 4096 }) } }),
       responses: { 202: { description: 'The verification email is on its way.', schema: outcome('sent') } },
       handler: async (ctx, { body }) => {
         await fixedWindowLimit(hub.fixedWindows, `challenge:${ctx.ip}`, config.loginLimitPerMinute);
@@ -239,30 +225,29 @@ export function registrationRoutes(a: AuthContext) {
       },
     });
 
-    routes.add<undefined, { token: string }>({
+    routes.add({
       method: 'get',
       path: '/auth/verify',
       tag: 'auth',
       summary: 'Verify the email address (the link in the verification email); activates the account.',
       security: 'none',
-      query: schema(EMAILED_LINK_QUERY),
+      query: EMAILED_LINK_QUERY,
       responses: {
         200: { description: 'Verified (also when it was already).', schema: VERIFIED },
         401: { description: 'The link is not valid, or has expired.' },
       },
       handler: (ctx, { query }) => verify(ctx, query.token),
     });
-    routes.add<{ token: string }>({
+    routes.add({
       method: 'post',
       path: '/auth/verify',
       tag: 'auth',
       summary: 'Verify the email address with the token of the verification email.',
       security: 'none',
-      body: schema({
-        type: 'object',
+      body: s.object({
         required: ['token'],
         additionalProperties: false,
-        properties: { token: { type: 'string', maxLength: 512 } },
+        properties: { token: s.string({ maxLength: 512 }) },
       }),
       responses: {
         200: { description: 'Verified (also when it was already).', schema: VERIFIED },

@@ -8,7 +8,8 @@ import { accountKeys } from '../../projections/accounts.ts';
 import type { HubContext, Page } from '../context.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import { accountRecord } from './accounts.ts';
 import { type AuthContext, authContext } from './context.ts';
 import { delegationRoutes } from './delegation.ts';
@@ -52,7 +53,7 @@ export function authRoutes(hub: HubContext) {
 function accountRoutes(a: AuthContext) {
   const { hub, adminToken, findAccount } = a;
   return (routes: Routes) => {
-    routes.add<undefined, { asadmin?: string; limit: number; skip: number }>({
+    routes.add({
       method: 'get',
       path: '/auth/accounts',
       tag: 'auth',
@@ -62,7 +63,7 @@ function accountRoutes(a: AuthContext) {
       waitsForWrites: true,
       security: 'bearer',
       middleware: [requireFirstParty, requireAccountType('USER', 'SERVICE')],
-      query: schema({ type: 'object', properties: { asadmin: { enum: ['yes', 'no'] }, ...PAGE_QUERY } }),
+      query: s.object({ properties: { asadmin: s.enum(['yes', 'no']), ...PAGE_QUERY } }),
       responses: { 200: { description: 'A page of account records.', schema: pageSchema(ACCOUNT) } },
       handler: async (ctx, { query }) => {
         const claims = ctx.state.auth!;

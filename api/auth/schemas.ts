@@ -1,18 +1,13 @@
 // The shapes /auth publishes in /openapi.json that several of its route files share: the request
 // fields of an account, the account record, and what every answer with a token has.
+import { s } from '../schema.ts';
 
-export const NICK = {
-  type: 'string',
+export const NICK = s.string({
   pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{2,63}$',
   description: '3 to 64 letters, digits, . _ -; unique, case-insensitively.',
-};
-export const EMAIL = { type: 'string', maxLength: 254, pattern: '^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$' };
-export const PASSWORD = {
-  type: 'string',
-  minLength: 8,
-  maxLength: 256,
-  description: 'At least 8 characters.',
-};
+});
+export const EMAIL = s.string({ maxLength: 254, pattern: '^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$' });
+export const PASSWORD = s.string({ minLength: 8, maxLength: 256, description: 'At least 8 characters.' });
 export const ACCOUNT = {
   type: 'object',
   properties: {
@@ -32,13 +27,12 @@ export const ACCOUNT = {
   },
 };
 /** The query of a page an email links to (the verification link, the reset link). */
-export const EMAILED_LINK_QUERY = {
-  type: 'object',
+export const EMAILED_LINK_QUERY = s.object({
   required: ['token'],
   // An emailed link: mail link-trackers append parameters of their own (utm_*); ignored.
   additionalProperties: true,
-  properties: { token: { type: 'string', maxLength: 512 } },
-};
+  properties: { token: s.string({ maxLength: 512 }) },
+});
 /** What every answer with a token has; each operation's schema adds its own fields. */
 export const TOKEN_RESPONSE = {
   type: 'object',
