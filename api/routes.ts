@@ -7,7 +7,7 @@ import type { Context, Middleware } from 'koa';
 import { minPosition } from './consistency.ts';
 import { type ErrorDetail, unprocessable } from './errors.ts';
 import { readJsonBody } from './http.ts';
-import type { Schema } from './schema.ts';
+import type { ObjectSchema, Schema } from './schema.ts';
 
 /** The cast the routes not yet built with `s` use. */
 export const schema = <T>(json: Record<string, unknown>): Schema<T> => json as Schema<T>;
@@ -56,7 +56,7 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>, R = undefi
   waitsForWrites?: boolean;
   /** Built with `s` (./schema.ts): the handler's `body` and `query` are of the types they carry. */
   body?: Schema<B>;
-  query?: Schema<Q>;
+  query?: ObjectSchema<unknown, Q>;
   responses: Record<number, { description: string; schema?: Record<string, unknown> }>;
   /** Checks of the route's own, run after the registry's authentication and scope check (a kind of
    * token: `requireFirstParty`, `requireAccountType`). */

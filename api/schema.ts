@@ -5,19 +5,21 @@
 
 /** A JSON Schema whose instances are T (the type rides along for handlers; no such key at runtime). */
 export type Schema<T> = Record<string, unknown> & { readonly __type?: T };
+/** An object's schema, with the type of its instances once ajv has filled in the properties that
+ * have a `default` (the query's validator does; the body's does not). */
+export type ObjectSchema<T, Filled> = Schema<T> & { readonly __filled?: Filled };
 /** The type of a schema's instances. */
 export type Infer<S> = S extends { readonly __type?: infer T } ? T : never;
 
 type Keywords = Record<string, unknown>;
 type Properties = Record<string, Schema<unknown>>;
-/** Properties with a `default`: ajv fills them in, so the handler always has them. */
 type Defaulted<P extends Properties> = {
   [K in keyof P]: P[K] extends { default: unknown } ? K : never;
 }[keyof P];
-type Present<P extends Properties, R extends PropertyKey> = keyof P & (R | Defaulted<P>);
+/** The instances of an object of properties P, those named by R always there. */
 type ObjectOf<P extends Properties, R extends PropertyKey> = {
-  [K in Present<P, R>]: Infer<P[K]>;
-} & { [K in Exclude<keyof P, Present<P, R>>]?: Infer<P[K]> } extends infer O
+  [K in keyof P & R]: Infer<P[K]>;
+} & { [K in Exclude<keyof P, R>]?: Infer<P[K]> } extends infer O
   ? { [K in keyof O]: O[K] }
   : never;
 
@@ -47,11 +49,15 @@ export const s = {
   /** `{ type: 'array', ...keywords }`, its elements those of `items`. */
   array: <I extends Schema<unknown>>(keywords: { items: I } & Keywords) =>
     typed<Infer<I>[]>({ type: 'array', ...keywords }),
-  /** `{ type: 'object', ...keywords }` of named `properties`: those `required` lists, or that have a
-   * `default`, are always there; the others may be absent. */
+  /** `{ type: 'object', ...keywords }` of named `properties`: those `required` lists are always
+   * there (and, in a query, those that have a `default`); the others may be absent. */
   object: <P extends Properties, const R extends readonly (keyof P & string)[] = []>(
     keywords: { properties: P; required?: R } & Keywords,
-  ) => typed<ObjectOf<P, R[number]>>({ type: 'object', ...keywords }),
+  ) =>
+    ({ type: 'object', ...keywords }) as ObjectSchema<
+      ObjectOf<P, R[number]>,
+      ObjectOf<P, R[number] | Defaulted<P>>
+    >,
   /** `{ type: 'object', ...keywords }` whose keys the caller names (propertyNames), each value one of
    * `additionalProperties` (any value without it). */
   map: <V extends Schema<unknown> = Schema<unknown>>(
