@@ -21,46 +21,36 @@ import { secretToken, sha256 } from '../../infra/secrets.ts';
 import { appKeys } from '../../projections/apps.ts';
 import { requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
-import { decideOn, NICK, PAGE_QUERY, pageSchema, refuseIdShapedNick } from '../context.ts';
+import { decideOn, NICK, PAGE_QUERY, pageSchema, REDIRECT_URIS, refuseIdShapedNick } from '../context.ts';
 import { conflict, notFound } from '../errors.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { type Infer, s } from '../schema.ts';
 
-const SCOPE = {
-  type: 'object',
+const SCOPE = s.object({
   required: ['id'],
   additionalProperties: false,
   properties: {
-    id: {
-      type: 'string',
+    id: s.string({
       pattern: '^[a-z][a-z0-9._-]{0,63}$',
       description: 'Lowercase letters, digits, . _ -.',
-    },
-    description: { type: 'string', maxLength: 512 },
-    required: { type: 'boolean' },
-    service: { type: 'string', maxLength: 256 },
+    }),
+    description: s.string({ maxLength: 512 }),
+    required: s.boolean(),
+    service: s.string({ maxLength: 256 }),
   },
-};
+});
 const APP_FIELDS = {
   nick: { ...NICK, description: 'Unique among your apps; not of the form of an id (24 hex digits).' },
-  name: { type: 'string', minLength: 1, maxLength: 256 },
-  logo: { type: 'string', maxLength: 4096 },
-  redirect_uris: {
-    type: 'array',
-    maxItems: 20,
-    // No fragment: the token is handed over in one (RFC 6749 3.1.2).
-    items: { type: 'string', format: 'uri', pattern: '^https?://[^#]*$', maxLength: 2048 },
-  },
-  scopes: { type: 'array', maxItems: 100, items: SCOPE },
-  exposed_scopes: { type: 'array', maxItems: 100, items: SCOPE },
-  type: {
-    enum: ['public', 'confidential'],
+  name: s.string({ minLength: 1, maxLength: 256 }),
+  logo: s.string({ maxLength: 4096 }),
+  redirect_uris: REDIRECT_URIS,
+  scopes: s.array({ maxItems: 100, items: SCOPE }),
+  exposed_scopes: s.array({ maxItems: 100, items: SCOPE }),
+  type: s.enum(['public', 'confidential'], {
     description: 'confidential apps get a secret, shown once, on creation.',
-  },
+  }),
 };
-const APP_BODY = schema<
-  Partial<AppFields> & { nick: string; name: string; type?: 'public' | 'confidential' }
->({
-  type: 'object',
+const APP_BODY = s.object({
   required: ['nick', 'name'],
   additionalProperties: false,
   properties: APP_FIELDS,
@@ -81,13 +71,13 @@ const APP_RECORD = {
   },
 };
 
-const scopeOf = (s: Partial<Scope> & { id: string }): Scope => ({
-  id: s.id,
-  description: s.description ?? '',
-  required: s.required ?? false,
-  service: s.service ?? '',
+const scopeOf = (scope: Infer<typeof SCOPE>): Scope => ({
+  id: scope.id,
+  description: scope.description ?? '',
+  required: scope.required ?? false,
+  service: scope.service ?? '',
 });
-const fieldsOf = (body: Partial<AppFields> & { nick: string; name: string }): AppFields => ({
+const fieldsOf = (body: Infer<typeof APP_BODY>): AppFields => ({
   nick: body.nick,
   name: body.name,
   logo: body.logo ?? '',
@@ -157,7 +147,7 @@ export function appRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<undefined, { limit: number; skip: number }>({
+    routes.add({
       method: 'get',
       path: '/apps',
       tag: 'apps',
@@ -165,7 +155,7 @@ export function appRoutes(hub: HubContext) {
       waitsForWrites: true,
       security: 'bearer',
       scopes: requireScope('apps', 'read'),
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: s.object({ properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of apps.', schema: pageSchema(APP_RECORD) } },
       handler: async (ctx, { query }) => {
         await hub.consistency.readable(ctx, ['apps']);

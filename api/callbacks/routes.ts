@@ -12,16 +12,15 @@ import type { HubContext } from '../context.ts';
 import { REV, stepBookkeeping } from '../devices/records.ts';
 import { HttpError, notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 
-const QUERY = schema<{ timemodified?: string }>({
-  type: 'object',
+const QUERY = s.object({
   properties: {
-    timemodified: {
-      type: 'string',
+    timemodified: s.string({
       description:
         'When the notification was made: RFC 3339 with up to nine fractional digits, URL-encoded (Z for UTC, %2B for +; an unencoded + is read too). A date or time that does not exist is 422.',
-    },
+    }),
   },
 });
 
@@ -92,7 +91,7 @@ export function callbackRoutes(hub: HubContext) {
   }
 
   return (routes: Routes) => {
-    routes.add<undefined, { timemodified?: string }>({
+    routes.add({
       method: 'put',
       path: '/callbacks/devices/{id}',
       tag: 'callbacks',
@@ -136,7 +135,7 @@ export function callbackRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<undefined, { timemodified?: string }>({
+    routes.add({
       method: 'put',
       path: '/callbacks/steps/{id}',
       tag: 'callbacks',

@@ -6,41 +6,38 @@ import { PROFILE_TEXT, profileRecord } from '../auth/accounts.ts';
 import { requireScope } from '../auth/middleware.ts';
 import { decideOn, type HubContext } from '../context.ts';
 import { notFound } from '../errors.ts';
-import { NOT_PROTO, type Routes, schema } from '../routes.ts';
+import { NOT_PROTO, type Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 
-const TEXT = { type: 'string', maxLength: 1024 };
-const OVMODE = {
-  type: 'object',
+const TEXT = s.string({ maxLength: 1024 });
+const OVMODE = s.object({
   additionalProperties: false,
   properties: {
-    mode: { type: 'string', maxLength: 64 },
-    root_of_trust: { type: 'string', maxLength: 64 },
-    status: { type: 'string', maxLength: 64 },
+    mode: s.string({ maxLength: 64 }),
+    root_of_trust: s.string({ maxLength: 64 }),
+    status: s.string({ maxLength: 64 }),
   },
-};
-const PROFILE = {
-  type: 'object',
+});
+const PROFILE = s.object({
   additionalProperties: false,
   properties: {
-    ...Object.fromEntries(PROFILE_TEXT.map((f) => [f, TEXT])),
-    nick: { type: 'string', description: "Read-only here: must equal the account's nick when sent." },
-    email: { type: 'string', description: "Read-only here: must equal the account's email when sent." },
-    meta: {
-      type: 'object',
+    // Object.fromEntries does not keep the names of its keys.
+    ...(Object.fromEntries(PROFILE_TEXT.map((f) => [f, TEXT])) as Record<
+      (typeof PROFILE_TEXT)[number],
+      typeof TEXT
+    >),
+    nick: s.string({ description: "Read-only here: must equal the account's nick when sent." }),
+    email: s.string({ description: "Read-only here: must equal the account's email when sent." }),
+    meta: s.map({
       maxProperties: 100,
-      additionalProperties: { type: 'string', maxLength: 1024 },
+      additionalProperties: s.string({ maxLength: 1024 }),
       propertyNames: { ...NOT_PROTO, minLength: 1, maxLength: 128 },
-    },
+    }),
     ovmode: OVMODE,
-    'time-created': { type: 'string', description: 'Ignored in requests.' },
-    'time-modified': { type: 'string', description: 'Ignored in requests.' },
+    'time-created': s.string({ description: 'Ignored in requests.' }),
+    'time-modified': s.string({ description: 'Ignored in requests.' }),
   },
-};
-
-type ProfileBody = Partial<Record<(typeof PROFILE_TEXT)[number] | 'nick' | 'email', string>> & {
-  meta?: Record<string, string>;
-  ovmode?: Record<string, string>;
-};
+});
 
 export function profileRoutes(hub: HubContext) {
   const { store } = hub;
@@ -66,14 +63,14 @@ export function profileRoutes(hub: HubContext) {
       },
     });
 
-    routes.add<ProfileBody>({
+    routes.add({
       method: 'put',
       path: '/profiles/',
       tag: 'profiles',
       summary: 'Replace your profile (fields not sent become empty).',
       security: 'bearer',
       scopes: requireScope('profiles', 'write'),
-      body: schema(PROFILE),
+      body: PROFILE,
       responses: { 200: { description: 'The profile.', schema: PROFILE } },
       handler: async (ctx, { body }) => {
         const account = await own(ctx.state.auth!.sub);

@@ -18,7 +18,8 @@ import { requireScope } from '../auth/middleware.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
 import { parseRfc3339 } from '../http.ts';
-import { type Routes, schema } from '../routes.ts';
+import type { Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import type { WebhookRoutes } from './routes.ts';
 import { masked, mayWrite } from './subscriptions.ts';
 
@@ -100,10 +101,7 @@ const EVENT = {
   },
 };
 
-const TIME = {
-  type: 'string',
-  description: 'RFC 3339 timestamp (e.g. `2026-11-21T10:00:00Z`) or Unix seconds.',
-};
+const TIME = s.string({ description: 'RFC 3339 timestamp (e.g. `2026-11-21T10:00:00Z`) or Unix seconds.' });
 
 /** RFC 3339 or Unix seconds → Unix ms. */
 export function parseTime(name: string, raw: string | undefined): number | undefined {
@@ -210,10 +208,7 @@ export function eventLogRoutes({ hub }: WebhookRoutes) {
       },
     });
 
-    routes.add<
-      undefined,
-      { type?: EventType; resource_prn?: string; since?: string; until?: string; limit: number; skip: number }
-    >({
+    routes.add({
       method: 'get',
       path: '/webhooks/events',
       tag: 'webhooks',
@@ -223,11 +218,10 @@ export function eventLogRoutes({ hub }: WebhookRoutes) {
         'Events are kept for HUB_EVENT_LOG_RETENTION_DAYS (30 by default). `since` is inclusive, `until` exclusive; both compare with `created`.',
       security: 'bearer',
       scopes: requireScope('webhooks', 'read'),
-      query: schema({
-        type: 'object',
+      query: s.object({
         properties: {
-          type: { enum: Object.keys(EVENT_TYPES), description: 'Only events of this type.' },
-          resource_prn: { type: 'string', maxLength: 256, description: 'Only events about this device PRN.' },
+          type: s.enum(Object.keys(EVENT_TYPES) as EventType[], { description: 'Only events of this type.' }),
+          resource_prn: s.string({ maxLength: 256, description: 'Only events about this device PRN.' }),
           since: TIME,
           until: TIME,
           ...PAGE_QUERY,
@@ -269,7 +263,7 @@ export function eventLogRoutes({ hub }: WebhookRoutes) {
       },
     });
 
-    routes.add<undefined, { limit: number; skip: number }>({
+    routes.add({
       method: 'get',
       path: '/webhooks/events/{eid}/deliveries',
       tag: 'webhooks',
@@ -278,7 +272,7 @@ export function eventLogRoutes({ hub }: WebhookRoutes) {
         'Paged like every list: an event redelivered or replayed again and again has as many attempts.',
       security: 'bearer',
       scopes: requireScope('webhooks', 'read'),
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: s.object({ properties: PAGE_QUERY }),
       responses: {
         200: { description: 'A page of the attempts, oldest first.', schema: pageSchema(ATTEMPT) },
       },
@@ -346,33 +340,30 @@ export function deliveryRoutes({ hub, owned }: WebhookRoutes) {
       },
     });
 
-    routes.add<undefined, { status?: 'succeeded' | 'failed' | 'dead_lettered'; limit: number; skip: number }>(
-      {
-        method: 'get',
-        path: '/webhooks/{id}/deliveries',
-        tag: 'webhooks',
-        summary: 'Every attempt of one subscription, newest first.',
-        description:
-          '`status`: `succeeded`, `failed` (every attempt that did not succeed, dead-lettered ones included) or `dead_lettered` (failed, no attempt follows).',
-        security: 'bearer',
-        scopes: requireScope('webhooks', 'read'),
-        query: schema({
-          type: 'object',
-          properties: { status: { enum: ['succeeded', 'failed', 'dead_lettered'] }, ...PAGE_QUERY },
-        }),
-        responses: { 200: { description: 'A page of attempts.', schema: pageSchema(ATTEMPT) } },
-        handler: async (ctx, { query }) => {
-          const sub = await owned(ctx);
-          const page = await hub.deliveries.attempts(sub.id, query);
-          ctx.body = {
-            items: page.items.map(summary),
-            total: page.total,
-            limit: query.limit,
-            skip: query.skip,
-          };
-        },
+    routes.add({
+      method: 'get',
+      path: '/webhooks/{id}/deliveries',
+      tag: 'webhooks',
+      summary: 'Every attempt of one subscription, newest first.',
+      description:
+        '`status`: `succeeded`, `failed` (every attempt that did not succeed, dead-lettered ones included) or `dead_lettered` (failed, no attempt follows).',
+      security: 'bearer',
+      scopes: requireScope('webhooks', 'read'),
+      query: s.object({
+        properties: { status: s.enum(['succeeded', 'failed', 'dead_lettered']), ...PAGE_QUERY },
+      }),
+      responses: { 200: { description: 'A page of attempts.', schema: pageSchema(ATTEMPT) } },
+      handler: async (ctx, { query }) => {
+        const sub = await owned(ctx);
+        const page = await hub.deliveries.attempts(sub.id, query);
+        ctx.body = {
+          items: page.items.map(summary),
+          total: page.total,
+          limit: query.limit,
+          skip: query.skip,
+        };
       },
-    );
+    });
 
     routes.add({
       method: 'get',

@@ -11,7 +11,6 @@ import {
   decideReplace,
   decideRotateSecret,
   type Subscription,
-  type SubscriptionFields,
   subscriptions,
   webhookStream,
 } from '../../domain/subscriptions.ts';
@@ -24,74 +23,69 @@ import { webhookKeys } from '../../projections/webhooks.ts';
 import { requireScope } from '../auth/middleware.ts';
 import { grants } from '../auth/tokens.ts';
 import { decideOn, PAGE_QUERY, pageSchema } from '../context.ts';
-import { NOT_PROTO, type Routes, schema } from '../routes.ts';
+import { NOT_PROTO, type Routes } from '../routes.ts';
+import { s } from '../schema.ts';
 import type { WebhookRoutes } from './routes.ts';
 
-const KEY = { type: 'string', minLength: 1, maxLength: 128 };
+const KEY = s.string({ minLength: 1, maxLength: 128 });
 const FIELDS = {
-  nick: { type: 'string', minLength: 1, maxLength: 128, description: 'Label of the subscription.' },
-  url: {
-    type: 'string',
+  nick: s.string({ minLength: 1, maxLength: 128, description: 'Label of the subscription.' }),
+  url: s.string({
     maxLength: 2048,
     description: 'HTTPS endpoint; must resolve to public addresses only (checked again at every attempt).',
-  },
-  description: { type: 'string', maxLength: 1024 },
-  event_types: {
-    type: 'array',
+  }),
+  description: s.string({ maxLength: 1024 }),
+  event_types: s.array({
     minItems: 1,
     maxItems: 9,
     uniqueItems: true,
-    items: { enum: Object.keys(EVENT_TYPES) },
-  },
-  enabled: { type: 'boolean', description: 'false pauses deliveries without deleting.' },
-  devices: {
-    type: 'array',
+    items: s.enum(Object.keys(EVENT_TYPES)),
+  }),
+  enabled: s.boolean({ description: 'false pauses deliveries without deleting.' }),
+  devices: s.array({
     maxItems: 1000,
-    items: { type: 'string', pattern: '^prn:::devices:/[a-f0-9]{24}$' },
+    items: s.string({ pattern: '^prn:::devices:/[a-f0-9]{24}$' }),
     description: 'Device PRNs; empty: every device of the account.',
-  },
-  user_meta_keys: { type: 'array', maxItems: 100, items: KEY },
-  device_meta_keys: { type: 'array', maxItems: 100, items: KEY },
-  custom_headers: {
-    type: 'object',
+  }),
+  user_meta_keys: s.array({ maxItems: 100, items: KEY }),
+  device_meta_keys: s.array({ maxItems: 100, items: KEY }),
+  custom_headers: s.map({
     maxProperties: 20,
     propertyNames: { ...NOT_PROTO, pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$" },
     // Visible Latin-1 and tabs only: what HTTP/1.1 (and undici) can send as a header value.
-    additionalProperties: { type: 'string', maxLength: 1024, pattern: '^[\\t\\x20-\\x7e\\x80-\\xff]*$' },
+    additionalProperties: s.string({ maxLength: 1024, pattern: '^[\\t\\x20-\\x7e\\x80-\\xff]*$' }),
     description:
       'Header name → value, sent with every delivery. Webhook-*, Content-Type, User-Agent, Host and other framing headers are refused. Read-only tokens see each value as [redacted].',
-  },
-  retry_policy: {
-    type: ['object', 'null'],
-    additionalProperties: false,
-    required: ['max_attempts', 'delays_s'],
-    properties: {
-      max_attempts: {
-        type: 'integer',
-        minimum: 1,
-        maximum: 20,
-        description: 'Attempts in all, the first included.',
+  }),
+  retry_policy: s.nullable(
+    s.object({
+      additionalProperties: false,
+      required: ['max_attempts', 'delays_s'],
+      properties: {
+        max_attempts: s.integer({
+          minimum: 1,
+          maximum: 20,
+          description: 'Attempts in all, the first included.',
+        }),
+        delays_s: s.array({
+          maxItems: 19,
+          items: s.integer({ minimum: 1, maximum: 86_400 }),
+          description: 'Seconds before each retry; the last repeats when shorter than max_attempts - 1.',
+        }),
       },
-      delays_s: {
-        type: 'array',
-        maxItems: 19,
-        items: { type: 'integer', minimum: 1, maximum: 86_400 },
-        description: 'Seconds before each retry; the last repeats when shorter than max_attempts - 1.',
-      },
-    },
-    // A retry needs a delay: at least one whenever there is more than one attempt.
-    if: { properties: { max_attempts: { minimum: 2 } } },
-    // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then; an object, never awaited (not callable, so not a thenable)
-    then: { properties: { delays_s: { minItems: 1 } } },
-    description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
-  },
-} as const;
-const SUBSCRIPTION_BODY = {
-  type: 'object',
+      // A retry needs a delay: at least one whenever there is more than one attempt.
+      if: { properties: { max_attempts: { minimum: 2 } } },
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then; an object, never awaited (not callable, so not a thenable)
+      then: { properties: { delays_s: { minItems: 1 } } },
+      description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
+    }),
+  ),
+};
+const SUBSCRIPTION_BODY = s.object({
   additionalProperties: false,
   required: ['nick', 'url', 'event_types', 'enabled'],
   properties: FIELDS,
-};
+});
 const SUBSCRIPTION = {
   type: 'object',
   properties: {
@@ -168,7 +162,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
     decideOn(hub, ctx, webhookStream(id), subscriptions, decide);
 
   return (routes: Routes) => {
-    routes.add<undefined, { limit: number; skip: number }>({
+    routes.add({
       method: 'get',
       path: '/webhooks/',
       tag: 'webhooks',
@@ -176,7 +170,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       waitsForWrites: true,
       security: 'bearer',
       scopes: requireScope('webhooks', 'read'),
-      query: schema({ type: 'object', properties: PAGE_QUERY }),
+      query: s.object({ properties: PAGE_QUERY }),
       responses: { 200: { description: 'A page of subscriptions.', schema: pageSchema(SUBSCRIPTION) } },
       handler: async (ctx, { query: q }) => {
         await hub.consistency.readable(ctx, ['webhooks']);
@@ -196,7 +190,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       },
     });
 
-    routes.add<SubscriptionFields>({
+    routes.add({
       method: 'post',
       path: '/webhooks/',
       tag: 'webhooks',
@@ -204,7 +198,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
         'Create a subscription; the answer carries its signing secret (shown only here and on rotation).',
       security: 'bearer',
       scopes: requireScope('webhooks', 'write'),
-      body: schema(SUBSCRIPTION_BODY),
+      body: SUBSCRIPTION_BODY,
       responses: { 201: { description: 'The subscription, with `secret`.', schema: SUBSCRIPTION } },
       handler: async (ctx, { body }) => {
         const problem = await urlProblem(body.url);
@@ -236,14 +230,14 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       },
     });
 
-    routes.add<SubscriptionFields, Record<string, string>, Subscription>({
+    routes.add({
       method: 'put',
       path: '/webhooks/{id}',
       tag: 'webhooks',
       summary: 'Replace a subscription wholesale (fields left out take their defaults).',
       security: 'bearer',
       scopes: requireScope('webhooks', 'write'),
-      body: schema(SUBSCRIPTION_BODY),
+      body: SUBSCRIPTION_BODY,
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       authorize: owned,
       handler: async (ctx, { body, allowed: sub }) => {
@@ -252,14 +246,14 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       },
     });
 
-    routes.add<Partial<SubscriptionFields>, Record<string, string>, Subscription>({
+    routes.add({
       method: 'patch',
       path: '/webhooks/{id}',
       tag: 'webhooks',
       summary: 'Merge the fields sent into the subscription.',
       security: 'bearer',
       scopes: requireScope('webhooks', 'write'),
-      body: schema({ type: 'object', additionalProperties: false, minProperties: 1, properties: FIELDS }),
+      body: s.object({ additionalProperties: false, minProperties: 1, properties: FIELDS }),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       authorize: owned,
       handler: async (ctx, { body, allowed: sub }) => {
