@@ -9,9 +9,6 @@ import { type ErrorDetail, unprocessable } from './errors.ts';
 import { readJsonBody } from './http.ts';
 import type { ObjectSchema, Schema } from './schema.ts';
 
-/** The cast the routes not yet built with `s` use. */
-export const schema = <T>(json: Record<string, unknown>): Schema<T> => json as Schema<T>;
-
 /** For the propertyNames of a map the caller names the keys of: `__proto__` is refused. JSON.parse
  * makes it an own key, but most of JavaScript (an assignment, a decoder) sets the prototype with it
  * instead, so such a key was answered, then lost from the stored map. */

@@ -4,7 +4,8 @@ import { connect } from 'node:net';
 import { PassThrough } from 'node:stream';
 import { createApp } from '../../api/app.ts';
 import { conflict, forbidden, unauthorized } from '../../api/errors.ts';
-import { NOT_PROTO, schema } from '../../api/routes.ts';
+import { NOT_PROTO } from '../../api/routes.ts';
+import { s } from '../../api/schema.ts';
 import { createMetrics } from '../../infra/telemetry.ts';
 import { listen, memoryLogger, request, testConfig } from '../harness.ts';
 
@@ -35,11 +36,10 @@ describe('error model (e2e)', () => {
             path: '/probe/items',
             tag: 'probe',
             summary: 'A route with a body schema.',
-            body: schema<{ name: string; size?: number }>({
-              type: 'object',
+            body: s.object({
               required: ['name'],
               additionalProperties: false,
-              properties: { name: { type: 'string', minLength: 1 }, size: { type: 'integer', minimum: 0 } },
+              properties: { name: s.string({ minLength: 1 }), size: s.integer({ minimum: 0 }) },
             }),
             responses: { 200: { description: 'ok' } },
             handler: (ctx, { body }) => {
@@ -83,15 +83,13 @@ describe('error model (e2e)', () => {
             path: '/probe/maps',
             tag: 'probe',
             summary: 'A map of strings whose values may be null.',
-            body: schema({
-              type: 'object',
+            body: s.object({
               properties: {
-                meta: {
-                  type: 'object',
+                meta: s.map({
                   propertyNames: { ...NOT_PROTO, maxLength: 10 },
-                  additionalProperties: { anyOf: [{ type: 'string' }, { type: 'null' }] },
-                },
-                policy: { type: ['object', 'null'] },
+                  additionalProperties: s.anyOf(s.string(), s.null()),
+                }),
+                policy: s.nullable(s.map()),
               },
             }),
             responses: { 200: { description: 'ok' } },
@@ -118,11 +116,7 @@ describe('error model (e2e)', () => {
             path: '/probe/options',
             tag: 'probe',
             summary: 'A POST whose body has no required field.',
-            body: schema({
-              type: 'object',
-              additionalProperties: false,
-              properties: { a: { type: 'string' } },
-            }),
+            body: s.object({ additionalProperties: false, properties: { a: s.string() } }),
             responses: { 200: { description: 'ok' } },
             handler: (ctx, { body }) => {
               ctx.body = body;
@@ -139,15 +133,12 @@ describe('error model (e2e)', () => {
               ctx.body = { ok: true };
             },
           });
-          routes.add<undefined, { limit: number }>({
+          routes.add({
             method: 'get',
             path: '/probe/page',
             tag: 'probe',
             summary: 'A query with an integer.',
-            query: schema({
-              type: 'object',
-              properties: { limit: { type: 'integer', minimum: 1, default: 5 } },
-            }),
+            query: s.object({ properties: { limit: s.integer({ minimum: 1, default: 5 }) } }),
             responses: { 200: { description: 'ok' } },
             handler: (ctx, { query }) => {
               ctx.body = { limit: query.limit };
