@@ -79,7 +79,6 @@ const DEVICE_RECORD = {
     'time-modified': { type: 'string' },
   },
 };
-/** A device the caller may act on, and how it sees it (access.ts). */
 
 export function deviceRoutes(hub: HubContext) {
   const { store, config } = hub;
