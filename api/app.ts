@@ -1,11 +1,11 @@
 // The Koa application: middleware in order, system endpoints, then every service's routes.
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import Koa, { type Context, type Middleware } from 'koa';
 import type { Config } from '../infra/config.ts';
 import { withTimeout } from '../infra/deadline.ts';
 import { MemoryTokenBuckets, type TokenBuckets } from '../infra/rate-limits.ts';
+import { sameSecret } from '../infra/secrets.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { HttpError } from './errors.ts';
 import { requestContext, tokenBucketLimit } from './http.ts';
@@ -151,10 +151,9 @@ export async function closeServer(server: Server, timeoutMs: number): Promise<vo
  * reverse proxy on this machine connects from loopback for everyone behind it.
  */
 function metricsScraper(token: string): (ctx: Context) => void {
-  const expected = createHash('sha256').update(`Bearer ${token}`).digest();
   return (ctx) => {
     const allowed = token
-      ? timingSafeEqual(createHash('sha256').update(ctx.get('Authorization')).digest(), expected)
+      ? sameSecret(ctx.get('Authorization'), `Bearer ${token}`)
       : isLoopback(ctx.req.socket.remoteAddress ?? '') &&
         !ctx.get('Forwarded') &&
         !ctx.get('X-Forwarded-For');

@@ -97,11 +97,16 @@ export async function decideOn<S>(
   stream: string,
   aggregate: Evolver<S>,
   decide: (state: S) => DomainEvent[],
+  /** handle()'s options: a state cache, a state just loaded. */
+  options: Parameters<typeof handle<S, undefined>>[4] = {},
 ): Promise<S> {
-  const { appended, after } = await handle(hub.store, stream, aggregate, (s) => ({
-    events: decide(s),
-    result: undefined,
-  }));
+  const { appended, after } = await handle(
+    hub.store,
+    stream,
+    aggregate,
+    (s) => ({ events: decide(s), result: undefined }),
+    options,
+  );
   if (appended) await hub.consistency.written(ctx, appended.position);
   return after;
 }

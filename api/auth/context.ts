@@ -12,9 +12,9 @@ import {
   isAdminNick,
 } from '../../domain/accounts.ts';
 import { refreshFamilies, refreshStream } from '../../domain/logins.ts';
-import { handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { nonce } from '../../infra/secrets.ts';
-import type { HubContext } from '../context.ts';
+import { decideOn, type HubContext } from '../context.ts';
 import { unauthorized } from '../errors.ts';
 import { authenticate } from './middleware.ts';
 import { operatorCheck } from './operator.ts';
@@ -64,11 +64,7 @@ export function authContext(hub: HubContext) {
     validMs: number,
   ): Promise<void> {
     const command = { nonce: nonce(), expires: Date.now() + validMs };
-    const { appended } = await handle(store, accountStream(account.id), accounts, (s) => ({
-      events: decide(command, s),
-      result: undefined,
-    }));
-    if (appended) await hub.consistency.written(ctx, appended.position);
+    await decideOn(hub, ctx, accountStream(account.id), accounts, (s) => decide(command, s));
   }
 
   /**

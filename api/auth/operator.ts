@@ -1,11 +1,9 @@
 // The operator account `saadmin` (HTTP Basic with HUB_SA_ADMIN_SECRET): /callbacks, and the
 // registration of a nick reserved for an admin.
-import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Context } from 'koa';
 import type { FixedWindows } from '../../infra/rate-limits.ts';
+import { sameSecret } from '../../infra/secrets.ts';
 import { HttpError, tooManyRequests } from '../errors.ts';
-
-const sha = (s: string) => createHash('sha256').update(s).digest();
 
 /**
  * Whether a request carries the operator's credentials (HTTP Basic `saadmin` and
@@ -31,7 +29,7 @@ export function operatorCheck(
     const colon = decoded.indexOf(':');
     const user = decoded.slice(0, colon);
     const password = decoded.slice(colon + 1);
-    if (colon < 0 || user !== 'saadmin' || !timingSafeEqual(sha(password), sha(secret))) {
+    if (colon < 0 || user !== 'saadmin' || !sameSecret(password, secret)) {
       await windows.hit(budget, failuresPerMinute, 60_000);
       throw refuse();
     }

@@ -27,12 +27,12 @@ import {
   refuseUnclaimable,
 } from '../../domain/devices.ts';
 import type { DomainEvent } from '../../domain/events.ts';
-import { claimName, handle, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
+import { claimName, load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { seal, secretToken, unseal } from '../../infra/secrets.ts';
 import { deviceKeys } from '../../projections/devices.ts';
 import { requireAccountType, requireScope } from '../auth/middleware.ts';
 import type { HubContext } from '../context.ts';
-import { NICK, PAGE_QUERY, pageSchema } from '../context.ts';
+import { decideOn, NICK, PAGE_QUERY, pageSchema } from '../context.ts';
 import { forbidden, unprocessable } from '../errors.ts';
 import { fixedWindowLimit } from '../http.ts';
 import { NOT_PROTO, type Routes } from '../routes.ts';
@@ -138,15 +138,10 @@ export function deviceRoutes(hub: HubContext) {
     decide: (d: DeviceState) => DomainEvent[],
     options: { loaded?: DeviceState } = {},
   ) {
-    const { appended, after } = await handle(
-      store,
-      deviceStream(id),
-      devices,
-      (d) => ({ events: decide(d), result: undefined }),
-      { cache, loaded: options.loaded ? cache.get(deviceStream(id)) : undefined },
-    );
-    if (appended) await hub.consistency.written(ctx, appended.position);
-    return after;
+    return decideOn(hub, ctx, deviceStream(id), devices, decide, {
+      cache,
+      loaded: options.loaded ? cache.get(deviceStream(id)) : undefined,
+    });
   }
 
   /** Creates the device (decideCreate) after claiming its PRN. */
