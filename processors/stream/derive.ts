@@ -3,22 +3,17 @@
 import { createHash } from 'node:crypto';
 import { type Meta, mergeMeta, metaPatchOf } from '../../domain/devices.ts';
 import type { DomainEvent } from '../../domain/events.ts';
+import { WEBHOOK_EVENTS, type WebhookEventType } from '../../schemas/webhook-events.ts';
 
 /** The `api_version` of every event payload this code derives. */
 export const API_VERSION = '2026-11-01';
 
-export const EVENT_TYPES = {
-  'device.created': 'A device record was first observed by its owner: created, registered or claimed.',
-  'device.updated': 'Device fields changed (its nick); not sent for bookkeeping timestamps alone.',
-  'device.deleted': 'A device was marked as garbage.',
-  'device.public.toggled': "A device's public flag flipped.",
-  'device.device_meta.updated': 'Device-reported metadata changed: the keys changed or removed.',
-  'device.user_meta.updated': 'User-set metadata (tags, labels) changed: the keys changed or removed.',
-  'step.created': 'A new trail step (revision) was pushed.',
-  'step.progress.changed': "A step's progress changed.",
-  'step.status.changed': 'A step moved between NEW, STARTED, DONE, UPDATED, WONTGO and ERROR.',
-} as const;
-export type EventType = keyof typeof EVENT_TYPES;
+/** Each event type, with when it fires: the catalogue's (schemas/webhook-events.ts, which also
+ * holds the schema of each type's `data` and an example). */
+export const EVENT_TYPES = Object.fromEntries(
+  Object.entries(WEBHOOK_EVENTS).map(([type, e]) => [type, e.description]),
+) as Record<WebhookEventType, string>;
+export type EventType = WebhookEventType;
 
 /** One stored event as the change stream carries it: its data typed by its type (domain/events.ts;
  * the store checked it against its schema). */

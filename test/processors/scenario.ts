@@ -2,9 +2,12 @@
 // tests of both profiles, and a wait for the account's event log to show them.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import addFormats from 'ajv-formats';
 import { type Bus, TOPICS } from '../../infra/bus/port.ts';
 import { jobId, TIME_LED_IDS_FROM } from '../../processors/stream/derive.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
+import { WEBHOOK_EVENTS } from '../../schemas/webhook-events.ts';
 import type { TestHub, User } from '../hub.ts';
 
 // biome-ignore lint/suspicious/noExplicitAny: events as the API answers them
@@ -181,4 +184,24 @@ export function assertJobs(jobs: LoggedEvent[], log: LoggedEvent[], subscription
     assert.equal(j.attempt, 1);
     assert.deepEqual(JSON.parse(j.event.data), log.find((e) => e.id === j.event.id)!.data);
   }
+}
+
+/** A validator of each event type's `data`, by type, from the catalogue's schemas (strict: a
+ * schema with a keyword ajv does not know, or a `required` field it does not describe, throws). */
+export function dataValidators(): Record<string, ValidateFunction> {
+  const ajv = new Ajv2020({ strict: true, allErrors: true });
+  (addFormats as unknown as (a: Ajv2020) => void)(ajv);
+  return Object.fromEntries(Object.entries(WEBHOOK_EVENTS).map(([type, e]) => [type, ajv.compile(e.schema)]));
+}
+
+/** Each event's `data` is of its type's schema; the failures, one line each. */
+export function schemaFailures(events: LoggedEvent[], validators = dataValidators()): string[] {
+  const failures: string[] = [];
+  for (const e of events) {
+    const validate = validators[e.type];
+    if (!validate) failures.push(`${e.id}: ${e.type} is not in the catalogue`);
+    else if (!validate(e.data))
+      failures.push(`${e.id} ${e.type}: ${JSON.stringify(e.data)}: ${JSON.stringify(validate.errors)}`);
+  }
+  return failures;
 }
