@@ -183,6 +183,10 @@ export class Routes {
    */
   private readonly routers = new Map<string, Segment>();
   private readonly paths: Record<string, Record<string, unknown>> = {};
+  /** Named schemas the document's operations and webhooks refer to (`#/components/schemas/…`). */
+  private readonly schemas: Record<string, unknown> = { Error: ERROR_SCHEMA };
+  /** The requests the hub sends rather than answers (OpenAPI 3.1 `webhooks`), by name. */
+  private readonly webhooks: Record<string, unknown> = {};
   private readonly ajv = new Ajv2020({ allErrors: true, strict: false });
   private readonly queryAjv = new Ajv2020({
     allErrors: true,
@@ -382,6 +386,18 @@ export class Routes {
     this.paths[spec.path]![spec.method] = op;
   }
 
+  /** Publishes a named schema (`#/components/schemas/<name>`). */
+  schema(name: string, schema: Record<string, unknown>): void {
+    if (name in this.schemas) throw new Error(`the schema ${name} is published twice`);
+    this.schemas[name] = schema;
+  }
+
+  /** Publishes a request the hub sends (a webhook delivery) as an OpenAPI 3.1 webhook. */
+  webhook(name: string, pathItem: Record<string, unknown>): void {
+    if (name in this.webhooks) throw new Error(`the webhook ${name} is published twice`);
+    this.webhooks[name] = pathItem;
+  }
+
   openapi(version: string): Record<string, unknown> {
     return {
       openapi: '3.1.0',
@@ -392,8 +408,9 @@ export class Routes {
           'Identity, devices, metadata and signed webhooks for fleets of connected devices. Decisions where the interface specification is silent are described in docs/api.md.',
       },
       paths: this.paths,
+      webhooks: this.webhooks,
       components: {
-        schemas: { Error: ERROR_SCHEMA },
+        schemas: this.schemas,
         parameters: PARAMETERS,
         headers: HEADERS,
         responses: ERROR_RESPONSES,

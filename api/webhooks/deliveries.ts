@@ -14,6 +14,7 @@ import {
   type WebhookEvent,
 } from '../../processors/stream/derive.ts';
 import { matches, projectedSubscriptions } from '../../processors/stream/processor.ts';
+import { type EventTypeEntry, WEBHOOK_EVENTS } from '../../schemas/webhook-events.ts';
 import { requireScope } from '../auth/middleware.ts';
 import { PAGE_QUERY, pageSchema } from '../context.ts';
 import { notFound, unprocessable } from '../errors.ts';
@@ -97,9 +98,98 @@ const EVENT = {
     owner: { type: 'string', description: 'Account PRN.' },
     resource_prn: { type: 'string', description: 'The device the event is about.' },
     livemode: { type: 'boolean' },
-    data: { type: 'object', description: 'Type-specific; see docs/webhooks.md.' },
+    data: {
+      type: 'object',
+      description:
+        "Type-specific: the type's schema in GET /webhooks/event-types and in this document's `webhooks`.",
+    },
   },
 };
+
+/** The catalogue as GET /webhooks/event-types answers it. */
+const CATALOGUE = (Object.entries(WEBHOOK_EVENTS) as [EventType, EventTypeEntry][]).map(([type, e]) => ({
+  type,
+  description: e.description,
+  schema: e.schema,
+  example: e.example,
+}));
+
+/** `device.device_meta.updated` → `DeviceDeviceMetaUpdatedData`: the name /openapi.json gives the
+ * schema of a type's `data`. */
+const dataSchemaName = (type: string) =>
+  `${type
+    .split(/[._]/)
+    .map((w) => w[0]!.toUpperCase() + w.slice(1))
+    .join('')}Data`;
+
+/** What a receiver is sent: the headers of the specification's signing and the Event resource,
+ * its `data` of the type's schema (OpenAPI 3.1 `webhooks`, one per type). */
+function delivery(type: EventType, { description, example }: EventTypeEntry) {
+  const header = (name: string, text: string) => ({
+    name,
+    in: 'header',
+    required: true,
+    description: text,
+    schema: { type: 'string' },
+  });
+  return {
+    post: {
+      summary: `A \`${type}\` delivery.`,
+      description: `${description} Test deliveries (POST /webhooks/{id}/test, \`livemode\` false) carry \`{test, message}\` as their \`data\` instead.`,
+      operationId: `deliver${dataSchemaName(type).slice(0, -'Data'.length)}`,
+      tags: ['webhooks'],
+      parameters: [
+        header('Webhook-Id', '`del_<id>`: the attempt, equal to `request_id`.'),
+        header('Webhook-Timestamp', 'Unix seconds.'),
+        header(
+          'Webhook-Signature',
+          '`v1,<hex HMAC-SHA256 of {Webhook-Id}.{Webhook-Timestamp}.{raw body}>`, one entry per secret (two while a rotation overlaps), separated by spaces.',
+        ),
+      ],
+      requestBody: {
+        required: true,
+        content: {
+          'application/json': {
+            schema: {
+              type: 'object',
+              required: ['id', 'type', 'api_version', 'created', 'owner', 'request_id', 'livemode', 'data'],
+              properties: {
+                id: EVENT.properties.id,
+                type: { const: type },
+                api_version: EVENT.properties.api_version,
+                created: EVENT.properties.created,
+                owner: EVENT.properties.owner,
+                request_id: {
+                  type: 'string',
+                  description: '`del_<id>`: this attempt; a new one per attempt.',
+                },
+                livemode: EVENT.properties.livemode,
+                data: { $ref: `#/components/schemas/${dataSchemaName(type)}` },
+              },
+            },
+            example: {
+              id: 'evt_0193a4f1c2d8e5b7a9c3d1e2f4a6b8c0',
+              type,
+              api_version: API_VERSION,
+              created: 1_795_000_000,
+              owner: 'prn:::accounts:/6650b1f0e1f0a93d7c2b4d02',
+              request_id: 'del_5e1f0a93d7c2b4000000002a',
+              livemode: true,
+              data: example,
+            },
+          },
+        },
+      },
+      responses: {
+        '2XX': { description: 'Received: the delivery is complete.' },
+        default: {
+          description:
+            '408, 425, 429, 5xx or no answer in time: retried with backoff. Any other status: a permanent failure, dead-lettered.',
+        },
+      },
+    },
+  };
+}
 
 const TIME = s.string({ description: 'RFC 3339 timestamp (e.g. `2026-11-21T10:00:00Z`) or Unix seconds.' });
 
@@ -177,11 +267,16 @@ function queueing(hub: WebhookRoutes['hub']) {
 export function eventLogRoutes({ hub }: WebhookRoutes) {
   const { enqueue, job } = queueing(hub);
   return (routes: Routes) => {
+    for (const { type, schema } of CATALOGUE) routes.schema(dataSchemaName(type), schema);
+    for (const { type, ...entry } of CATALOGUE) routes.webhook(type, delivery(type, entry));
     routes.add({
       method: 'get',
       path: '/webhooks/event-types',
       tag: 'webhooks',
-      summary: 'The catalog of event types, each with a description.',
+      summary:
+        'The catalog of event types, each with a description, the JSON Schema of its `data` and an example.',
+      description:
+        "The same schemas and examples as this document's `webhooks` (each `data` also under components.schemas as `<Type>Data`) and docs/webhooks.md. Test deliveries (`livemode` false) carry `{test, message}` as their `data` instead.",
       security: 'bearer',
       scopes: requireScope('webhooks', 'read'),
       responses: {
@@ -194,7 +289,16 @@ export function eventLogRoutes({ hub }: WebhookRoutes) {
                 type: 'array',
                 items: {
                   type: 'object',
-                  properties: { type: { type: 'string' }, description: { type: 'string' } },
+                  required: ['type', 'description', 'schema', 'example'],
+                  properties: {
+                    type: { type: 'string', enum: Object.keys(EVENT_TYPES) },
+                    description: { type: 'string', description: 'When the event fires.' },
+                    schema: {
+                      type: 'object',
+                      description: "The JSON Schema (2020-12) of the type's `data`.",
+                    },
+                    example: { type: 'object', description: 'An example `data`, of that schema.' },
+                  },
                 },
               },
             },
@@ -202,9 +306,7 @@ export function eventLogRoutes({ hub }: WebhookRoutes) {
         },
       },
       handler: async (ctx) => {
-        ctx.body = {
-          items: Object.entries(EVENT_TYPES).map(([type, description]) => ({ type, description })),
-        };
+        ctx.body = { items: CATALOGUE };
       },
     });
 
