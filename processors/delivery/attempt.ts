@@ -116,9 +116,7 @@ export class Attempts {
       ...sub.custom_headers,
       'content-type': 'application/json',
       'user-agent': `Hub-Webhooks/${this.version}`,
-      'webhook-id': id,
-      'webhook-timestamp': String(timestamp),
-      'webhook-signature': signer.header(id, timestamp, body),
+      ...signer.headers(id, timestamp, body),
     };
     return { id, body, headers };
   }

@@ -39,6 +39,16 @@ export class WebhookSigner {
     });
   }
 
+  /** The three `Webhook-*` headers of a delivery, as the dispatcher sends them (the vectors of
+   * test/fixtures/webhook-vectors.json are made by this too). */
+  headers(id: string, timestamp: number, body: string | Buffer) {
+    return {
+      'webhook-id': id,
+      'webhook-timestamp': String(timestamp),
+      'webhook-signature': this.header(id, timestamp, body),
+    };
+  }
+
   /** `body` as sent: its UTF-8 bytes, or the string they encode. */
   header(id: string, timestamp: number, body: string | Buffer): string {
     // The signed text, after the inner key block, in a buffer reused while it is big enough.
@@ -61,18 +71,39 @@ export class WebhookSigner {
 const BLOCK = 64; // SHA-256's block size
 let scratch = Buffer.allocUnsafe(16_384);
 
+/**
+ * Why a delivery is refused, by name: the same names in the TypeScript, Python and Go receivers
+ * and in the shared vectors (test/fixtures/webhook-vectors.json). The checks run in this order, and
+ * the first that fails names the refusal.
+ */
+export const WEBHOOK_REFUSALS = {
+  no_secret: 'no secret to verify with, or an empty one (a blank setting would let anyone sign)',
+  missing_header: 'Webhook-Id, Webhook-Timestamp or Webhook-Signature is absent or empty',
+  malformed_timestamp: 'Webhook-Timestamp is not 1 to 12 ASCII digits (Unix seconds)',
+  timestamp_too_old: 'Webhook-Timestamp is more than the tolerance before now: a replay, or a clock far off',
+  timestamp_too_new: 'Webhook-Timestamp is more than the tolerance after now: a clock far off',
+  malformed_signature: 'Webhook-Signature has no entry of the shape v1,<64 lower-case hex digits>',
+  no_matching_signature:
+    'no v1 entry is the signature of this id, timestamp and body with any of the secrets',
+} as const;
+export type WebhookRefusal = keyof typeof WEBHOOK_REFUSALS;
+
 export class WebhookVerificationError extends Error {
-  constructor(message: string) {
+  readonly reason: WebhookRefusal;
+
+  constructor(reason: WebhookRefusal, message: string) {
     super(message);
     this.name = 'WebhookVerificationError';
+    this.reason = reason;
   }
 }
 
 /**
  * Verifies a delivery as received: the raw body bytes (not re-serialised JSON), the request
  * headers, and the secrets the receiver accepts (during a rotation, the old and the new one).
- * Throws WebhookVerificationError when a header is missing or malformed, the timestamp is more than
- * `toleranceS` seconds from `now`, or no `v1` entry matches any secret. Returns the parsed payload.
+ * Throws WebhookVerificationError, its `reason` one of WEBHOOK_REFUSALS, when a header is missing
+ * or malformed, the timestamp is more than `toleranceS` seconds from `now` (either way), or no `v1`
+ * entry matches any secret. Returns the parsed payload.
  */
 export function verifyWebhook(o: {
   body: string | Buffer;
@@ -85,7 +116,10 @@ export function verifyWebhook(o: {
   // A secret that is empty (a receiver's setting left blank) would let anyone sign: refused.
   const secrets = Array.isArray(o.secrets) ? o.secrets : [o.secrets];
   if (secrets.length === 0 || secrets.some((s) => typeof s !== 'string' || s === ''))
-    throw new WebhookVerificationError('no secret to verify with: each must be a non-empty string');
+    throw new WebhookVerificationError(
+      'no_secret',
+      'no secret to verify with: each must be a non-empty string',
+    );
   // Header names in any case: Node lower-cases them, other frameworks keep the sender's.
   const header = (name: string) => {
     let v = o.headers[name];
@@ -100,21 +134,33 @@ export function verifyWebhook(o: {
   const id = header('webhook-id');
   const timestamp = header('webhook-timestamp');
   const signatures = header('webhook-signature');
-  if (!id || !timestamp || !signatures) throw new WebhookVerificationError('missing Webhook-* headers');
-  if (!/^\d{1,12}$/.test(timestamp)) throw new WebhookVerificationError('malformed Webhook-Timestamp');
+  if (!id || !timestamp || !signatures)
+    throw new WebhookVerificationError('missing_header', 'missing Webhook-* headers');
+  if (!/^\d{1,12}$/.test(timestamp))
+    throw new WebhookVerificationError('malformed_timestamp', 'malformed Webhook-Timestamp');
   const now = o.now ?? Math.floor(Date.now() / 1000);
-  if (Math.abs(now - Number(timestamp)) > (o.toleranceS ?? 300))
-    throw new WebhookVerificationError('stale Webhook-Timestamp: a replay, or a clock far off');
+  const toleranceS = o.toleranceS ?? 300;
+  if (now - Number(timestamp) > toleranceS)
+    throw new WebhookVerificationError(
+      'timestamp_too_old',
+      'stale Webhook-Timestamp: a replay, or a clock far off',
+    );
+  if (Number(timestamp) - now > toleranceS)
+    throw new WebhookVerificationError(
+      'timestamp_too_new',
+      'Webhook-Timestamp in the future: a clock far off',
+    );
   const given = signatures
     .split(/\s+/)
     .filter(Boolean)
     .map((entry) => /^v1,([0-9a-f]{64})$/.exec(entry)?.[1])
     .filter((hex): hex is string => hex !== undefined)
     .map((hex) => Buffer.from(hex, 'hex'));
-  if (given.length === 0) throw new WebhookVerificationError('no v1 signature in Webhook-Signature');
+  if (given.length === 0)
+    throw new WebhookVerificationError('malformed_signature', 'no v1 signature in Webhook-Signature');
   for (const secret of secrets) {
     const expected = Buffer.from(signature(secret, id, Number(timestamp), o.body), 'hex');
     if (given.some((g) => timingSafeEqual(g, expected))) return JSON.parse(o.body.toString());
   }
-  throw new WebhookVerificationError('no signature matches');
+  throw new WebhookVerificationError('no_matching_signature', 'no signature matches');
 }

@@ -1,0 +1,3 @@
+module device-hub/webhooks
+
+go 1.19
