@@ -293,6 +293,8 @@ export interface WebhookCreated {
   device_meta_keys: Array<string>;
   custom_headers: Record<string, string>;
   retry_policy: null | RetryPolicy;
+  /** Deliveries per second at most; null: unlimited (and in events written before v2). */
+  rate_limit: null | number;
   /** AES-256-GCM sealed signing secret. */
   secret_sealed: string;
 }
@@ -325,6 +327,8 @@ export interface WebhookUpdated {
   device_meta_keys: Array<string>;
   custom_headers: Record<string, string>;
   retry_policy: null | RetryPolicy;
+  /** Deliveries per second at most; null: unlimited (and in events written before v2). */
+  rate_limit: null | number;
 }
 
 /** The data of every event of the store, by its type. */
