@@ -24,6 +24,7 @@ import { type Bus, TOPICS } from '../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../infra/checkpoints.ts';
 import type { Config } from '../infra/config.ts';
 import { createMailer } from '../infra/mail.ts';
+import { MemoryRateSlots, RedisRateSlots } from '../infra/rate-limits.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { encodeJob } from '../processors/delivery/codec.ts';
 import { Dispatcher } from '../processors/delivery/dispatcher.ts';
@@ -204,6 +205,8 @@ export async function startDispatcher(hub: Assembly, bus: Bus, keys: Keys): Prom
     cacheEntries: config.stateCacheEntries,
     rotationWindowMs: config.webhookRotationWindowS * 1000,
     httpThreads: config.dispatcherHttpThreads,
+    // Distributed: one budget per subscription, shared by every dispatcher.
+    rateSlots: stores.redis ? new RedisRateSlots(stores.redis) : new MemoryRateSlots(),
   });
   await running.start();
   // The schedule answers a read: a file that cannot be read (corrupt, gone) left deliveries

@@ -19,6 +19,8 @@ export interface Job {
   attempt: number;
   /** When the job was first handed to the dispatcher, ms. */
   enqueued: number;
+  /** Its due time is a slot of its subscription's rate limit, reserved for it (throttle.ts). */
+  slotted?: boolean;
 }
 
 export type AttemptStatus = 'succeeded' | 'failed' | 'dead_lettered';
