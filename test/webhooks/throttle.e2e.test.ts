@@ -4,25 +4,7 @@
 // sharing the budget: distributed.int.test.ts.)
 import assert from 'node:assert/strict';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
-import { Receiver } from './receiver.ts';
-
-/**
- * The arrivals `at` (ms) keep to `perSecond`: any two deliveries k apart are k intervals apart, but
- * for the half interval a job may start after its slot (processors/delivery/throttle.ts) and
- * `jitterMs` for the network and the receiver's clock.
- */
-function assertKeepsRate(at: number[], perSecond: number, jitterMs = 30): void {
-  const t = [...at].sort((a, b) => a - b);
-  const interval = 1000 / perSecond;
-  for (let i = 0; i < t.length; i++)
-    for (let j = i + 1; j < t.length; j++) {
-      const least = (j - i) * interval - interval / 2 - jitterMs;
-      assert.ok(
-        t[j]! - t[i]! >= least,
-        `deliveries ${i} and ${j} arrived ${t[j]! - t[i]!} ms apart, less than ${least} at ${perSecond}/s: ${t.map((x) => x - t[0]!).join(', ')}`,
-      );
-    }
-}
+import { assertKeepsRate, Receiver } from './receiver.ts';
 
 describe('webhooks: throttle (e2e)', function () {
   this.timeout(60_000);
