@@ -305,6 +305,26 @@ export interface WebhookDeleted {
   owner_prn: string;
 }
 
+/** A recovery's deliveries were selected and queued as delivery jobs of kind recover. */
+export interface WebhookRecoveryQueued {
+  recovery_id: string;
+  webhook_id: string;
+  owner_prn: string;
+  /** The deliveries queued: one per event of the window that failed and has not succeeded since. */
+  total: number;
+}
+
+/** A bulk recovery of a subscription's failed deliveries in a window was asked for (stream recovery-<id>). */
+export interface WebhookRecoveryRequested {
+  recovery_id: string;
+  webhook_id: string;
+  owner_prn: string;
+  /** The window's start, inclusive, ms since the epoch. */
+  since_ms: number;
+  /** The window's end, exclusive, ms since the epoch: the time of the request when none was sent. */
+  until_ms: number;
+}
+
 /** The signing secret was rotated: the new one signs first, the previous one still signs until the next rotation. */
 export interface WebhookSecretRotated {
   webhook_id: string;
@@ -364,6 +384,8 @@ export interface EventData {
   VerificationEmailRequested: VerificationEmailRequested;
   WebhookCreated: WebhookCreated;
   WebhookDeleted: WebhookDeleted;
+  WebhookRecoveryQueued: WebhookRecoveryQueued;
+  WebhookRecoveryRequested: WebhookRecoveryRequested;
   WebhookSecretRotated: WebhookSecretRotated;
   WebhookUpdated: WebhookUpdated;
 }

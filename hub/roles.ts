@@ -29,6 +29,7 @@ import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { encodeJob } from '../processors/delivery/codec.ts';
 import { Dispatcher } from '../processors/delivery/dispatcher.ts';
 import { Egress } from '../processors/delivery/egress.ts';
+import { recoveryProcessor } from '../processors/delivery/recovery.ts';
 import { mailProcessor } from '../processors/followers/mailer.ts';
 import { publicityProcessor } from '../processors/followers/publicity.ts';
 import { relay } from '../processors/followers/relay.ts';
@@ -104,10 +105,21 @@ export function startProjector(hub: Assembly, keys: Keys): ProjectionRunner[] {
   });
   // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
   const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger, follow });
+  // Queues the deliveries of each bulk recovery asked for (POST /webhooks/{id}/recover).
+  const recovery = recoveryProcessor({
+    store,
+    checkpoints: stores.checkpoints,
+    deliveries: stores.deliveries,
+    eventLog: stores.eventLog,
+    logger,
+    metrics: metrics.registry,
+    follow,
+  });
   mailer.start();
   publicity.start();
+  recovery.start();
   hub.onStop(async () => {
-    await Promise.all([mailer.stop(), publicity.stop()]);
+    await Promise.all([mailer.stop(), publicity.stop(), recovery.stop()]);
     mail.close();
   });
   return runners;

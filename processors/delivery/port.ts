@@ -7,7 +7,8 @@
 // mid-attempt leaves the job to be claimed again when the lease ends.
 import type { WebhookEvent } from '../stream/derive.ts';
 
-export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver';
+/** `recover`: sent again by a bulk recovery (recovery.ts). */
+export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver' | 'recover';
 
 export interface Job {
   job_id: string;
