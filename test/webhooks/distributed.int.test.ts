@@ -1,6 +1,8 @@
 // Webhook delivery features on the distributed profile, every role its own process on the real
 // Redis, PostgreSQL and Kafka, with two dispatcher processes: a subscription's rate limit is one
-// budget shared by both, measured at a real receiver. (That the budget is one in Redis, and not one
+// budget shared by both, measured at a real receiver; a bulk recovery asked for while no projector
+// runs (its follower queues recoveries) is queued once one is started again, and sends each failed
+// delivery once. (That the budget is one in Redis, and not one
 // per process, is shown alone by the rate slots' test with two connections: rate-slots.int.test.ts.)
 import assert from 'node:assert/strict';
 import { type Cluster, startCluster } from '../faults/cluster.ts';
@@ -77,5 +79,53 @@ describe('webhooks: distributed, two dispatchers (int)', function () {
       byProcess.set(p, (byProcess.get(p) ?? 0) + 1);
     }
     assert.equal(byProcess.size, 2, `deliveries by process: ${JSON.stringify([...byProcess])}`);
+  });
+
+  it('a recovery asked for while the projector is down is queued when it is back, each failed delivery sent once', async () => {
+    const path = '/ok/recovered';
+    const id = await create(path, { retry_policy: { max_attempts: 1, delays_s: [] } });
+    rx.behave(path, 'fail');
+    const since = Date.now();
+    await burst(id, 3);
+    await rx.waitFor(path, 3);
+    const failed = async () =>
+      (
+        await cluster.hub.call('GET', `/webhooks/${id}/deliveries?status=dead_lettered`, {
+          token: alice.token,
+        })
+      ).body.total;
+    for (let i = 0; (await failed()) < 3; i++) {
+      assert.ok(i < 200, 'the failures are recorded');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    rx.behave(path, 'ok');
+    await endProcess(cluster.roles.get('projector')!.child, 'SIGKILL');
+    const asked = await cluster.hub.call('POST', `/webhooks/${id}/recover`, {
+      token: alice.token,
+      body: { since: new Date(since).toISOString() },
+    });
+    assert.equal(asked.status, 202, JSON.stringify(asked.body));
+    assert.equal(asked.body.status, 'selecting');
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(rx.at(path).length, 3, 'nothing is sent while no projector runs');
+    await cluster.restart('projector');
+    const again = await cluster.hub.call('POST', `/webhooks/${id}/recover`, {
+      token: alice.token,
+      body: { since: new Date(since).toISOString() },
+    });
+    assert.equal(again.body.id, asked.body.id, 'the same window without until: the same recovery');
+    let progress: Record<string, unknown> = {};
+    for (let i = 0; progress.status !== 'done'; i++) {
+      assert.ok(i < 600, `the recovery finishes: ${JSON.stringify(progress)}`);
+      await new Promise((r) => setTimeout(r, 100));
+      progress = (
+        await cluster.hub.call('GET', `/webhooks/${id}/recoveries/${asked.body.id}`, { token: alice.token })
+      ).body;
+    }
+    assert.deepEqual([progress.total, progress.sent, progress.succeeded], [3, 3, 3]);
+    await new Promise((r) => setTimeout(r, 1000));
+    const events = rx.at(path).map((r) => (JSON.parse(r.body) as { id: string }).id);
+    assert.equal(events.length, 6);
+    assert.deepEqual(events.slice(3).sort(), events.slice(0, 3).sort(), 'each failed event, once more');
   });
 });
