@@ -4,7 +4,7 @@
 // sends nothing more; bad windows are refused with the JSON error.
 import assert from 'node:assert/strict';
 import { signup, startHub, type TestHub, type User } from '../hub.ts';
-import { Receiver } from './receiver.ts';
+import { assertKeepsRate, Receiver } from './receiver.ts';
 
 const eventOf = (body: string) => (JSON.parse(body) as { id: string }).id;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -116,6 +116,27 @@ describe('webhooks: bulk recovery (e2e)', function () {
     const metrics = String((await hub.call('GET', '/metrics')).body);
     assert.match(metrics, /^hub_webhook_recovery_jobs_queued_total 3$/m);
     assert.match(metrics, /^hub_webhook_recovery_jobs_sent_total 3$/m);
+  });
+
+  it("goes through the schedule: the subscription's rate limit holds for the deliveries it sends", async () => {
+    await hub.call('PATCH', `/webhooks/${sub}`, { token: alice.token, body: { rate_limit: 4 } });
+    rx.behave(PATH, 'fail');
+    const since = Date.now();
+    const failed = [];
+    for (let i = 0; i < 6; i++) failed.push(await deliver());
+    rx.behave(PATH, 'ok');
+    const sentBefore = rx.at(PATH).length;
+    const asked = await recover({ since: new Date(since).toISOString() });
+    assert.equal(asked.status, 202, JSON.stringify(asked.body));
+    const done = await progress(asked.body.id);
+    assert.equal(done.succeeded, 6);
+    const got = rx.at(PATH).slice(sentBefore);
+    assert.deepEqual(got.map((r) => eventOf(r.body)).sort(), failed.sort());
+    assertKeepsRate(
+      got.map((r) => r.at),
+      4,
+    );
+    await hub.call('PATCH', `/webhooks/${sub}`, { token: alice.token, body: { rate_limit: null } });
   });
 
   it('refuses a window it cannot take with a 422, and another account gets 404', async () => {
