@@ -1,7 +1,6 @@
 // Bulk recovery: resend every delivery of a subscription that failed in a window, and read how far
 // it has got. The request is recorded at once (domain/recoveries.ts); the projector's follower
 // selects and queues the deliveries (processors/delivery/recovery.ts).
-import type { Context } from 'koa';
 import {
   decideRequest,
   type Recovery,
@@ -102,7 +101,7 @@ export function recoveryRoutes({ hub, owned }: WebhookRoutes) {
       security: 'bearer',
       scopes: requireScope('webhooks', 'read'),
       responses: { 200: { description: 'The recovery.', schema: RECOVERY } },
-      handler: async (ctx: Context) => {
+      handler: async (ctx) => {
         const sub = await owned(ctx);
         const rid = ctx.params.rid!;
         if (!/^rcv_[a-f0-9]{24}$/.test(rid)) throw notFound('No such recovery.');
