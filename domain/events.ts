@@ -293,6 +293,8 @@ export interface WebhookCreated {
   device_meta_keys: Array<string>;
   custom_headers: Record<string, string>;
   retry_policy: null | RetryPolicy;
+  /** Deliveries per second at most; null: unlimited (and in events written before v2). */
+  rate_limit: null | number;
   /** AES-256-GCM sealed signing secret. */
   secret_sealed: string;
 }
@@ -301,6 +303,26 @@ export interface WebhookCreated {
 export interface WebhookDeleted {
   webhook_id: string;
   owner_prn: string;
+}
+
+/** A recovery's deliveries were selected and queued as delivery jobs of kind recover. */
+export interface WebhookRecoveryQueued {
+  recovery_id: string;
+  webhook_id: string;
+  owner_prn: string;
+  /** The deliveries queued: one per event of the window that failed and has not succeeded since. */
+  total: number;
+}
+
+/** A bulk recovery of a subscription's failed deliveries in a window was asked for (stream recovery-<id>). */
+export interface WebhookRecoveryRequested {
+  recovery_id: string;
+  webhook_id: string;
+  owner_prn: string;
+  /** The window's start, inclusive, ms since the epoch. */
+  since_ms: number;
+  /** The window's end, exclusive, ms since the epoch: the time of the request when none was sent. */
+  until_ms: number;
 }
 
 /** The signing secret was rotated: the new one signs first, the previous one still signs until the next rotation. */
@@ -325,6 +347,8 @@ export interface WebhookUpdated {
   device_meta_keys: Array<string>;
   custom_headers: Record<string, string>;
   retry_policy: null | RetryPolicy;
+  /** Deliveries per second at most; null: unlimited (and in events written before v2). */
+  rate_limit: null | number;
 }
 
 /** The data of every event of the store, by its type. */
@@ -360,6 +384,8 @@ export interface EventData {
   VerificationEmailRequested: VerificationEmailRequested;
   WebhookCreated: WebhookCreated;
   WebhookDeleted: WebhookDeleted;
+  WebhookRecoveryQueued: WebhookRecoveryQueued;
+  WebhookRecoveryRequested: WebhookRecoveryRequested;
   WebhookSecretRotated: WebhookSecretRotated;
   WebhookUpdated: WebhookUpdated;
 }

@@ -31,7 +31,7 @@ export interface Subscription extends SubscriptionFields {
 export const webhookStream = (id: string) => `webhook-${id}`;
 
 export const subscriptions = {
-  snapshot: { kind: 'webhook', shape: 1 },
+  snapshot: { kind: 'webhook', shape: 2 },
   initial: (): Subscription => ({
     id: '',
     ownerPrn: '',
@@ -78,7 +78,7 @@ export const subscriptions = {
 /**
  * The fields of a subscription: those `sent`, the others `base`'s (a PATCH merges into the
  * subscription), or without a base their defaults (a creation, a PUT: enabled, no filters, the
- * default retry policy). Picks the fields alone out of an event's data or a state.
+ * default retry policy, no rate limit). Picks the fields alone out of an event's data or a state.
  */
 export function subscriptionFields(
   sent: Partial<SubscriptionFields>,
@@ -95,8 +95,12 @@ export function subscriptionFields(
     device_meta_keys: sent.device_meta_keys ?? base?.device_meta_keys ?? [],
     custom_headers: sent.custom_headers ?? base?.custom_headers ?? {},
     retry_policy: sent.retry_policy === undefined ? (base?.retry_policy ?? null) : sent.retry_policy,
+    rate_limit: sent.rate_limit === undefined ? (base?.rate_limit ?? null) : sent.rate_limit,
   };
 }
+
+/** The bounds of `rate_limit`, deliveries per second (null: unlimited). */
+export const RATE_LIMIT_BOUNDS = [1, 10_000] as const;
 
 /** When attempt `n` (1-based) has failed: the delay before the next one, or null when spent. */
 export function nextDelayS(policy: RetryPolicy | null, attempt: number): number | null {

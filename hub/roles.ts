@@ -24,10 +24,12 @@ import { type Bus, TOPICS } from '../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../infra/checkpoints.ts';
 import type { Config } from '../infra/config.ts';
 import { createMailer } from '../infra/mail.ts';
+import { MemoryRateSlots, RedisRateSlots } from '../infra/rate-limits.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { encodeJob } from '../processors/delivery/codec.ts';
 import { Dispatcher } from '../processors/delivery/dispatcher.ts';
 import { Egress } from '../processors/delivery/egress.ts';
+import { recoveryProcessor } from '../processors/delivery/recovery.ts';
 import { mailProcessor } from '../processors/followers/mailer.ts';
 import { publicityProcessor } from '../processors/followers/publicity.ts';
 import { relay } from '../processors/followers/relay.ts';
@@ -103,10 +105,21 @@ export function startProjector(hub: Assembly, keys: Keys): ProjectionRunner[] {
   });
   // Carries devices' public and garbage flags to their steps (the pipeline half of the callback).
   const publicity = publicityProcessor({ store, checkpoints: stores.checkpoints, logger, follow });
+  // Queues the deliveries of each bulk recovery asked for (POST /webhooks/{id}/recover).
+  const recovery = recoveryProcessor({
+    store,
+    checkpoints: stores.checkpoints,
+    deliveries: stores.deliveries,
+    eventLog: stores.eventLog,
+    logger,
+    metrics: metrics.registry,
+    follow,
+  });
   mailer.start();
   publicity.start();
+  recovery.start();
   hub.onStop(async () => {
-    await Promise.all([mailer.stop(), publicity.stop()]);
+    await Promise.all([mailer.stop(), publicity.stop(), recovery.stop()]);
     mail.close();
   });
   return runners;
@@ -204,6 +217,8 @@ export async function startDispatcher(hub: Assembly, bus: Bus, keys: Keys): Prom
     cacheEntries: config.stateCacheEntries,
     rotationWindowMs: config.webhookRotationWindowS * 1000,
     httpThreads: config.dispatcherHttpThreads,
+    // Distributed: one budget per subscription, shared by every dispatcher.
+    rateSlots: stores.redis ? new RedisRateSlots(stores.redis) : new MemoryRateSlots(),
   });
   await running.start();
   // The schedule answers a read: a file that cannot be read (corrupt, gone) left deliveries

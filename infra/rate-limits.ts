@@ -1,8 +1,10 @@
-// The two rate-limit algorithms, named by what they are. Token buckets: every request's budget per
+// The rate-limit algorithms, named by what they are. Token buckets: every request's budget per
 // caller (a steady rate with bursts), in process. Fixed windows: counters that must hold across
 // requests and processes (login attempts per account and per address, registrations per address),
 // with marks that last a while (the addresses an account logged in from), in memory (embedded) or
-// in Redis, shared by every API process (distributed). The Koa side is in api/http.ts.
+// in Redis, shared by every API process (distributed). The Koa side is in api/http.ts. Rate slots:
+// a webhook subscription's deliveries spaced at its rate, shared by every dispatcher the same way
+// (processors/delivery/throttle.ts).
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 
@@ -115,5 +117,60 @@ export class RedisFixedWindows implements FixedWindows {
   }
   async marked(key: string): Promise<boolean> {
     return (await this.redis.exists(`hub:mark:${key}`)) === 1;
+  }
+}
+
+/**
+ * Slots spaced at a key's rate (GCRA's virtual scheduling, without a burst): each reservation takes
+ * the key's next free slot, at once if it is free by now, and frees the next one 1/rate later.
+ * Unlike a token bucket refused, a caller over the rate is told when its own slot comes, so that
+ * callers waiting for a key are spread one slot apart instead of all trying again at once.
+ */
+export interface RateSlots {
+  /** Reserves the next slot of `key` at `perSecond`: ms from now until it (0: at once). */
+  reserve(key: string, perSecond: number): Promise<number>;
+}
+
+/** One reservation: the slot reserved, given when the key's next slot is free (undefined: never
+ * reserved, or long ago), and that next free time. ms. */
+export function nextSlot(free: number | undefined, now: number, perSecond: number) {
+  const slot = Math.max(free ?? now, now);
+  return { slot, free: slot + 1000 / perSecond };
+}
+
+/** In this process (the embedded profile's one dispatcher). */
+export class MemoryRateSlots implements RateSlots {
+  private readonly free: LRUCache<string, number>;
+  constructor(maxKeys = 100_000) {
+    this.free = new LRUCache({ max: maxKeys });
+  }
+  async reserve(key: string, perSecond: number): Promise<number> {
+    const now = Date.now();
+    const { slot, free } = nextSlot(this.free.get(key), now, perSecond);
+    this.free.set(key, free);
+    return Math.ceil(slot - now);
+  }
+}
+
+// nextSlot on Redis's clock, in one step: KEYS[1] the key's next free time; ARGV[1] the interval,
+// ms. The key expires a second after its last slot has passed.
+const RESERVE_SLOT = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+local slot = math.max(tonumber(redis.call('GET', KEYS[1]) or now), now)
+local free = slot + tonumber(ARGV[1])
+redis.call('SET', KEYS[1], tostring(free), 'PX', math.ceil(free - now) + 1000)
+return math.ceil(slot - now)
+`;
+
+/** In Redis, shared by every dispatcher (the distributed profile): the delay is read on Redis's
+ * clock and answered relative, so that hosts whose clocks differ agree on the spacing. */
+export class RedisRateSlots implements RateSlots {
+  private readonly redis: Redis;
+  constructor(redis: Redis) {
+    this.redis = redis;
+  }
+  async reserve(key: string, perSecond: number): Promise<number> {
+    return Number(await this.redis.eval(RESERVE_SLOT, 1, `hub:slots:${key}`, 1000 / perSecond));
   }
 }

@@ -7,6 +7,7 @@ import type { Context } from 'koa';
 import type { Subscription } from '../../domain/subscriptions.ts';
 import { RESPONSE_BODY_LIMIT } from '../../processors/delivery/dispatcher.ts';
 import type { AttemptRecord, Job } from '../../processors/delivery/port.ts';
+import { eventOfAttempt } from '../../processors/delivery/recovery.ts';
 import {
   API_VERSION,
   EVENT_TYPES,
@@ -36,7 +37,7 @@ const ATTEMPT = {
     owner: { type: 'string', description: 'The PRN of the account the subscription belongs to.' },
     event_id: { type: 'string' },
     event_type: { type: 'string' },
-    kind: { enum: ['event', 'test', 'replay', 'redeliver'] },
+    kind: { enum: ['event', 'test', 'replay', 'redeliver', 'recover'] },
     attempt: { type: 'integer' },
     status: { enum: ['succeeded', 'failed', 'dead_lettered'] },
     outcome: { enum: ['2xx', '3xx', '4xx', '5xx', 'timeout', 'network', 'refused_address'] },
@@ -490,19 +491,9 @@ export function deliveryRoutes({ hub, owned }: WebhookRoutes) {
       responses: { 202: { description: 'The job queued.', schema: QUEUED } },
       handler: async (ctx) => {
         const { sub, attempt: a } = await ownedAttempt(ctx);
-        const event = JSON.parse(a.request.body) as WebhookEvent & { request_id?: string };
-        delete event.request_id;
-        const logged = await hub.eventLog.get(sub.ownerPrn, event.id);
+        const event = await eventOfAttempt(hub.eventLog, sub.ownerPrn, a);
         ctx.status = 202;
-        ctx.body = {
-          jobs: await enqueue([
-            job(
-              sub,
-              'replay',
-              logged ?? { ...event, resource_prn: '', source_position: 0, sequence: 0, created_ms: 0 },
-            ),
-          ]),
-        };
+        ctx.body = { jobs: await enqueue([job(sub, 'replay', event)]) };
       },
     });
   };

@@ -10,6 +10,7 @@ import {
   decidePatch,
   decideReplace,
   decideRotateSecret,
+  RATE_LIMIT_BOUNDS,
   type Subscription,
   subscriptions,
   webhookStream,
@@ -80,6 +81,14 @@ const FIELDS = {
       description: 'null: the default, 8 attempts with retries after 60, 120, 240, 480, 960, 1920, 3840 s.',
     }),
   ),
+  rate_limit: s.nullable(
+    s.integer({
+      minimum: RATE_LIMIT_BOUNDS[0],
+      maximum: RATE_LIMIT_BOUNDS[1],
+      description:
+        'Deliveries per second at most, across every dispatcher; jobs beyond it wait in the schedule. null (the default): unlimited.',
+    }),
+  ),
 };
 const SUBSCRIPTION_BODY = s.object({
   additionalProperties: false,
@@ -116,6 +125,7 @@ export function subscriptionRecord(s: Subscription, secret?: string) {
     device_meta_keys: s.device_meta_keys,
     custom_headers: s.custom_headers,
     retry_policy: s.retry_policy,
+    rate_limit: s.rate_limit,
     'time-created': new Date(s.created).toISOString(),
     'time-modified': new Date(s.modified).toISOString(),
     ...(secret ? { secret } : {}),

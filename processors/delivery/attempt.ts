@@ -99,6 +99,7 @@ export class Attempts {
 
   /** One attempt of `job`, due at `due`: its record, with the next attempt's time if one follows. */
   async make(job: Job, due: number, endpoint: Endpoint): Promise<Attempt> {
+    if (job.kind === 'recover' && job.attempt === 0) this.metrics.recoverySent.inc();
     const request = this.prepare(job, endpoint);
     const called = await this.call(endpoint.target, request);
     const attempt = attemptRecord(job, due, endpoint, request, called);

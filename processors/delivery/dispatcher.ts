@@ -8,6 +8,7 @@
 import type { Registry } from 'prom-client';
 import type { Bus, Consumer } from '../../infra/bus/port.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
+import type { RateSlots } from '../../infra/rate-limits.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
 import { Attempts } from './attempt.ts';
@@ -16,6 +17,7 @@ import { Endpoints, type EndpointsOptions } from './endpoints.ts';
 import { Durability, type Held } from './held.ts';
 import { dispatcherMetrics } from './metrics.ts';
 import type { Attempt, DeliveryStore, Job, Rooms } from './port.ts';
+import { Throttle } from './throttle.ts';
 import { PooledHttp, ThreadedHttp } from './webhook-http.ts';
 
 export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
@@ -52,6 +54,8 @@ export interface DispatcherOptions extends EndpointsOptions {
   maxInFlightPerSubscription: number;
   /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1. */
   httpThreads: number;
+  /** The subscriptions' rate limits (throttle.ts); default: in this process. */
+  rateSlots?: RateSlots;
 }
 
 export class Dispatcher {
@@ -59,6 +63,7 @@ export class Dispatcher {
   /** The subscriptions the jobs go to. */
   private readonly endpoints: Endpoints;
   private readonly attempts: Attempts;
+  private readonly throttle: Throttle;
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
@@ -100,6 +105,7 @@ export class Dispatcher {
       metrics,
       version: options.version,
     });
+    this.throttle = new Throttle(options.rateSlots, options.metrics);
   }
 
   async start(): Promise<void> {
@@ -540,6 +546,8 @@ export class Dispatcher {
       const found = looked instanceof Promise ? await looked : looked;
       if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
       if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
+      const wait = await this.throttle.wait(held, found.sub.rate_limit);
+      if (wait > 0) return await this.finish(held, null, Date.now() + wait); // over its rate: its slot
       const attempt = await this.attempts.make(job, held.due, found);
       release();
       job.attempt = attempt.attempt;

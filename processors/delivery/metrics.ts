@@ -83,6 +83,11 @@ export function dispatcherMetrics(
       help: 'Retries scheduled after a retryable failure.',
       registers: [registry],
     }),
+    recoverySent: new Counter({
+      name: 'hub_webhook_recovery_jobs_sent_total',
+      help: 'First attempts of the jobs bulk recoveries queued (hub_webhook_recovery_jobs_queued_total).',
+      registers: [registry],
+    }),
     deadLettered: new Counter({
       name: 'hub_webhook_dead_lettered_total',
       help: 'Deliveries dead-lettered: a non-retryable answer, or attempts spent.',

@@ -7,7 +7,8 @@
 // mid-attempt leaves the job to be claimed again when the lease ends.
 import type { WebhookEvent } from '../stream/derive.ts';
 
-export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver';
+/** `recover`: sent again by a bulk recovery (recovery.ts). */
+export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver' | 'recover';
 
 export interface Job {
   job_id: string;
@@ -19,6 +20,8 @@ export interface Job {
   attempt: number;
   /** When the job was first handed to the dispatcher, ms. */
   enqueued: number;
+  /** Its due time is a slot of its subscription's rate limit, reserved for it (throttle.ts). */
+  slotted?: boolean;
 }
 
 export type AttemptStatus = 'succeeded' | 'failed' | 'dead_lettered';

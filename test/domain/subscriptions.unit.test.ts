@@ -14,6 +14,7 @@ import {
   type SubscriptionFields,
   subscriptions,
 } from '../../domain/subscriptions.ts';
+import { SchemaRegistry } from '../../schemas/registry.ts';
 import { given } from './decider.ts';
 
 const ID = '0123456789abcdef01234567';
@@ -30,6 +31,7 @@ const FIELDS: SubscriptionFields = {
   device_meta_keys: [],
   custom_headers: {},
   retry_policy: null,
+  rate_limit: null,
 };
 const created = (data: Partial<EventData['WebhookCreated']> = {}): DomainEvent<'WebhookCreated'> => ({
   type: 'WebhookCreated',
@@ -89,6 +91,24 @@ describe('subscriptions: decisions (unit)', () => {
         .thenRefuses('invalid', /^custom_headers\.content-length is a reserved header name\.$/);
     });
 
+    it('a rate limit sent is recorded', () => {
+      given(subscriptions)()
+        .when((s) => decideCreate(command({ fields: { ...command().fields, rate_limit: 20 } }), s))
+        .thenEmits(created({ rate_limit: 20 }));
+    });
+
+    it('an event written before rate limits (v1) reads as unlimited', () => {
+      const { rate_limit: _, ...v1 } = created().data;
+      const read = SchemaRegistry.load().upcast('WebhookCreated', 1, v1) as EventData['WebhookCreated'];
+      assert.equal(read.rate_limit, null);
+      const state = subscriptions.evolve(subscriptions.initial(), {
+        type: 'WebhookCreated',
+        data: read,
+        created: 1,
+      });
+      assert.equal(state.rate_limit, null);
+    });
+
     it('refuses a stream that exists already', () => {
       given(subscriptions)(created())
         .when((s) => decideCreate(command(), s))
@@ -98,7 +118,7 @@ describe('subscriptions: decisions (unit)', () => {
 
   describe('replace', () => {
     it('every field as sent, the others at their defaults (not as they were)', () => {
-      given(subscriptions)(created({ description: 'old', devices: [`prn:::devices:/${ID}`] }))
+      given(subscriptions)(created({ description: 'old', devices: [`prn:::devices:/${ID}`], rate_limit: 3 }))
         .when((s) =>
           decideReplace(
             { fields: { nick: 'new', url: FIELDS.url, event_types: ['device.created'], enabled: false } },
@@ -139,6 +159,18 @@ describe('subscriptions: decisions (unit)', () => {
       given(subscriptions)(created({ retry_policy: policy }))
         .when((s) => decidePatch({ fields: { nick: 'n' } }, s))
         .thenEmits(updated({ nick: 'n', retry_policy: policy }));
+    });
+
+    it('a rate limit is kept by a patch that does not send it, and set to null is lifted', () => {
+      given(subscriptions)(created())
+        .when((s) => decidePatch({ fields: { rate_limit: 5 } }, s))
+        .thenEmits(updated({ rate_limit: 5 }));
+      given(subscriptions)(created({ rate_limit: 5 }))
+        .when((s) => decidePatch({ fields: { nick: 'n' } }, s))
+        .thenEmits(updated({ nick: 'n', rate_limit: 5 }));
+      given(subscriptions)(created({ rate_limit: 5 }))
+        .when((s) => decidePatch({ fields: { rate_limit: null } }, s))
+        .thenEmits(updated({ rate_limit: null }));
     });
 
     it('refuses a reserved header, whether sent now or kept', () => {

@@ -257,6 +257,8 @@ describe('fuzzing every endpoint from /openapi.json (e2e)', function () {
             return w.ids.event;
           case 'did':
             return w.ids.delivery;
+          case 'rid':
+            return w.ids.recovery;
           case 'challenge':
             return 'nochallenge';
           default:

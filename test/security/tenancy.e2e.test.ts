@@ -24,6 +24,7 @@ describe('tenancy (e2e)', function () {
       .replace('{rev}', w.ids.rev)
       .replace('{eid}', w.ids.event)
       .replace('{did}', w.ids.delivery)
+      .replace('{rid}', w.ids.recovery)
       .replace(
         '{id}',
         o.path.startsWith('/apps') ? w.ids.app : o.path.startsWith('/webhooks') ? webhook : w.d2.id,
@@ -47,6 +48,7 @@ describe('tenancy (e2e)', function () {
           enabled: true,
         },
         'PATCH /webhooks/{id}': { enabled: false },
+        'POST /webhooks/{id}/recover': { since: '2026-01-01T00:00:00Z' },
       }) as Record<string, unknown>
     )[`${o.method} ${o.path}`];
 

@@ -24,7 +24,15 @@ export interface World {
   d2: Device;
   /** Alice's token delegated to the service with read-only scopes: too few for any write. */
   readOnly: string;
-  ids: { app: string; webhook: string; event: string; delivery: string; rev: string; bobWebhook: string };
+  ids: {
+    app: string;
+    webhook: string;
+    event: string;
+    delivery: string;
+    recovery: string;
+    rev: string;
+    bobWebhook: string;
+  };
   /** Passwords, device secrets, webhook signing secrets, refresh tokens: never in a log line. */
   secrets: string[];
   stop(): Promise<void>;
@@ -150,6 +158,11 @@ export async function buildWorld(env: Record<string, string> = {}): Promise<Worl
     const r = await hub.call('GET', `/webhooks/${aliceHook.id}/deliveries`, { token: alice.token });
     return r.body.items?.[0]?.id as string | undefined;
   });
+  const recovery = await hub.call('POST', `/webhooks/${aliceHook.id}/recover`, {
+    token: alice.token,
+    body: { since: new Date(Date.now() - 3_600_000).toISOString() },
+  });
+  assert.equal(recovery.status, 202, JSON.stringify(recovery.body));
 
   return {
     hub,
@@ -166,6 +179,7 @@ export async function buildWorld(env: Record<string, string> = {}): Promise<Worl
       webhook: aliceHook.id,
       event,
       delivery,
+      recovery: recovery.body.id,
       rev: '0',
       bobWebhook: bobHook.id,
     },

@@ -1,5 +1,6 @@
 // A real HTTP receiver for webhook tests: records every request (raw body, headers, when) per
 // path, and answers as the path says: /ok, /status/<code>[?retry-after=<s>], /hang, /redirect.
+import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -87,4 +88,22 @@ export class Receiver {
     this.server.closeAllConnections();
     await new Promise((r) => this.server.close(r));
   }
+}
+
+/**
+ * The arrivals `at` (ms) keep to `perSecond`: any two deliveries k apart are k intervals apart, but
+ * for the half interval a job may start after its slot (processors/delivery/throttle.ts) and
+ * `jitterMs` for the network and the receiver's clock.
+ */
+export function assertKeepsRate(at: number[], perSecond: number, jitterMs = 30): void {
+  const t = [...at].sort((a, b) => a - b);
+  const interval = 1000 / perSecond;
+  for (let i = 0; i < t.length; i++)
+    for (let j = i + 1; j < t.length; j++) {
+      const least = (j - i) * interval - interval / 2 - jitterMs;
+      assert.ok(
+        t[j]! - t[i]! >= least,
+        `deliveries ${i} and ${j} arrived ${t[j]! - t[i]!} ms apart, less than ${least} at ${perSecond}/s: ${t.map((x) => x - t[0]!).join(', ')}`,
+      );
+    }
 }
