@@ -85,7 +85,7 @@ const SERVED = {
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
-  eventLog: ['list', 'get'],
+  eventLog: ['list', 'get', 'head', 'tail'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
 } as const;
 

@@ -1,6 +1,6 @@
-// /webhooks: the catalog of event types and the account-wide event log, the subscriptions
-// (subscriptions.ts), and the delivery log with its operations (deliveries.ts: test, replay,
-// redeliver). This file gives them what they share: the caller's subscription.
+// /webhooks: the catalog of event types and the account-wide event log, its live stream
+// (stream.ts), the subscriptions (subscriptions.ts), and the delivery log with its operations
+// (deliveries.ts: test, replay, redeliver). This file gives them what they share: the caller's subscription.
 import type { Context } from 'koa';
 import { type Subscription, subscriptions, webhookStream } from '../../domain/subscriptions.ts';
 import { load } from '../../infra/eventstore/aggregate.ts';
@@ -8,6 +8,7 @@ import type { HubContext } from '../context.ts';
 import { notFound } from '../errors.ts';
 import type { Routes } from '../routes.ts';
 import { deliveryRoutes, eventLogRoutes } from './deliveries.ts';
+import { eventStreamRoutes } from './stream.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
 
 const WEBHOOK_ID = /^[a-f0-9]{24}$/;
@@ -32,11 +33,13 @@ export function webhookRoutes(hub: HubContext) {
     },
   };
   const events = eventLogRoutes(shared);
+  const stream = eventStreamRoutes(shared);
   const subs = subscriptionRoutes(shared);
   const deliveries = deliveryRoutes(shared);
   // In this order: /webhooks/events and /webhooks/event-types before /webhooks/{id} takes them.
   return (routes: Routes) => {
     events(routes);
+    stream(routes);
     subs(routes);
     deliveries(routes);
   };
