@@ -326,7 +326,7 @@ export const knobs = {
   eventStreamsPerAccount: knob(
     'HUB_EVENT_STREAMS_PER_ACCOUNT',
     '5',
-    "Live streams of an account's event log (GET /webhooks/events/stream, `hub webhooks listen`) open at once per API process; one more is refused with 429.",
+    "Live streams of an account's event log (GET /webhooks/events/stream, `hub webhooks listen`) open at once per API process (an embedded hub's API threads share one count); one more is refused with 429.",
     int(1, 1000),
   ),
   eventStreamHeartbeatMs: knob(

@@ -66,10 +66,29 @@ function filterOf(owner: string, query: Record<string, string | undefined>): Sub
   };
 }
 
+/** The streams open per account in a process: one taken before a stream opens, given back when it
+ * ends. An embedded hub's API threads share the main thread's (api/threads.ts). */
+export class StreamSlots {
+  private readonly open = new Map<string, number>();
+
+  /** 0 when taken, else how many `owner` has open (`max` or more). */
+  async take(owner: string, max: number): Promise<number> {
+    const n = this.open.get(owner) ?? 0;
+    if (n >= max) return n;
+    this.open.set(owner, n + 1);
+    return 0;
+  }
+
+  async give(owner: string): Promise<void> {
+    const left = (this.open.get(owner) ?? 1) - 1;
+    if (left > 0) this.open.set(owner, left);
+    else this.open.delete(owner);
+  }
+}
+
 export function eventStreamRoutes({ hub }: WebhookRoutes) {
   const { config, logger, eventLog } = hub;
-  /** Streams open in this process, by account. */
-  const openOf = new Map<string, number>();
+  const slots = hub.streamSlots ?? new StreamSlots();
   /** How to end each open stream: the server is closing (api/http.ts emits `closing` on the app). */
   const enders = new Set<() => void>();
   const hooked = new WeakSet<object>();
@@ -108,16 +127,15 @@ export function eventStreamRoutes({ hub }: WebhookRoutes) {
           throw badRequest('Last-Event-ID is not an id this stream sent.', [
             { field: 'Last-Event-ID', problem: 'not an id of this stream' },
           ]);
-        const open = openOf.get(owner) ?? 0;
-        if (open >= config.eventStreamsPerAccount)
+        const from = resume || (await eventLog.head());
+        const open = await slots.take(owner, config.eventStreamsPerAccount);
+        if (open > 0)
           throw new HttpError(
             429,
             'too_many_streams',
             `Your account has ${open} event streams open (HUB_EVENT_STREAMS_PER_ACCOUNT); close one first.`,
             { headers: { 'Retry-After': '5' } },
           );
-        const from = resume || (await eventLog.head());
-        openOf.set(owner, open + 1);
         if (!hooked.has(ctx.app)) {
           hooked.add(ctx.app);
           ctx.app.on('closing', () => {
@@ -131,11 +149,9 @@ export function eventStreamRoutes({ hub }: WebhookRoutes) {
         ctx.body = body;
         // The headers go out at once, with a comment: a client knows the stream is open.
         body.write(': open\n\n');
-        void pump(ctx, body, owner, filter, from).finally(() => {
-          const left = (openOf.get(owner) ?? 1) - 1;
-          if (left > 0) openOf.set(owner, left);
-          else openOf.delete(owner);
-        });
+        void pump(ctx, body, owner, filter, from).finally(
+          () => slots.give(owner).catch(() => {}), // the main thread gone: the process is stopping
+        );
       },
     });
   };
