@@ -132,8 +132,11 @@ export function createApp(deps: AppDeps): { app: Koa; routes: Routes } {
   return { app, routes };
 }
 
-/** Stops accepting, lets in-flight requests finish within the bound, then cuts what is left. */
+/** Stops accepting, lets in-flight requests finish within the bound, then cuts what is left.
+ * Responses that would never finish (event streams) end at `closing` (apiServer passes it on to
+ * the app). */
 export async function closeServer(server: Server, timeoutMs: number): Promise<void> {
+  server.emit('closing');
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   // Keep-alive connections busy now become idle when their request ends: close them as they do.
   const idle = setInterval(() => server.closeIdleConnections(), 50);

@@ -15,6 +15,7 @@ import type { Consistency } from './consistency.ts';
 import type { DeviceCa } from './devices/ca.ts';
 import { unprocessable } from './errors.ts';
 import { s } from './schema.ts';
+import type { StreamSlots } from './webhooks/stream.ts';
 
 export interface HubContext {
   config: Config;
@@ -26,6 +27,9 @@ export interface HubContext {
   fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
+  /** The process's count of open event streams (API threads: the main thread's); absent, the
+   * routes keep one of their own. */
+  streamSlots?: Pick<StreamSlots, 'take' | 'give'>;
   captcha: CaptchaCheck;
   deviceCa: DeviceCa;
   /** Where users reach the API (links in emails, redirect-uri). */

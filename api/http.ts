@@ -35,6 +35,8 @@ const newRequestId = () => `${ID_PREFIX}${(++requestCount).toString(36)}`;
 export function apiServer(app: Koa): Server {
   const server = createServer(app.callback());
   server.keepAliveTimeout = 65_000;
+  // closeServer's signal to the routes whose responses last (api/webhooks/stream.ts).
+  server.once('closing', () => app.emit('closing'));
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     // A response already under way on this connection (keep-alive) must not get our bytes in it.
     const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage;

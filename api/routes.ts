@@ -54,7 +54,8 @@ export interface RouteSpec<B = undefined, Q = Record<string, string>, R = undefi
   /** Built with `s` (./schema.ts): the handler's `body` and `query` are of the types they carry. */
   body?: Schema<B>;
   query?: ObjectSchema<unknown, Q>;
-  responses: Record<number, { description: string; schema?: Record<string, unknown> }>;
+  /** `mediaType`: what a success is sent as, when not JSON (an event stream: text/event-stream). */
+  responses: Record<number, { description: string; schema?: Record<string, unknown>; mediaType?: string }>;
   /** Checks of the route's own, run after the registry's authentication and scope check (a kind of
    * token: `requireFirstParty`, `requireAccountType`). */
   middleware?: RouterMiddleware[];
@@ -327,7 +328,7 @@ export class Routes {
         ? {
             description: r.description,
             headers: mutation ? WRITE_HEADERS : READ_HEADERS,
-            ...(r.schema ? { content: { 'application/json': { schema: r.schema } } } : {}),
+            ...(r.schema ? { content: { [r.mediaType ?? 'application/json']: { schema: r.schema } } } : {}),
           }
         : errorResponse(r.description, status === '401' ? WWW_AUTHENTICATE : {});
     }

@@ -51,6 +51,7 @@ import { HttpError } from './errors.ts';
 import { apiServer } from './http.ts';
 import { profileRoutes } from './profiles/routes.ts';
 import { webhookRoutes } from './webhooks/routes.ts';
+import { StreamSlots } from './webhooks/stream.ts';
 
 /** Every service's routes, and the bearer token check the registry gives those that declare it:
  * the API role, on the main thread or on an API thread. */
@@ -85,7 +86,7 @@ const SERVED = {
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
-  eventLog: ['list', 'get'],
+  eventLog: ['list', 'get', 'head', 'tail'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
 } as const;
 
@@ -170,6 +171,8 @@ export async function startApiThreads(o: {
     config.rateLimitBurst,
     config.callerCacheEntries,
   );
+  // One count of open event streams per account for the process, too.
+  const streamSlots = new StreamSlots();
   let port = config.port;
   try {
     for (let i = 0; i < config.apiThreads; i++) {
@@ -201,6 +204,7 @@ export async function startApiThreads(o: {
         channel.serve(name, served[name as keyof typeof SERVED], methods);
       }
       channel.serve('tokenBuckets', tokenBuckets, ['take']);
+      channel.serve('streamSlots', streamSlots, ['take', 'give']);
       channel.serve(
         'node',
         {
@@ -358,6 +362,11 @@ async function runApiThread(data: ThreadData): Promise<void> {
     fixedWindows: remote<FixedWindows>('fixedWindows'),
     eventLog: remote<EventLog>('eventLog'),
     deliveries: remote<DeliveryStore>('deliveries'),
+    streamSlots: {
+      take: (owner: string, max: number) =>
+        channel.call('streamSlots', 'take', [owner, max]) as Promise<number>,
+      give: (owner: string) => channel.call('streamSlots', 'give', [owner]) as Promise<void>,
+    },
     captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
     deviceCa: await loadDeviceCa({
       certPem: config.deviceCaCert,

@@ -18,6 +18,7 @@ import {
   ReplayRunningError,
   replayProjection,
 } from '../projections/replay.ts';
+import { LISTEN_HELP, listenCommand } from './listen.ts';
 
 const HELP: Record<string, string> = {
   '': `Device Hub
@@ -30,6 +31,10 @@ Roles (each scales out by running more copies):
   projector                  The projection runners that keep read models current.
   processor                  The change relay and the stream processor that derives webhook events.
   dispatcher                 Signs and delivers webhooks, schedules retries, dead-letters.
+
+Developers:
+  webhooks listen            Forwards your account's events, live and signed, to a receiver on
+                             this machine (--forward-to http://localhost:3000/hooks).
 
 Operators:
   doctor                     Checks the configuration and every dependency; says what is wrong.
@@ -89,6 +94,8 @@ const fail = (line: string, code = 2) => {
 };
 
 async function main(argv: string[]): Promise<number> {
+  // A client of a hub, not a hub: its own options, and no HUB_* configuration to load.
+  if (argv[0] === 'webhooks') return webhooksCommand(argv.slice(1));
   let parsed: { positionals: string[]; values: { help?: boolean; version?: boolean } };
   try {
     // Strict: an option no command takes (`--port 9000`) is refused, not silently ignored.
@@ -160,6 +167,16 @@ async function runRoles(config: Config, roles: Role[]): Promise<number> {
   process.once('SIGTERM', () => void stop('SIGTERM'));
   process.once('SIGINT', () => void stop('SIGINT'));
   return -1; // keep running
+}
+
+async function webhooksCommand(args: string[]): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === 'listen') return listenCommand(rest);
+  if (sub === undefined || sub === '--help' || sub === '-h' || sub === 'help') {
+    say(LISTEN_HELP);
+    return sub === undefined ? 2 : 0;
+  }
+  return fail(`unknown command 'webhooks ${sub}' (see hub webhooks listen --help)`);
 }
 
 async function doctorCommand(args: string[]): Promise<number> {

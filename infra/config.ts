@@ -323,6 +323,18 @@ export const knobs = {
     'How long the account-wide event log (GET /webhooks/events) keeps an event, days.',
     int(1, 3650),
   ),
+  eventStreamsPerAccount: knob(
+    'HUB_EVENT_STREAMS_PER_ACCOUNT',
+    '5',
+    "Live streams of an account's event log (GET /webhooks/events/stream, `hub webhooks listen`) open at once per API process (an embedded hub's API threads share one count); one more is refused with 429.",
+    int(1, 1000),
+  ),
+  eventStreamHeartbeatMs: knob(
+    'HUB_EVENT_STREAM_HEARTBEAT_MS',
+    '15000',
+    'How long a live event stream may stay silent: past it, a comment line keeps proxies and load balancers from closing it as idle, ms.',
+    int(100, 300_000),
+  ),
   publicUrl: knob(
     'HUB_PUBLIC_URL',
     '',

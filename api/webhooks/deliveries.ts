@@ -88,7 +88,7 @@ const QUEUED = {
     },
   },
 };
-const EVENT = {
+export const EVENT = {
   type: 'object',
   required: ['id', 'type', 'api_version', 'created', 'owner', 'livemode', 'data', 'resource_prn'],
   properties: {
@@ -207,7 +207,8 @@ export function parseTime(name: string, raw: string | undefined): number | undef
   return Number(ns / 1_000_000n);
 }
 
-const publicEvent = ({ source_position: _p, sequence: _s, created_ms: _c, ...e }: WebhookEvent) => e;
+/** An event as the API shows it: without what only orders the log. */
+export const publicEvent = ({ source_position: _p, sequence: _s, created_ms: _c, ...e }: WebhookEvent) => e;
 
 /** The headers of a recorded request a read-only token sees (subscriptions.ts: REDACTED). */
 const PROTOCOL_HEADERS = new Set([

@@ -1,7 +1,7 @@
-// /webhooks: the catalog of event types and the account-wide event log, the subscriptions
-// (subscriptions.ts), the delivery log with its operations (deliveries.ts: test, replay,
-// redeliver) and bulk recovery (recoveries.ts). This file gives them what they share: the
-// caller's subscription.
+// /webhooks: the catalog of event types and the account-wide event log, its live stream
+// (stream.ts), the subscriptions (subscriptions.ts), the delivery log with its operations
+// (deliveries.ts: test, replay, redeliver) and bulk recovery (recoveries.ts). This file gives them
+// what they share: the caller's subscription.
 import type { Context } from 'koa';
 import { type Subscription, subscriptions, webhookStream } from '../../domain/subscriptions.ts';
 import { load } from '../../infra/eventstore/aggregate.ts';
@@ -10,6 +10,7 @@ import { notFound } from '../errors.ts';
 import type { Routes } from '../routes.ts';
 import { deliveryRoutes, eventLogRoutes } from './deliveries.ts';
 import { recoveryRoutes } from './recoveries.ts';
+import { eventStreamRoutes } from './stream.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
 
 const WEBHOOK_ID = /^[a-f0-9]{24}$/;
@@ -34,12 +35,14 @@ export function webhookRoutes(hub: HubContext) {
     },
   };
   const events = eventLogRoutes(shared);
+  const stream = eventStreamRoutes(shared);
   const subs = subscriptionRoutes(shared);
   const deliveries = deliveryRoutes(shared);
   const recovery = recoveryRoutes(shared);
   // In this order: /webhooks/events and /webhooks/event-types before /webhooks/{id} takes them.
   return (routes: Routes) => {
     events(routes);
+    stream(routes);
     subs(routes);
     deliveries(routes);
     recovery(routes);

@@ -10,13 +10,20 @@ import { EgressError } from './egress.ts';
 import type { Endpoint } from './endpoints.ts';
 import type { DispatcherMetrics } from './metrics.ts';
 import type { Attempt, Job, Outcome } from './port.ts';
+import type { WebhookSigner } from './signing.ts';
 import type { Answer, Target, WebhookHttp } from './webhook-http.ts';
 
 /** A Retry-After (429, 503) is honoured between these bounds, seconds. */
 export const RETRY_AFTER_BOUNDS = [1, 21_600] as const;
 
+/** What a delivery carries of its event. */
+type Delivered = Pick<
+  WebhookEvent,
+  'id' | 'type' | 'api_version' | 'created' | 'owner' | 'livemode' | 'data'
+>;
+
 /** The payload receivers get: the Event resource of the specification. */
-export function payloadOf(event: WebhookEvent, requestId: string) {
+export function payloadOf(event: Delivered, requestId: string) {
   return {
     id: event.id,
     type: event.type,
@@ -71,6 +78,29 @@ interface Prepared {
   headers: Record<string, string>;
 }
 
+/**
+ * A delivery's request, signed: the body and headers of every POST of a webhook, the dispatcher's
+ * and `hub webhooks listen`'s (bin/listen.ts) alike. `id` is the attempt's (Webhook-Id and the
+ * payload's `request_id`); `custom` the subscription's headers, ours over them.
+ */
+export function deliveryRequest(
+  event: Delivered,
+  id: string,
+  signer: WebhookSigner,
+  version: string,
+  custom: Record<string, string> = {},
+): { body: string; headers: Record<string, string> } {
+  const body = JSON.stringify(payloadOf(event, id));
+  const timestamp = Math.floor(Date.now() / 1000);
+  const headers: Record<string, string> = {
+    ...custom,
+    'content-type': 'application/json',
+    'user-agent': `Hub-Webhooks/${version}`,
+    ...signer.headers(id, timestamp, body),
+  };
+  return { body, headers };
+}
+
 /** What `call` came to: how it ended, the receiver's answer (or why there is none), and when. */
 interface Called {
   outcome: Outcome;
@@ -111,15 +141,7 @@ export class Attempts {
   /** The request: the payload, the subscription's headers and ours, signed with the secrets in force. */
   private prepare(job: Job, { sub, signer }: Endpoint): Prepared {
     const id = `del_${this.idPrefix}${(this.made++).toString(16).padStart(10, '0')}`;
-    const body = JSON.stringify(payloadOf(job.event, id));
-    const timestamp = Math.floor(Date.now() / 1000);
-    const headers: Record<string, string> = {
-      ...sub.custom_headers,
-      'content-type': 'application/json',
-      'user-agent': `Hub-Webhooks/${this.version}`,
-      ...signer.headers(id, timestamp, body),
-    };
-    return { id, body, headers };
+    return { id, ...deliveryRequest(job.event, id, signer, this.version, sub.custom_headers) };
   }
 
   /** The POST and its answer, timed; never rejects (a failure is an outcome). A URL the egress rules

@@ -1,7 +1,13 @@
 // The account event log on PostgreSQL (what the distributed profile runs), in the tables of
 // postgres-logs.ts.
+//
+// Its tail reads in the order of the appending transactions (`logged`, then the event id within
+// one), and only rows of transactions older than any still running (the snapshot's xmin): those
+// are all committed or gone, and every later append has a larger transaction number. So a tail
+// neither skips an append that commits late nor reads one twice, whichever process appended it.
+// A transaction left open anywhere on the server holds the tail back until it ends.
 import type { WebhookEvent } from './derive.ts';
-import type { EventLog, EventQuery } from './eventlog.ts';
+import type { EventLog, EventQuery, LogPosition, Tail } from './eventlog.ts';
 import { columns, countAdded, END_OF_TIME, GroupedInserts, type PostgresLogs } from './postgres-logs.ts';
 
 /** The log's time of an event: its `created`, in ms (whole seconds). */
@@ -94,5 +100,33 @@ export class PostgresEventLog implements EventLog {
       [id, Date.now() - this.logs.retentionMs, owner],
     );
     return row ? (JSON.parse(row.body) as WebhookEvent) : undefined;
+  }
+
+  /** `<xmin>.`: before every row of the running transactions and those to come. */
+  async head(): Promise<LogPosition> {
+    const [row] = await this.logs.read<{ xmin: string }>(
+      'hub-evlog-head',
+      'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
+      [],
+    );
+    return `${row!.xmin}.`;
+  }
+
+  async tail(owner: string, after: LogPosition, limit: number): Promise<Tail> {
+    const [xid, id = ''] = after.split('.');
+    const rows = await this.logs.read<{ logged: string; id: string; body: string }>(
+      'hub-evlog-tail',
+      `SELECT logged::text AS logged, id, body FROM hub_event_log
+       WHERE owner = $1 AND (logged, id) > ($2::xid8, $3) AND logged < pg_snapshot_xmin(pg_current_snapshot())
+         AND at >= $4
+       ORDER BY logged, id LIMIT $5`,
+      [owner, xid, id, Date.now() - this.logs.retentionMs, limit + 1],
+    );
+    const more = rows.length > limit;
+    const items = rows
+      .slice(0, limit)
+      .map((r) => ({ event: JSON.parse(r.body) as WebhookEvent, position: `${r.logged}.${r.id}` }));
+    // Nothing new: on from where the last item was (an empty read says nothing of the xmin's rows).
+    return { items, position: items.at(-1)?.position ?? after, more };
   }
 }

@@ -1,11 +1,13 @@
 // The embedded profile's event log on disk, in the derived-state file (infra/sqlite.ts): a row per
 // event with its body, and an index per documented query (all of an owner's events, by type, by
 // device), each in the log's order. Past the retention, rows go from the oldest inserted on, a
-// chunk at a time once a minute; reads never show an expired event meanwhile.
+// chunk at a time once a minute; reads never show an expired event meanwhile. The log's position
+// (a tail's) is the rowid: this process is the file's one writer, so rows take rowids in the order
+// they are appended, and an append is read by the tail only once it is done.
 import type { StatementSync } from 'node:sqlite';
 import type { DerivedDatabase } from '../../infra/sqlite.ts';
 import type { WebhookEvent } from './derive.ts';
-import type { EventLog, EventQuery } from './eventlog.ts';
+import type { EventLog, EventQuery, LogPosition, Tail } from './eventlog.ts';
 
 const MIGRATIONS = [
   `CREATE TABLE event_log (
@@ -28,6 +30,9 @@ const MIGRATIONS = [
 const ORDER = 'ORDER BY score DESC, source_position DESC, sequence DESC';
 const TRIM_EVERY_MS = 60_000;
 const TRIM_CHUNK = 5000;
+/** Rows a tail reads at most, of every account: no index by account and rowid to keep up at every
+ * append, so a tail reads the rows appended since its last read and keeps those of its account. */
+const TAIL_SCAN = 2000;
 
 export class SqliteEventLog implements EventLog {
   private readonly d: DerivedDatabase;
@@ -48,6 +53,10 @@ export class SqliteEventLog implements EventLog {
          VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
       ),
       get: db.prepare('SELECT body, owner, score FROM event_log WHERE id = ?'),
+      head: db.prepare('SELECT coalesce(max(rowid), 0) AS n FROM event_log'),
+      tail: db.prepare(
+        'SELECT rowid AS n, owner, score, body FROM event_log WHERE rowid > ? ORDER BY rowid LIMIT ?',
+      ),
       trim: db.prepare(
         'DELETE FROM event_log WHERE rowid IN (SELECT rowid FROM event_log ORDER BY rowid LIMIT ?) AND score < ?',
       ),
@@ -121,5 +130,31 @@ export class SqliteEventLog implements EventLog {
     const row = this.sql.get!.get(id) as { body: string; owner: string; score: number } | undefined;
     if (!row || row.owner !== owner || row.score < Date.now() - this.retentionMs) return undefined;
     return JSON.parse(row.body) as WebhookEvent;
+  }
+
+  async head(): Promise<LogPosition> {
+    return String((this.sql.head!.get() as { n: number | bigint }).n);
+  }
+
+  async tail(owner: string, after: LogPosition, limit: number): Promise<Tail> {
+    // The rowid of the position (a PostgreSQL position's transaction number means nothing here).
+    const from = BigInt(after.split('.')[0]!);
+    const rows = this.sql.tail!.all(from, TAIL_SCAN) as {
+      n: number;
+      owner: string;
+      score: number;
+      body: string;
+    }[];
+    const horizon = Date.now() - this.retentionMs;
+    const items: Tail['items'] = [];
+    let last = from;
+    for (const row of rows) {
+      if (row.owner === owner && row.score >= horizon) {
+        if (items.length === limit) return { items, position: String(last), more: true };
+        items.push({ event: JSON.parse(row.body) as WebhookEvent, position: String(row.n) });
+      }
+      last = BigInt(row.n);
+    }
+    return { items, position: String(last), more: rows.length === TAIL_SCAN };
   }
 }

@@ -1,6 +1,8 @@
 // The account-wide event log: every derived event, whether or not a subscription matched it,
-// kept for the retention period. Adapters: memory (embedded) and Redis (distributed). Writes are
-// idempotent by event id, so a change processed twice is logged once.
+// kept for the retention period. Adapters: memory and SQLite (embedded), PostgreSQL (distributed;
+// eventlog-postgres.ts), and Redis (what the distributed profile kept before, read now only to
+// move it: postgres-logs-move.ts). Writes are idempotent by event id, so a change processed twice
+// is logged once.
 import type { Redis } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { EventType, WebhookEvent } from './derive.ts';
@@ -16,12 +18,36 @@ export interface EventQuery {
   skip: number;
 }
 
+/**
+ * A place in the log's own order: the order its appends became readable in, not the events' time
+ * (a processor may log an older change after a newer one). Written `<n>` or `<n>.<id>` (PostgreSQL:
+ * the appending transaction and the event id), opaque to readers: GET /webhooks/events/stream
+ * sends it as each event's SSE id and reads on after the one a client sends back.
+ */
+export type LogPosition = string;
+export const LOG_POSITION = /^\d{1,20}(\.(evt_[0-9a-f]{1,64})?)?$/;
+
+export interface Tail {
+  /** The owner's events appended after the position asked, in the log's order, each with its own. */
+  items: { event: WebhookEvent; position: LogPosition }[];
+  /** Where to read on from: past the items, and past other accounts' events read on the way. */
+  position: LogPosition;
+  /** Whether more may follow at once (the read stopped at its limit). */
+  more: boolean;
+}
+
 export interface EventLog {
   append(events: WebhookEvent[]): Promise<void>;
   /** Newest first. */
   list(owner: string, query: EventQuery): Promise<{ items: WebhookEvent[]; total: number }>;
   /** undefined when unknown, expired or another account's. */
   get(owner: string, id: string): Promise<WebhookEvent | undefined>;
+  /** The position of the log's end now: a tail from it reads what is appended from now on. */
+  head(): Promise<LogPosition>;
+  /** At most `limit` of `owner`'s events appended after `after`, oldest appended first. Only what no
+   * later append can come before is read: a reader that reads on from `position` misses nothing
+   * and sees nothing twice. */
+  tail(owner: string, after: LogPosition, limit: number): Promise<Tail>;
 }
 
 /** The log's order and time filters use the event's `created` (in ms); within one second, the
@@ -43,6 +69,9 @@ interface OwnerLog {
 export class MemoryEventLog implements EventLog {
   private readonly byOwner = new Map<string, OwnerLog>();
   private readonly byId = new Map<string, WebhookEvent>();
+  /** Each logged event's place in the order of appends (the log's position), from 1. */
+  private readonly appended = new WeakMap<WebhookEvent, number>();
+  private appends = 0;
   private readonly retentionMs: number;
   private readonly maxPerOwner: number;
 
@@ -56,6 +85,7 @@ export class MemoryEventLog implements EventLog {
     for (const e of events) {
       if (this.byId.has(e.id) || score(e) < horizon) continue;
       this.byId.set(e.id, e);
+      this.appended.set(e, ++this.appends);
       let log = this.byOwner.get(e.owner);
       if (!log) {
         log = { items: [], head: 0 };
@@ -104,6 +134,25 @@ export class MemoryEventLog implements EventLog {
     const e = this.byId.get(id);
     return e && e.owner === owner && score(e) >= Date.now() - this.retentionMs ? e : undefined;
   }
+
+  async head(): Promise<LogPosition> {
+    return String(this.appends);
+  }
+
+  /** Reads the owner's whole log (this adapter serves tests and benchmarks, not fleets). */
+  async tail(owner: string, after: LogPosition, limit: number): Promise<Tail> {
+    const from = Number.parseInt(after, 10);
+    const log = this.byOwner.get(owner);
+    const found: { event: WebhookEvent; n: number }[] = [];
+    for (let i = log?.head ?? 0; log && i < log.items.length; i++) {
+      const n = this.appended.get(log.items[i]!)!;
+      if (n > from) found.push({ event: log.items[i]!, n });
+    }
+    found.sort((a, b) => a.n - b.n);
+    const items = found.slice(0, limit).map(({ event, n }) => ({ event, position: String(n) }));
+    const more = found.length > limit;
+    return { items, position: more ? items.at(-1)!.position : String(Math.max(from, this.appends)), more };
+  }
 }
 
 /** One call per batch: per event its body and four index entries. ARGV: now, retention ms, the
@@ -137,12 +186,13 @@ return 0
 type Scripted = Redis & { hubLogAppend(...args: (string | number)[]): Promise<number> };
 
 /**
- * Redis layout: each event a string `hub:evt:<id>` expiring with the retention; per owner four
+ * What the distributed profile kept before PostgreSQL, read now only to move it (no tail: nothing
+ * streams from it). Redis layout: each event a string `hub:evt:<id>` expiring with the retention; per owner four
  * sorted indexes by time (all, by type, by device, by type and device), trimmed past the
  * retention as they grow and expiring when idle, so neither memory nor keys grow without bound.
  * A batch is one script call: Redis parses one command, not six per event.
  */
-export class RedisEventLog implements EventLog {
+export class RedisEventLog implements Omit<EventLog, 'head' | 'tail'> {
   private readonly redis: Scripted;
   private readonly retentionMs: number;
   /** The index keys this process trimmed in the last minute (once a minute is enough), bounded:

@@ -101,6 +101,11 @@ const MIGRATIONS = [
      n      bigint NOT NULL,
      PRIMARY KEY (key, bucket)
    ) PARTITION BY RANGE (bucket)`,
+  // The event log's own order, for its tail (GET /webhooks/events/stream): the transaction that
+  // appended each event. Rows logged before have none, and no tail reads them.
+  `ALTER TABLE hub_event_log ADD COLUMN logged xid8;
+   ALTER TABLE hub_event_log ALTER COLUMN logged SET DEFAULT pg_current_xact_id();
+   CREATE INDEX hub_event_log_logged ON hub_event_log (owner, logged, id)`,
 ];
 
 interface Partition {

@@ -14,9 +14,10 @@ import { PostgresEventLog } from '../../../processors/stream/eventlog-postgres.t
 import { SqliteEventLog } from '../../../processors/stream/eventlog-sqlite.ts';
 import { PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
 import { dropSchema, testConfig } from '../../harness.ts';
-import { event, eventLogContract } from './eventlog.ts';
+import { event, eventLogContract, eventLogTailContract, readAll } from './eventlog.ts';
 
 eventLogContract('memory', async (retentionMs) => ({ log: new MemoryEventLog({ retentionMs }) }));
+eventLogTailContract('memory', async () => new MemoryEventLog({ retentionMs: 86_400_000 }));
 
 const redis = new Redis(testConfig().redisUrl);
 after(() => redis.disconnect());
@@ -62,6 +63,57 @@ eventLogContract('PostgreSQL', async (retentionMs) => {
   };
 });
 
+// The tail on PostgreSQL, in a schema of its own with partitions of a day.
+const tailSchema = `test_evtail_${randomBytes(4).toString('hex')}`;
+const tailUrl = `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${tailSchema}`;
+const tailLogs = new PostgresLogs({ url: tailUrl, retentionMs: 86_400_000 });
+after(async () => {
+  await tailLogs.close();
+  await dropSchema(postgresUrl, tailSchema);
+});
+eventLogTailContract('PostgreSQL', async () => new PostgresEventLog(tailLogs));
+
+describe('event log tail on PostgreSQL: appends that commit late', () => {
+  it('reads nothing past a transaction still open, then its rows in their place: no gap, no repeat', async () => {
+    const log = new PostgresEventLog(tailLogs);
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const t = Math.floor(Date.now() / 1000);
+    await log.append([event(owner, 'device.created', 'a', t)]); // the day's partition made
+    const head = await log.head();
+    // Another process's append, begun first and committed last.
+    const slow = event(owner, 'device.updated', 'a', t);
+    const client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(
+        `INSERT INTO ${tailSchema}.hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
+         VALUES ($1, $2, $3, $4, $5, $6, 0, $7)`,
+        [slow.id, t * 1000, owner, slow.type, slow.resource_prn, slow.source_position, JSON.stringify(slow)],
+      );
+      const quick = event(owner, 'step.created', 'a', t);
+      await log.append([quick]);
+      assert.equal((await log.list(owner, { limit: 10, skip: 0 })).total, 2); // committed, listed…
+      const before = await readAll(log, owner, head);
+      assert.deepEqual(before.seen, []); // …but not tailed while an older append may still commit
+      await client.query('COMMIT');
+      // Another transaction open on the server (another suite's) may hold the tail back a moment.
+      let after = await readAll(log, owner, before.position);
+      for (let i = 0; i < 100 && after.seen.length < 2; i++) {
+        await new Promise((r) => setTimeout(r, 50));
+        after = await readAll(log, owner, before.position);
+      }
+      assert.deepEqual(
+        after.seen.map((s) => s.id),
+        [slow.id, quick.id],
+      );
+      assert.deepEqual((await readAll(log, owner, after.position)).seen, []);
+    } finally {
+      await client.end();
+    }
+  });
+});
+
 describe('memory event log: the per-owner cap', () => {
   it('keeps the newest maxPerOwner events of an owner, drops the oldest (by id too), and stays ordered', async () => {
     const log = new MemoryEventLog({ retentionMs: 86_400_000, maxPerOwner: 3000 });
@@ -93,3 +145,4 @@ describe('memory event log: the per-owner cap', () => {
 const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-evlog-')), 'derived.sqlite'));
 after(() => derived.close());
 eventLogContract('SQLite', async (retentionMs) => ({ log: new SqliteEventLog(derived, { retentionMs }) }));
+eventLogTailContract('SQLite', async () => new SqliteEventLog(derived, { retentionMs: 86_400_000 }));

@@ -1,8 +1,9 @@
-// The event log contract: one suite, run once per adapter (memory, Redis).
+// The event log contract: one suite, run once per adapter (memory, SQLite, Redis, PostgreSQL), and
+// its tail's (every adapter but Redis, which is only read to move it).
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import type { EventType, WebhookEvent } from '../../../processors/stream/derive.ts';
-import type { EventLog } from '../../../processors/stream/eventlog.ts';
+import { type EventLog, LOG_POSITION } from '../../../processors/stream/eventlog.ts';
 
 let position = 0;
 export function event(owner: string, type: EventType, device: string, createdS: number): WebhookEvent {
@@ -23,7 +24,9 @@ export function event(owner: string, type: EventType, device: string, createdS: 
 
 export function eventLogContract(
   name: string,
-  open: (retentionMs: number) => Promise<{ log: EventLog; keysOf?: (owner: string) => Promise<number> }>,
+  open: (
+    retentionMs: number,
+  ) => Promise<{ log: Omit<EventLog, 'head' | 'tail'>; keysOf?: (owner: string) => Promise<number> }>,
 ) {
   describe(`event log contract: ${name}`, () => {
     const now = () => Math.floor(Date.now() / 1000);
@@ -98,6 +101,64 @@ export function eventLogContract(
       assert.equal(await log.get(owner, fresh.id), undefined);
       assert.equal((await log.list(owner, { limit: 10, skip: 0 })).total, 0);
       if (keysOf) assert.equal(await keysOf(owner), 0);
+    });
+  });
+}
+
+/** Every event of `owner` a reader gets from `from`, reading `limit` at a time as a stream does. */
+export async function readAll(log: EventLog, owner: string, from: string, limit = 2) {
+  const seen: { id: string; position: string }[] = [];
+  let position = from;
+  for (;;) {
+    const tail = await log.tail(owner, position, limit);
+    for (const { event, position: p } of tail.items) seen.push({ id: event.id, position: p });
+    assert.ok(tail.items.length <= limit);
+    position = tail.position;
+    if (!tail.more) return { seen, position };
+  }
+}
+
+export function eventLogTailContract(name: string, open: () => Promise<EventLog>) {
+  describe(`event log tail contract: ${name}`, () => {
+    const now = () => Math.floor(Date.now() / 1000);
+
+    it("reads one account's appends from a position in the order they were appended, each once", async () => {
+      const log = await open();
+      const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+      const other = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+      await log.append([event(owner, 'device.created', 'a', now() - 5)]); // before the head: not read
+      const head = await log.head();
+      assert.match(head, LOG_POSITION);
+      const t = now();
+      // A late change (an older `created`) appended after a newer one is read after it: the tail
+      // follows the appends, not the events' time.
+      const first = [event(owner, 'device.created', 'b', t), event(other, 'device.created', 'x', t)];
+      const late = [event(owner, 'device.updated', 'b', t - 60), event(owner, 'step.created', 'b', t - 30)];
+      await log.append(first);
+      await log.append(late);
+      await log.append([first[0]!]); // derived again: logged once
+      const { seen, position } = await readAll(log, owner, head);
+      assert.deepEqual(
+        seen.map((s) => s.id),
+        [first[0]!.id, late[0]!.id, late[1]!.id],
+      );
+      for (const s of seen) assert.match(s.position, LOG_POSITION);
+      // From any event's position on: exactly what came after it.
+      assert.deepEqual(
+        (await readAll(log, owner, seen[0]!.position)).seen.map((s) => s.id),
+        [late[0]!.id, late[1]!.id],
+      );
+      assert.deepEqual((await readAll(log, owner, position)).seen, []);
+      const more = event(owner, 'device.deleted', 'b', now());
+      await log.append([more]);
+      assert.deepEqual(
+        (await readAll(log, owner, position)).seen.map((s) => s.id),
+        [more.id],
+      );
+      assert.deepEqual(
+        (await readAll(log, other, head)).seen.map((s) => s.id),
+        [first[1]!.id],
+      );
     });
   });
 }
