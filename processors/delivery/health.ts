@@ -1,0 +1,81 @@
+// Endpoint health: what a subscription's attempts came to lately, kept by the delivery store with
+// each attempt's record (port.ts), and what the dispatcher makes of it: the circuit, open while
+// the endpoint keeps failing so that it gets one probe at a time, spaced out, instead of every job
+// it is sent. Pure, like the retry delay (attempt.ts): tested without a store or a receiver.
+
+/** A subscription's endpoint health; times in ms. */
+export interface EndpointHealth {
+  /** When an attempt last succeeded (null: none recorded). */
+  lastSuccess: number | null;
+  /** When an attempt last failed (null: none recorded). */
+  lastFailure: number | null;
+  /** Attempts failed since the last success. */
+  consecutiveFailures: number;
+  /** When the first of those ended (null: the last attempt succeeded, or there was none). */
+  failingSince: number | null;
+}
+
+/** A subscription with no attempt recorded (or none within the retention). */
+export const NO_ATTEMPTS: EndpointHealth = {
+  lastSuccess: null,
+  lastFailure: null,
+  consecutiveFailures: 0,
+  failingSince: null,
+};
+
+/**
+ * The health after an attempt that ended at `at`. Attempts in flight together may be recorded out
+ * of order: a success older than the last failure does not clear the failures, and a failure older
+ * than the last success does not count as one. (The Redis store applies the same rule in its
+ * finish script; the stores' contract suite holds both to it.)
+ */
+export function afterAttempt(h: EndpointHealth, succeeded: boolean, at: number): EndpointHealth {
+  if (succeeded) {
+    const lastSuccess = Math.max(h.lastSuccess ?? at, at);
+    if (h.lastFailure !== null && at < h.lastFailure) return { ...h, lastSuccess };
+    return { lastSuccess, lastFailure: h.lastFailure, consecutiveFailures: 0, failingSince: null };
+  }
+  const lastFailure = Math.max(h.lastFailure ?? at, at);
+  if (h.lastSuccess !== null && at < h.lastSuccess) return { ...h, lastFailure };
+  return {
+    lastSuccess: h.lastSuccess,
+    lastFailure,
+    consecutiveFailures: h.consecutiveFailures + 1,
+    failingSince: h.failingSince ?? at,
+  };
+}
+
+/** Consecutive failed attempts that open a subscription's circuit. */
+export const CIRCUIT_OPENS_AFTER = 5;
+/** The wait before the first probe of an open circuit, s; it doubles with each failed probe. */
+export const FIRST_PROBE_DELAY_S = 5;
+/** The longest wait between two probes, s. */
+export const MAX_PROBE_DELAY_S = 300;
+
+/** After `consecutiveFailures` failed attempts: the wait from the last one to the next probe, s, or
+ * null while the circuit is closed. */
+export function probeDelayS(consecutiveFailures: number): number | null {
+  if (consecutiveFailures < CIRCUIT_OPENS_AFTER) return null;
+  const doublings = Math.min(consecutiveFailures - CIRCUIT_OPENS_AFTER, 16);
+  return Math.min(FIRST_PROBE_DELAY_S * 2 ** doublings, MAX_PROBE_DELAY_S);
+}
+
+/**
+ * `closed`: attempts as usual. `open`: none until `probeAt`; the jobs wait in the schedule.
+ * `half_open`: the probe is due: one attempt at a time (the store's probe lease), whose success
+ * closes the circuit and whose failure opens it for a longer wait.
+ */
+export type CircuitState = 'closed' | 'open' | 'half_open';
+
+/** The circuit at `now`, and when its next probe is due (null while closed). A subscription
+ * enabled (again) after its last failure is probed at once: its owner says it is fixed. */
+export function circuitOf(
+  h: EndpointHealth,
+  now: number,
+  enabledAt = 0,
+): { state: CircuitState; probeAt: number | null } {
+  const delayS = probeDelayS(h.consecutiveFailures);
+  if (delayS === null || h.lastFailure === null) return { state: 'closed', probeAt: null };
+  const probeAt = enabledAt > h.lastFailure ? enabledAt : h.lastFailure + delayS * 1000;
+  return { state: now >= probeAt ? 'half_open' : 'open', probeAt };
+}

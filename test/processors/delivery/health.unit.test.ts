@@ -1,0 +1,64 @@
+// Endpoint health and the circuit, without a store or a receiver: how an attempt's outcome moves a
+// subscription's health, when the circuit opens, and how far apart its probes are.
+import assert from 'node:assert/strict';
+import {
+  afterAttempt,
+  CIRCUIT_OPENS_AFTER,
+  circuitOf,
+  type EndpointHealth,
+  FIRST_PROBE_DELAY_S,
+  MAX_PROBE_DELAY_S,
+  NO_ATTEMPTS,
+  probeDelayS,
+} from '../../../processors/delivery/health.ts';
+
+/** The health after attempts ending one after another at 1000, 2000, … ms (true: succeeded). */
+const after = (...outcomes: boolean[]): EndpointHealth =>
+  outcomes.reduce((h, ok, i) => afterAttempt(h, ok, (i + 1) * 1000), NO_ATTEMPTS);
+
+describe('endpoint health and circuit (unit)', () => {
+  it('counts failures since the last success, from the first of them; a success clears them', () => {
+    assert.deepEqual(after(true, false, false), {
+      lastSuccess: 1000,
+      lastFailure: 3000,
+      consecutiveFailures: 2,
+      failingSince: 2000,
+    });
+    assert.deepEqual(after(false, false, true), {
+      lastSuccess: 3000,
+      lastFailure: 2000,
+      consecutiveFailures: 0,
+      failingSince: null,
+    });
+  });
+
+  it('an outcome recorded late (attempts in flight together) does not undo a newer one', () => {
+    const failing = after(false, false); // failing since 1000, last at 2000
+    assert.deepEqual(afterAttempt(failing, true, 1500), { ...failing, lastSuccess: 1500 });
+    const healthy = after(true); // succeeded at 1000
+    assert.deepEqual(afterAttempt(healthy, false, 500), { ...healthy, lastFailure: 500 });
+  });
+
+  it('opens the circuit after CIRCUIT_OPENS_AFTER failures; probes wait longer after each failed one, up to a bound', () => {
+    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER - 1), null);
+    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER), FIRST_PROBE_DELAY_S);
+    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER + 1), FIRST_PROBE_DELAY_S * 2);
+    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER + 2), FIRST_PROBE_DELAY_S * 4);
+    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER + 100), MAX_PROBE_DELAY_S);
+  });
+
+  it('closed, then open until the probe is due, then half-open; a subscription enabled again is probed at once', () => {
+    const fails = (n: number) => after(...Array.from({ length: n }, () => false));
+    assert.deepEqual(circuitOf(fails(CIRCUIT_OPENS_AFTER - 1), 10_000), { state: 'closed', probeAt: null });
+    const open = fails(CIRCUIT_OPENS_AFTER); // last failure at 5000
+    const probeAt = 5000 + FIRST_PROBE_DELAY_S * 1000;
+    assert.deepEqual(circuitOf(open, probeAt - 1), { state: 'open', probeAt });
+    assert.deepEqual(circuitOf(open, probeAt), { state: 'half_open', probeAt });
+    assert.deepEqual(circuitOf(open, 6000, 5500), { state: 'half_open', probeAt: 5500 });
+    assert.deepEqual(circuitOf(open, 6000, 4000), { state: 'open', probeAt }, 'enabled before the failures');
+    assert.deepEqual(circuitOf(after(...Array(9).fill(false), true), 20_000), {
+      state: 'closed',
+      probeAt: null,
+    });
+  });
+});
