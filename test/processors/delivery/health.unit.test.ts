@@ -13,18 +13,18 @@ import {
 } from '../../../processors/delivery/health.ts';
 
 /** The health after attempts ending one after another at 1000, 2000, … ms (true: succeeded). */
-const after = (...outcomes: boolean[]): EndpointHealth =>
+const healthAfter = (...outcomes: boolean[]): EndpointHealth =>
   outcomes.reduce((h, ok, i) => afterAttempt(h, ok, (i + 1) * 1000), NO_ATTEMPTS);
 
 describe('endpoint health and circuit (unit)', () => {
   it('counts failures since the last success, from the first of them; a success clears them', () => {
-    assert.deepEqual(after(true, false, false), {
+    assert.deepEqual(healthAfter(true, false, false), {
       lastSuccess: 1000,
       lastFailure: 3000,
       consecutiveFailures: 2,
       failingSince: 2000,
     });
-    assert.deepEqual(after(false, false, true), {
+    assert.deepEqual(healthAfter(false, false, true), {
       lastSuccess: 3000,
       lastFailure: 2000,
       consecutiveFailures: 0,
@@ -33,9 +33,9 @@ describe('endpoint health and circuit (unit)', () => {
   });
 
   it('an outcome recorded late (attempts in flight together) does not undo a newer one', () => {
-    const failing = after(false, false); // failing since 1000, last at 2000
+    const failing = healthAfter(false, false); // failing since 1000, last at 2000
     assert.deepEqual(afterAttempt(failing, true, 1500), { ...failing, lastSuccess: 1500 });
-    const healthy = after(true); // succeeded at 1000
+    const healthy = healthAfter(true); // succeeded at 1000
     assert.deepEqual(afterAttempt(healthy, false, 500), { ...healthy, lastFailure: 500 });
   });
 
@@ -48,7 +48,7 @@ describe('endpoint health and circuit (unit)', () => {
   });
 
   it('closed, then open until the probe is due, then half-open; a subscription enabled again is probed at once', () => {
-    const fails = (n: number) => after(...Array.from({ length: n }, () => false));
+    const fails = (n: number) => healthAfter(...Array.from({ length: n }, () => false));
     assert.deepEqual(circuitOf(fails(CIRCUIT_OPENS_AFTER - 1), 10_000), { state: 'closed', probeAt: null });
     const open = fails(CIRCUIT_OPENS_AFTER); // last failure at 5000
     const probeAt = 5000 + FIRST_PROBE_DELAY_S * 1000;
@@ -56,7 +56,7 @@ describe('endpoint health and circuit (unit)', () => {
     assert.deepEqual(circuitOf(open, probeAt), { state: 'half_open', probeAt });
     assert.deepEqual(circuitOf(open, 6000, 5500), { state: 'half_open', probeAt: 5500 });
     assert.deepEqual(circuitOf(open, 6000, 4000), { state: 'open', probeAt }, 'enabled before the failures');
-    assert.deepEqual(circuitOf(after(...Array(9).fill(false), true), 20_000), {
+    assert.deepEqual(circuitOf(healthAfter(...Array(9).fill(false), true), 20_000), {
       state: 'closed',
       probeAt: null,
     });
