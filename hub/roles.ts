@@ -204,6 +204,7 @@ export async function startDispatcher(hub: Assembly, bus: Bus, keys: Keys): Prom
     cacheEntries: config.stateCacheEntries,
     rotationWindowMs: config.webhookRotationWindowS * 1000,
     httpThreads: config.dispatcherHttpThreads,
+    disableAfterMs: config.webhookDisableAfterS * 1000,
   });
   await running.start();
   // The schedule answers a read: a file that cannot be read (corrupt, gone) left deliveries

@@ -47,17 +47,23 @@ export function afterAttempt(h: EndpointHealth, succeeded: boolean, at: number):
 
 /** Consecutive failed attempts that open a subscription's circuit. */
 export const CIRCUIT_OPENS_AFTER = 5;
-/** The wait before the first probe of an open circuit, s; it doubles with each failed probe. */
-export const FIRST_PROBE_DELAY_S = 5;
-/** The longest wait between two probes, s. */
+/** The shortest and the longest wait from a failure to the next probe, s. */
+export const MIN_PROBE_DELAY_S = 5;
 export const MAX_PROBE_DELAY_S = 300;
+/** Between the two, the wait is this share of how long the endpoint has been failing. */
+export const PROBE_DELAY_SHARE = 0.25;
 
-/** After `consecutiveFailures` failed attempts: the wait from the last one to the next probe, s, or
- * null while the circuit is closed. */
-export function probeDelayS(consecutiveFailures: number): number | null {
-  if (consecutiveFailures < CIRCUIT_OPENS_AFTER) return null;
-  const doublings = Math.min(consecutiveFailures - CIRCUIT_OPENS_AFTER, 16);
-  return Math.min(FIRST_PROBE_DELAY_S * 2 ** doublings, MAX_PROBE_DELAY_S);
+/**
+ * The wait from the last failure to the next probe, ms, or null while the circuit is closed. It
+ * grows with how long the endpoint has been failing (by a quarter at each failed probe), not with
+ * how many attempts failed: attempts in flight as the circuit opens fail too, and counted, they
+ * would stretch the first probes' waits by the subscription's slots.
+ */
+export function probeDelayMs(h: EndpointHealth): number | null {
+  if (h.consecutiveFailures < CIRCUIT_OPENS_AFTER || h.failingSince === null || h.lastFailure === null)
+    return null;
+  const share = (h.lastFailure - h.failingSince) * PROBE_DELAY_SHARE;
+  return Math.min(Math.max(share, MIN_PROBE_DELAY_S * 1000), MAX_PROBE_DELAY_S * 1000);
 }
 
 /**
@@ -74,8 +80,8 @@ export function circuitOf(
   now: number,
   enabledAt = 0,
 ): { state: CircuitState; probeAt: number | null } {
-  const delayS = probeDelayS(h.consecutiveFailures);
-  if (delayS === null || h.lastFailure === null) return { state: 'closed', probeAt: null };
-  const probeAt = enabledAt > h.lastFailure ? enabledAt : h.lastFailure + delayS * 1000;
+  const delayMs = probeDelayMs(h);
+  if (delayMs === null || h.lastFailure === null) return { state: 'closed', probeAt: null };
+  const probeAt = enabledAt > h.lastFailure ? enabledAt : h.lastFailure + delayMs;
   return { state: now >= probeAt ? 'half_open' : 'open', probeAt };
 }

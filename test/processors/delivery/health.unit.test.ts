@@ -6,10 +6,11 @@ import {
   CIRCUIT_OPENS_AFTER,
   circuitOf,
   type EndpointHealth,
-  FIRST_PROBE_DELAY_S,
   MAX_PROBE_DELAY_S,
+  MIN_PROBE_DELAY_S,
   NO_ATTEMPTS,
-  probeDelayS,
+  PROBE_DELAY_SHARE,
+  probeDelayMs,
 } from '../../../processors/delivery/health.ts';
 
 /** The health after attempts ending one after another at 1000, 2000, … ms (true: succeeded). */
@@ -39,19 +40,25 @@ describe('endpoint health and circuit (unit)', () => {
     assert.deepEqual(afterAttempt(healthy, false, 500), { ...healthy, lastFailure: 500 });
   });
 
-  it('opens the circuit after CIRCUIT_OPENS_AFTER failures; probes wait longer after each failed one, up to a bound', () => {
-    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER - 1), null);
-    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER), FIRST_PROBE_DELAY_S);
-    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER + 1), FIRST_PROBE_DELAY_S * 2);
-    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER + 2), FIRST_PROBE_DELAY_S * 4);
-    assert.equal(probeDelayS(CIRCUIT_OPENS_AFTER + 100), MAX_PROBE_DELAY_S);
+  it('opens the circuit after CIRCUIT_OPENS_AFTER failures; probes wait a quarter of the time it has failed, within bounds', () => {
+    const failing = (n: number, since: number, last: number): EndpointHealth => ({
+      lastSuccess: null,
+      lastFailure: last,
+      consecutiveFailures: n,
+      failingSince: since,
+    });
+    assert.equal(probeDelayMs(failing(CIRCUIT_OPENS_AFTER - 1, 0, 3_600_000)), null);
+    assert.equal(probeDelayMs(failing(CIRCUIT_OPENS_AFTER, 0, 2_000)), MIN_PROBE_DELAY_S * 1000);
+    assert.equal(probeDelayMs(failing(CIRCUIT_OPENS_AFTER + 40, 0, 2_000)), MIN_PROBE_DELAY_S * 1000);
+    assert.equal(probeDelayMs(failing(CIRCUIT_OPENS_AFTER, 0, 100_000)), 100_000 * PROBE_DELAY_SHARE);
+    assert.equal(probeDelayMs(failing(CIRCUIT_OPENS_AFTER, 0, 86_400_000)), MAX_PROBE_DELAY_S * 1000);
   });
 
   it('closed, then open until the probe is due, then half-open; a subscription enabled again is probed at once', () => {
     const fails = (n: number) => healthAfter(...Array.from({ length: n }, () => false));
     assert.deepEqual(circuitOf(fails(CIRCUIT_OPENS_AFTER - 1), 10_000), { state: 'closed', probeAt: null });
-    const open = fails(CIRCUIT_OPENS_AFTER); // last failure at 5000
-    const probeAt = 5000 + FIRST_PROBE_DELAY_S * 1000;
+    const open = fails(CIRCUIT_OPENS_AFTER); // failing from 1000 to 5000
+    const probeAt = 5000 + MIN_PROBE_DELAY_S * 1000;
     assert.deepEqual(circuitOf(open, probeAt - 1), { state: 'open', probeAt });
     assert.deepEqual(circuitOf(open, probeAt), { state: 'half_open', probeAt });
     assert.deepEqual(circuitOf(open, 6000, 5500), { state: 'half_open', probeAt: 5500 });
