@@ -38,9 +38,13 @@ export interface CircuitOptions {
 export class Circuits {
   private readonly o: CircuitOptions;
   /** Subscriptions whose last attempt here failed, with their circuit as last seen: their jobs ask
-   * the store's health first. Any other's job goes to its attempt at once, at no cost (a process
-   * joins a circuit other dispatchers opened after its first failed attempt of it). */
-  private readonly failing: LRUCache<string, CircuitState>;
+   * the store's health first, but while it was seen open they wait for its probe without asking.
+   * Any other's job goes to its attempt at once, at no cost (a process joins a circuit other
+   * dispatchers opened after its first failed attempt of it). */
+  private readonly failing: LRUCache<
+    string,
+    { state: CircuitState; probeAt: number | null; enabledAt: number }
+  >;
   private readonly metrics: ReturnType<typeof circuitMetrics>;
 
   constructor(options: CircuitOptions) {
@@ -48,7 +52,7 @@ export class Circuits {
     this.failing = new LRUCache({ max: options.cacheEntries ?? 10_000 });
     this.metrics = circuitMetrics(options.metrics, () => {
       let open = 0;
-      for (const state of this.failing.values()) if (state !== 'closed') open++;
+      for (const seen of this.failing.values()) if (seen.state !== 'closed') open++;
       return open;
     });
   }
@@ -57,7 +61,11 @@ export class Circuits {
    * the schedule, not here). A promise only for a subscription that failed here last. */
   gate(sub: Subscription, now = Date.now()): number | undefined | Promise<number | undefined> {
     if (!sub.enabled) return now + PAUSED_RECHECK_MS;
-    if (!this.failing.has(sub.id)) return undefined;
+    const seen = this.failing.get(sub.id);
+    if (!seen) return undefined;
+    // Seen open: its jobs wait for the probe without asking again, unless it was enabled since.
+    if (seen.state === 'open' && seen.probeAt! > now && seen.enabledAt === sub.enabledAt)
+      return seen.probeAt!;
     return this.failingGate(sub, now);
   }
 
@@ -66,7 +74,7 @@ export class Circuits {
     if (health!.failingSince !== null && (await this.disabled(sub, health!, now)))
       return now + PAUSED_RECHECK_MS;
     const { state, probeAt } = circuitOf(health!, now, sub.enabledAt);
-    this.failing.set(sub.id, state);
+    this.failing.set(sub.id, { state, probeAt, enabledAt: sub.enabledAt });
     if (state === 'closed') return undefined;
     if (state === 'open') return probeAt!;
     // Half-open: this job is the probe if no other dispatcher's is under way; else it looks again.
@@ -78,7 +86,8 @@ export class Circuits {
   /** An attempt's outcome, as soon as it is in (before its record is written). */
   after(attempt: Attempt): void {
     if (attempt.status === 'succeeded') this.failing.delete(attempt.subscription_id);
-    else if (!this.failing.has(attempt.subscription_id)) this.failing.set(attempt.subscription_id, 'closed');
+    else if (!this.failing.has(attempt.subscription_id))
+      this.failing.set(attempt.subscription_id, { state: 'closed', probeAt: null, enabledAt: 0 });
   }
 
   /** Whether the subscription is disabled now for having failed the whole period: decided on the
