@@ -87,7 +87,7 @@ const SERVED = {
   reads: ['waitFor'],
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get', 'head', 'tail'],
-  deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
+  deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent', 'health'],
 } as const;
 
 /** What the main thread owns and the API threads use. */
