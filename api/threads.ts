@@ -91,7 +91,7 @@ const SERVED = {
   reads: ['waitFor'],
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get', 'head', 'tail'],
-  deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent'],
+  deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent', 'health'],
   projections: ['list', 'one', 'replay'],
 } as const;
 

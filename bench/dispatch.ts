@@ -154,7 +154,8 @@ type BenchSet =
   | 'maxInFlight'
   | 'maxInFlightPerSubscription'
   | 'rotationWindowMs'
-  | 'httpThreads';
+  | 'httpThreads'
+  | 'disableAfterMs';
 
 /** The dispatcher of every run (bench/compare.ts's too, of another tree's classes): a hub's
  * settings (HUB_DISPATCHER_HTTP_THREADS as a hub reads it), with plain HTTP and the loopback
@@ -172,6 +173,7 @@ export function benchDispatcher(
     maxInFlightPerSubscription: 32,
     rotationWindowMs: 0,
     httpThreads: loadConfig().dispatcherHttpThreads,
+    disableAfterMs: loadConfig().webhookDisableAfterS * 1000,
   });
 }
 

@@ -126,7 +126,6 @@ async function redisCeiling(): Promise<number> {
         'updated',
         String(now),
       );
-      pipe.zadd(`${prefix}streams-by-update`, now + j, stream);
       pipe.hincrby(`${prefix}totals`, 'DeviceMetaUpdated', 1);
     }
     await pipe.exec();

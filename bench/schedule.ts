@@ -100,6 +100,7 @@ async function run(name: string, deliveries: DeliveryStore) {
     maxInFlightPerSubscription: 32,
     rotationWindowMs: 0,
     httpThreads: loadConfig().dispatcherHttpThreads, // as a hub reads it
+    disableAfterMs: loadConfig().webhookDisableAfterS * 1000,
   });
   await dispatcher.start();
   const cpu = process.cpuUsage();

@@ -279,6 +279,18 @@ export interface VerificationEmailRequested {
   expires: number;
 }
 
+/** The hub disabled a subscription whose every attempt had failed for the failure period (HUB_WEBHOOK_DISABLE_AFTER_S); its deliveries stop until the owner enables it again. */
+export interface WebhookAutoDisabled {
+  webhook_id: string;
+  owner_prn: string;
+  /** Why, as the subscription's disabled_reason shows it: endpoint_failing. */
+  reason: string;
+  /** When the first of the failed attempts since the last success ended, ms. */
+  failing_since: number;
+  /** When an attempt last succeeded, ms; null when none is known. */
+  last_success: null | number;
+}
+
 /** A webhook subscription was created (stream webhook-<id>). */
 export interface WebhookCreated {
   webhook_id: string;
@@ -382,6 +394,7 @@ export interface EventData {
   StepPushed: StepPushed;
   UserMetaReplaced: UserMetaReplaced;
   VerificationEmailRequested: VerificationEmailRequested;
+  WebhookAutoDisabled: WebhookAutoDisabled;
   WebhookCreated: WebhookCreated;
   WebhookDeleted: WebhookDeleted;
   WebhookRecoveryQueued: WebhookRecoveryQueued;

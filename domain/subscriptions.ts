@@ -23,6 +23,11 @@ export interface Subscription extends SubscriptionFields {
   previousSealed: string;
   /** When the secret was last rotated (0: never). */
   rotated: number;
+  /** Why the hub disabled it (WebhookAutoDisabled): '' while enabled, or paused by its owner. */
+  disabledReason: string;
+  /** When it was last enabled (created enabled, or enabled again), ms; 0 while never. A failure
+   * period, and the circuit's wait for its next probe, count from here at the earliest. */
+  enabledAt: number;
   deleted: boolean;
   created: number;
   modified: number;
@@ -40,6 +45,8 @@ export const subscriptions = {
     secretSealed: '',
     previousSealed: '',
     rotated: 0,
+    disabledReason: '',
+    enabledAt: 0,
     deleted: false,
     created: 0,
     modified: 0,
@@ -54,11 +61,19 @@ export const subscriptions = {
           id: e.data.webhook_id,
           ownerPrn: e.data.owner_prn,
           secretSealed: e.data.secret_sealed,
+          enabledAt: e.data.enabled ? e.created : 0,
           created: e.created,
           modified: e.created,
         };
       case 'WebhookUpdated':
-        return { ...s, ...subscriptionFields(e.data), modified: e.created };
+        return {
+          ...s,
+          ...subscriptionFields(e.data),
+          ...enabling(s, e.data.enabled, e.created),
+          modified: e.created,
+        };
+      case 'WebhookAutoDisabled':
+        return { ...s, enabled: false, disabledReason: e.data.reason, modified: e.created };
       case 'WebhookSecretRotated':
         return {
           ...s,
@@ -74,6 +89,13 @@ export const subscriptions = {
     }
   },
 };
+
+/** What an update's `enabled` changes beside the flag: enabled (again), the hub's reason for
+ * disabling it is cleared and the failure period starts over. */
+function enabling(s: Subscription, enabled: boolean, at: number): Partial<Subscription> {
+  if (!enabled) return {};
+  return { disabledReason: '', enabledAt: s.enabled ? s.enabledAt : at };
+}
 
 /**
  * The fields of a subscription: those `sent`, the others `base`'s (a PATCH merges into the
@@ -225,6 +247,45 @@ export function decideRotateSecret(
         owner_prn: s.ownerPrn,
         secret_sealed: c.secretSealed,
         previous_sealed: s.secretSealed,
+      },
+    },
+  ];
+}
+
+/** The reason a subscription's `disabled_reason` gives when the hub disabled it for failing. */
+export const ENDPOINT_FAILING = 'endpoint_failing';
+
+export interface AutoDisable {
+  /** When the first of the attempts failed since the last success ended, ms (the delivery store's
+   * endpoint health). */
+  failingSince: number;
+  /** When an attempt last succeeded, ms, if ever. */
+  lastSuccess: number | null;
+  /** When the dispatcher decides, ms. */
+  now: number;
+  /** The failure period (HUB_WEBHOOK_DISABLE_AFTER_S), ms; 0: never disabled. */
+  periodMs: number;
+}
+
+/**
+ * The hub disables a subscription whose every attempt has failed for the failure period, counted
+ * from the first failure or from when it was last enabled, whichever is later: one enabled again
+ * gets a whole period before it is disabled again. A subscription disabled or paused already is
+ * left as it is (its owner's pause keeps no reason); a deleted one is not found.
+ */
+export function decideAutoDisable(c: AutoDisable, s: Subscription): DomainEvent<'WebhookAutoDisabled'>[] {
+  refuseGone(s);
+  if (!s.enabled || c.periodMs <= 0) return [];
+  if (c.now - Math.max(c.failingSince, s.enabledAt) < c.periodMs) return [];
+  return [
+    {
+      type: 'WebhookAutoDisabled',
+      data: {
+        webhook_id: s.id,
+        owner_prn: s.ownerPrn,
+        reason: ENDPOINT_FAILING,
+        failing_since: c.failingSince,
+        last_success: c.lastSuccess,
       },
     },
   ];

@@ -221,6 +221,7 @@ export async function startDispatcher(hub: Assembly, bus: Bus, keys: Keys): Prom
     httpThreads: config.dispatcherHttpThreads,
     // Distributed: one budget per subscription, shared by every dispatcher.
     rateSlots: stores.redis ? new RedisRateSlots(stores.redis) : new MemoryRateSlots(),
+    disableAfterMs: config.webhookDisableAfterS * 1000,
   });
   await running.start();
   // The schedule answers a read: a file that cannot be read (corrupt, gone) left deliveries

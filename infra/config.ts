@@ -317,6 +317,12 @@ export const knobs = {
     'Delivery attempts in flight per subscription per dispatcher process.',
     int(1, 10_000),
   ),
+  webhookDisableAfterS: knob(
+    'HUB_WEBHOOK_DISABLE_AFTER_S',
+    '432000',
+    'The failure period: a subscription whose every attempt has failed for this long (from its first failure, or from when it was last enabled if later) is disabled by the hub, with `disabled_reason` `endpoint_failing`, and its owner is emailed, seconds (432000: 5 days). 0: never disabled.',
+    int(0, 86_400 * 365),
+  ),
   eventLogRetentionDays: knob(
     'HUB_EVENT_LOG_RETENTION_DAYS',
     '30',

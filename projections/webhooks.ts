@@ -39,6 +39,15 @@ export const webhookList: Projection = {
           },
         ];
       }
+      case 'WebhookAutoDisabled':
+        // The processor's matching reads `enabled` here: no more jobs for it.
+        return [
+          {
+            op: 'patch',
+            key: webhookKeys.record(e.data.webhook_id),
+            doc: { enabled: false, 'time-modified': at },
+          },
+        ];
       case 'WebhookDeleted':
         return [
           { op: 'del', key: webhookKeys.record(e.data.webhook_id) },

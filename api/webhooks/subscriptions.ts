@@ -1,6 +1,7 @@
 // /webhooks subscriptions: list, create, read, replace, patch (pause and resume too), delete and
 // rotate the signing secret. Each write checks a new URL against the egress rules (it resolves
-// names), then runs a decision of domain/subscriptions.ts.
+// names), then runs a decision of domain/subscriptions.ts. Every answer shows the subscription's
+// endpoint health, as the delivery store keeps it.
 import { randomBytes } from 'node:crypto';
 import type { Context } from 'koa';
 import type { DomainEvent } from '../../domain/events.ts';
@@ -18,6 +19,7 @@ import {
 import { load } from '../../infra/eventstore/aggregate.ts';
 import { seal } from '../../infra/secrets.ts';
 import { Egress, EgressError } from '../../processors/delivery/egress.ts';
+import { circuitOf, type EndpointHealth } from '../../processors/delivery/health.ts';
 import { newSigningSecret } from '../../processors/delivery/signing.ts';
 import { EVENT_TYPES } from '../../processors/stream/derive.ts';
 import { webhookKeys } from '../../projections/webhooks.ts';
@@ -107,8 +109,52 @@ const SUBSCRIPTION = {
       type: 'string',
       description: 'The signing secret: only in the answers of creation and rotate-secret.',
     },
+    disabled_reason: {
+      type: ['string', 'null'],
+      enum: ['endpoint_failing', null],
+      description:
+        'Why the hub disabled it (`enabled` false): `endpoint_failing`, every attempt failed for the failure period (HUB_WEBHOOK_DISABLE_AFTER_S, 5 days by default). null while enabled or paused by its owner; PATCH {"enabled": true} clears it.',
+    },
+    health: {
+      type: 'object',
+      description:
+        'Endpoint health: what its delivery attempts came to lately (docs/webhooks.md, Endpoint health).',
+      properties: {
+        circuit: {
+          type: 'string',
+          enum: ['closed', 'open', 'half_open'],
+          description:
+            'closed: delivered as usual; open: failing, its deliveries wait for the next probe; half_open: a probe is due or under way (one attempt at a time).',
+        },
+        consecutive_failures: { type: 'integer', description: 'Attempts failed since the last success.' },
+        failing_since: {
+          type: ['string', 'null'],
+          description: 'When the first of those failed; null when the last attempt succeeded.',
+        },
+        last_success_at: { type: ['string', 'null'], description: 'When an attempt last succeeded.' },
+        last_failure_at: { type: ['string', 'null'], description: 'When an attempt last failed.' },
+        next_probe_at: {
+          type: ['string', 'null'],
+          description: 'While the circuit is open: when its next attempt (the probe) is due.',
+        },
+      },
+    },
   },
 };
+
+/** The endpoint health as the API shows it, at `now`. */
+export function healthRecord(h: EndpointHealth, s: Subscription, now = Date.now()) {
+  const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+  const { state, probeAt } = circuitOf(h, now, s.enabledAt);
+  return {
+    circuit: state,
+    consecutive_failures: h.consecutiveFailures,
+    failing_since: iso(h.failingSince),
+    last_success_at: iso(h.lastSuccess),
+    last_failure_at: iso(h.lastFailure),
+    next_probe_at: state === 'closed' ? null : iso(probeAt),
+  };
+}
 
 /** What the API shows; the signing secret only when just generated. */
 export function subscriptionRecord(s: Subscription, secret?: string) {
@@ -128,6 +174,7 @@ export function subscriptionRecord(s: Subscription, secret?: string) {
     rate_limit: s.rate_limit,
     'time-created': new Date(s.created).toISOString(),
     'time-modified': new Date(s.modified).toISOString(),
+    disabled_reason: s.disabledReason || null,
     ...(secret ? { secret } : {}),
   };
 }
@@ -143,8 +190,8 @@ export const mayWrite = (ctx: Context) => grants(ctx.state.auth!.scopes, 'webhoo
 export const masked = (headers: Record<string, string>, keep: (name: string) => boolean) =>
   Object.fromEntries(Object.entries(headers).map(([k, v]) => [k, keep(k.toLowerCase()) ? v : REDACTED]));
 
-function subscriptionFor(ctx: Context, sub: Subscription) {
-  const record = subscriptionRecord(sub);
+function subscriptionFor(ctx: Context, sub: Subscription, health: EndpointHealth) {
+  const record = { ...subscriptionRecord(sub), health: healthRecord(health, sub) };
   return mayWrite(ctx) ? record : { ...record, custom_headers: masked(record.custom_headers, () => false) };
 }
 
@@ -166,6 +213,12 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       return err.message;
     }
   }
+
+  /** A subscription as a write answers it: its record (and secret, when just made) with its health. */
+  const shown = async (sub: Subscription, secret?: string) => {
+    const [health] = await hub.deliveries.health([sub.id]);
+    return { ...subscriptionRecord(sub, secret), health: healthRecord(health!, sub) };
+  };
 
   /** Decides on the subscription's state as the append finds it, and answers the state after it. */
   const update = (ctx: Context, id: string, decide: (s: Subscription) => DomainEvent[]) =>
@@ -191,11 +244,11 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
           rs.range('webhooks', g, key, { reverse: true, offset: q.skip, limit: q.limit }),
           rs.count('webhooks', g, key),
         ]);
-        const items = await Promise.all(
-          ids.map(async (id) =>
-            subscriptionFor(ctx, (await load(hub.store, webhookStream(id), subscriptions)).state),
-          ),
-        );
+        const [subs, health] = await Promise.all([
+          Promise.all(ids.map(async (id) => (await load(hub.store, webhookStream(id), subscriptions)).state)),
+          hub.deliveries.health(ids),
+        ]);
+        const items = subs.map((sub, i) => subscriptionFor(ctx, sub, health[i]!));
         ctx.body = { items, total, limit: q.limit, skip: q.skip };
       },
     });
@@ -223,7 +276,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
         };
         const created = await update(ctx, id, (s) => decideCreate(command, s));
         ctx.status = 201;
-        ctx.body = subscriptionRecord(created, secret);
+        ctx.body = await shown(created, secret);
       },
     });
 
@@ -236,7 +289,8 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       scopes: requireScope('webhooks', 'read'),
       responses: { 200: { description: 'The subscription.', schema: SUBSCRIPTION } },
       handler: async (ctx) => {
-        ctx.body = subscriptionFor(ctx, await owned(ctx));
+        const sub = await owned(ctx);
+        ctx.body = subscriptionFor(ctx, sub, (await hub.deliveries.health([sub.id]))[0]!);
       },
     });
 
@@ -252,7 +306,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       authorize: owned,
       handler: async (ctx, { body, allowed: sub }) => {
         const command = { fields: body, urlProblem: await urlProblem(body.url, sub.url) };
-        ctx.body = subscriptionRecord(await update(ctx, sub.id, (s) => decideReplace(command, s)));
+        ctx.body = await shown(await update(ctx, sub.id, (s) => decideReplace(command, s)));
       },
     });
 
@@ -269,7 +323,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
       handler: async (ctx, { body, allowed: sub }) => {
         // Merged into the state the append finds, not the one read before the URL was checked.
         const command = { fields: body, urlProblem: await urlProblem(body.url, sub.url) };
-        ctx.body = subscriptionRecord(await update(ctx, sub.id, (s) => decidePatch(command, s)));
+        ctx.body = await shown(await update(ctx, sub.id, (s) => decidePatch(command, s)));
       },
     });
 
@@ -300,7 +354,7 @@ export function subscriptionRoutes({ hub, owned }: WebhookRoutes) {
         const secret = newSigningSecret();
         const command = { secretSealed: seal(hub.keys.sealKey, secret) };
         const rotated = await update(ctx, sub.id, (s) => decideRotateSecret(command, s));
-        ctx.body = subscriptionRecord(rotated, secret);
+        ctx.body = await shown(rotated, secret);
       },
     });
   };

@@ -12,6 +12,7 @@ import type { RateSlots } from '../../infra/rate-limits.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
 import { Attempts } from './attempt.ts';
+import { type CircuitOptions, Circuits } from './circuit.ts';
 import { decodeJob } from './codec.ts';
 import { Endpoints, type EndpointsOptions } from './endpoints.ts';
 import { Durability, type Held } from './held.ts';
@@ -22,8 +23,6 @@ import { PooledHttp, ThreadedHttp } from './webhook-http.ts';
 
 export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
 
-/** How long a paused subscription's due jobs wait before they are looked at again, ms. */
-const PAUSED_RECHECK_MS = 5000;
 /** A claimed job is this dispatcher's for this long, renewed every third of it while held here:
  * if the process dies, another dispatcher claims the job once the lease runs out. */
 export const LEASE_MS = 30_000;
@@ -40,7 +39,7 @@ const ROOM_WAIT_MS = 250;
 /** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
 const TAKE_WAIT_MS = 2000;
 
-export interface DispatcherOptions extends EndpointsOptions {
+export interface DispatcherOptions extends EndpointsOptions, CircuitOptions {
   bus: Bus;
   registry: SchemaRegistry;
   deliveries: DeliveryStore;
@@ -64,6 +63,8 @@ export class Dispatcher {
   private readonly endpoints: Endpoints;
   private readonly attempts: Attempts;
   private readonly throttle: Throttle;
+  /** What each job's subscription lets it do before its attempt: paused, or its circuit open. */
+  private readonly circuits: Circuits;
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
@@ -95,6 +96,7 @@ export class Dispatcher {
   constructor(options: DispatcherOptions) {
     this.o = options;
     this.endpoints = new Endpoints(options);
+    this.circuits = new Circuits(options);
     const http = { egress: options.egress.policy, timeoutMs: options.timeoutMs };
     const metrics = dispatcherMetrics(options.metrics, options.deliveries, {
       held: () => this.held,
@@ -545,10 +547,13 @@ export class Dispatcher {
       const looked = this.endpoints.get(job.subscription_id);
       const found = looked instanceof Promise ? await looked : looked;
       if (!found || found.sub.deleted) return await this.finish(held, null, null); // deleted: nothing more
-      if (!found.sub.enabled) return await this.finish(held, null, Date.now() + PAUSED_RECHECK_MS);
-      const wait = await this.throttle.wait(held, found.sub.rate_limit);
-      if (wait > 0) return await this.finish(held, null, Date.now() + wait); // over its rate: its slot
+      const gated = this.circuits.gate(found.sub);
+      const wait = gated instanceof Promise ? await gated : gated;
+      if (wait !== undefined) return await this.finish(held, null, wait); // paused, or its circuit open
+      const slot = await this.throttle.wait(held, found.sub.rate_limit);
+      if (slot > 0) return await this.finish(held, null, Date.now() + slot); // over its rate: its slot
       const attempt = await this.attempts.make(job, held.due, found);
+      this.circuits.after(attempt); // before the next job of the subscription starts
       release();
       job.attempt = attempt.attempt;
       await this.finish(held, attempt, attempt.next);

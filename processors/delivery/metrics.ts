@@ -97,3 +97,23 @@ export function dispatcherMetrics(
 }
 
 export type DispatcherMetrics = ReturnType<typeof dispatcherMetrics>;
+
+/** The endpoint circuits' metrics (circuit.ts): subscriptions disabled by the hub, and circuits
+ * open as this dispatcher last saw them. */
+export function circuitMetrics(registry: Registry, open: () => number) {
+  new Gauge({
+    name: 'hub_webhook_circuits_open',
+    help: 'Subscriptions whose circuit this dispatcher last saw open or half-open: failing endpoints getting one probe at a time.',
+    registers: [registry],
+    collect() {
+      this.set(open());
+    },
+  });
+  return {
+    autoDisabled: new Counter({
+      name: 'hub_webhook_subscriptions_auto_disabled_total',
+      help: 'Subscriptions the hub disabled because every attempt had failed for HUB_WEBHOOK_DISABLE_AFTER_S.',
+      registers: [registry],
+    }),
+  };
+}

@@ -6,6 +6,7 @@
 // are claimed with a lease that the dispatcher renews while it holds them: one that dies
 // mid-attempt leaves the job to be claimed again when the lease ends.
 import type { WebhookEvent } from '../stream/derive.ts';
+import type { EndpointHealth } from './health.ts';
 
 /** `recover`: sent again by a bulk recovery (recovery.ts). */
 export type DeliveryKind = 'event' | 'test' | 'replay' | 'redeliver' | 'recover';
@@ -147,6 +148,13 @@ export interface DeliveryStore extends AttemptReads {
    * delivered before it was ever stored (handed off to this process): it is stored only if it is
    * due again, and need not be kept once done (its attempt is its record). */
   finish(job: Job, attempt: Attempt | null, next: number | null, fresh?: boolean): Promise<void>;
+  /** Each listed subscription's endpoint health, in order (health.ts; NO_ATTEMPTS for one with no
+   * attempt recorded): every attempt a finish records updates it in the same write, by
+   * afterAttempt's rule, and ends the subscription's probe lease. Kept as long as the attempts. */
+  health(subscriptions: string[]): Promise<EndpointHealth[]>;
+  /** Takes the probe of a subscription's half-open circuit until `until` (ms), for all dispatchers
+   * together: false while another holds it (its lease not ended, no attempt finished since). */
+  probe(subscription: string, now: number, until: number): Promise<boolean>;
   /** The earliest due time, if any job is pending. */
   nextDue(): Promise<number | undefined>;
   pending(): Promise<{ count: number; oldestDue: number | undefined }>;

@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Redis } from 'ioredis';
+import { type EndpointHealth, NO_ATTEMPTS } from './health.ts';
 import {
   type Attempt,
   type AttemptLog,
@@ -101,17 +102,44 @@ return out
 
 // One call for a batch of finished jobs: ARGV now, retention, the finisher, how long a done job's
 // id is kept (its body goes at once: a done job is sized by traffic, kept only to know one sent
-// twice, which happens within minutes of it: a consumer or a processor that restarts), then per job seven
+// twice, which happens within minutes of it: a consumer or a processor that restarts), then per job ten
 // fields: job id, job body, next due ('' when done), attempt id ('' when none), attempt body,
-// started ms, the attempt's index keys (space-separated). The attempt is recorded in any case; the
+// started ms, the attempt's index keys (space-separated), then for the endpoint health the
+// attempt's subscription ('' without an attempt), '1' if it succeeded, and its end (ms). Each
+// subscription's health (hub:health:<sub>) follows health.ts's afterAttempt, is read and written
+// once a call, and its probe lease ends. The attempt is recorded in any case; the
 // job's state changes only if the finisher holds its lease: a dispatcher that lost its lease (it
 // stalled past it, or Redis was out of its reach) and finishes late neither brings back a job its
 // new holder completed nor cancels the retry it scheduled.
 const FINISH = `
 local now, ttl, finisher, doneTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local indexes, seen = {}, {}
-for i = 5, #ARGV, 7 do
-  local job, next, att = ARGV[i], ARGV[i + 2], ARGV[i + 3]
+local health, subs = {}, {}
+for i = 5, #ARGV, 10 do
+  local job, next, att, hsub = ARGV[i], ARGV[i + 2], ARGV[i + 3], ARGV[i + 7]
+  if hsub ~= '' then
+    local h = health[hsub]
+    if not h then
+      local v = redis.call('HMGET', 'hub:health:' .. hsub, 'ls', 'lf', 'n', 'since')
+      h = { ls = tonumber(v[1]), lf = tonumber(v[2]), n = tonumber(v[3]) or 0, since = tonumber(v[4]) }
+      health[hsub] = h
+      subs[#subs + 1] = hsub
+    end
+    local at = tonumber(ARGV[i + 9])
+    if ARGV[i + 8] == '1' then
+      if not h.ls or at > h.ls then h.ls = at end
+      if not h.lf or at >= h.lf then
+        h.n = 0
+        h.since = nil
+      end
+    else
+      if not h.lf or at > h.lf then h.lf = at end
+      if not h.ls or at >= h.ls then
+        h.n = h.n + 1
+        if not h.since then h.since = at end
+      end
+    end
+  end
   if att ~= '' then
     redis.call('SET', 'hub:att:' .. att, ARGV[i + 4], 'PX', ttl)
     for key in string.gmatch(ARGV[i + 6], '%S+') do
@@ -151,7 +179,30 @@ for _, key in ipairs(indexes) do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. (now - ttl))
   redis.call('PEXPIRE', key, ttl)
 end
+for _, sub in ipairs(subs) do
+  local h, key = health[sub], 'hub:health:' .. sub
+  local fields = { 'n', h.n, 'probe', 0 }
+  for _, f in ipairs({ 'ls', 'lf', 'since' }) do
+    if h[f] then
+      fields[#fields + 1] = f
+      fields[#fields + 1] = string.format('%.0f', h[f])
+    end
+  end
+  redis.call('DEL', key)
+  redis.call('HSET', key, unpack(fields))
+  redis.call('PEXPIRE', key, ttl)
+end
 return 0
+`;
+
+// The probe of a half-open circuit: ARGV the subscription, now and the lease's end (Redis's
+// clock). Taken when the subscription has a health and no lease in force (a finish ends it).
+const PROBE = `
+local key = 'hub:health:' .. ARGV[1]
+if redis.call('EXISTS', key) == 0 then return 0 end
+if tonumber(redis.call('HGET', key, 'probe') or '0') > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', key, 'probe', ARGV[3])
+return 1
 `;
 
 // ARGV: the leases' new end, the renewer, then job ids. XX: only jobs still leased (a finish
@@ -168,7 +219,8 @@ return 0
 `;
 
 /** A finish as FINISH takes it: the job's id, body and next due time, then the attempt's id,
- * record, start and index keys (empty without an attempt, or when it is recorded elsewhere). */
+ * record, start and index keys (empty without an attempt, or when it is recorded elsewhere), and
+ * what the endpoint health takes of it (empty without an attempt). */
 function redisFinish(
   { job, attempt, next }: FinishedJob,
   offset: number,
@@ -190,6 +242,9 @@ function redisFinish(
     ];
     values.push(attempt.id, JSON.stringify(recordOf(attempt)), attempt.started, keys.join(' '));
   }
+  if (attempt)
+    values.push(attempt.subscription_id, attempt.status === 'succeeded' ? '1' : '', attempt.finished);
+  else values.push('', '', 0);
   return values;
 }
 
@@ -203,6 +258,7 @@ type Scripted = Redis & {
   hubJobsClaim(...args: (string | number)[]): Promise<string[]>;
   hubJobsFinish(...args: (string | number)[]): Promise<number>;
   hubJobsRenew(...args: (string | number)[]): Promise<number>;
+  hubHealthProbe(...args: (string | number)[]): Promise<number>;
 };
 
 /**
@@ -266,6 +322,7 @@ export class RedisDeliveryStore implements DeliveryStore {
       redis.defineCommand('hubJobsClaim', { numberOfKeys: 0, lua: CLAIM });
       redis.defineCommand('hubJobsFinish', { numberOfKeys: 0, lua: FINISH });
       redis.defineCommand('hubJobsRenew', { numberOfKeys: 0, lua: RENEW });
+      redis.defineCommand('hubHealthProbe', { numberOfKeys: 0, lua: PROBE });
     }
     this.retentionMs = o.retentionMs;
     this.emitter.setMaxListeners(0);
@@ -367,6 +424,28 @@ export class RedisDeliveryStore implements DeliveryStore {
     }
     for (const f of sent) f.done(failure);
     if (!failure && sent.some((f) => f.next !== null)) this.emitter.emit('enqueue');
+  }
+
+  async health(subscriptions: string[]): Promise<EndpointHealth[]> {
+    const read = await Promise.all(
+      subscriptions.map((sub) => this.redis.hmget(`hub:health:${sub}`, 'ls', 'lf', 'n', 'since')),
+    );
+    const ms = (v: string | null) => (v === null ? null : Number(v));
+    return read.map(([ls, lf, n, since]) =>
+      n === null || n === undefined
+        ? NO_ATTEMPTS
+        : {
+            lastSuccess: ms(ls ?? null),
+            lastFailure: ms(lf ?? null),
+            consecutiveFailures: Number(n),
+            failingSince: ms(since ?? null),
+          },
+    );
+  }
+
+  async probe(subscription: string, now: number, until: number): Promise<boolean> {
+    if (!this.measured) await this.synced; // no turn lost once measured: see `measured`
+    return (await this.redis.hubHealthProbe(subscription, now + this.offset, until + this.offset)) === 1;
   }
 
   async nextDue(): Promise<number | undefined> {

@@ -5,6 +5,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
 import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../../infra/checkpointer.ts';
+import { afterAttempt, type EndpointHealth, NO_ATTEMPTS } from './health.ts';
 import {
   type Attempt,
   type AttemptRecord,
@@ -88,7 +89,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
     | 'due'
     | 'lease'
     | 'passOver'
-    | 'renew',
+    | 'renew'
+    | 'health'
+    | 'writeHealth'
+    | 'probe',
     StatementSync
   >;
 
@@ -119,7 +123,10 @@ export class SqliteDeliveryStore implements DeliveryStore {
         response_body TEXT, response_truncated INTEGER) STRICT;
       CREATE INDEX IF NOT EXISTS attempt_log_sub ON attempt_log (subscription_id, started);
       CREATE INDEX IF NOT EXISTS attempt_log_failed ON attempt_log (subscription_id, status, started) WHERE status != 'succeeded';
-      CREATE INDEX IF NOT EXISTS attempt_log_event ON attempt_log (owner, event_id);`);
+      CREATE INDEX IF NOT EXISTS attempt_log_event ON attempt_log (owner, event_id);
+      CREATE TABLE IF NOT EXISTS endpoint_health (sub TEXT PRIMARY KEY, last_success INTEGER,
+        last_failure INTEGER, failures INTEGER NOT NULL, failing_since INTEGER,
+        probe_until INTEGER NOT NULL DEFAULT 0) STRICT;`);
     this.moveOldJobs();
     this.emitter.setMaxListeners(0);
     this.path = path;
@@ -145,6 +152,14 @@ export class SqliteDeliveryStore implements DeliveryStore {
       ),
       passOver: this.db.prepare('UPDATE schedule SET due = ? WHERE row = ?'),
       renew: this.db.prepare('UPDATE schedule SET due = ? WHERE row = ? AND job_id = ? AND due IS NOT NULL'),
+      health: this.db.prepare(
+        'SELECT last_success, last_failure, failures, failing_since FROM endpoint_health WHERE sub = ?',
+      ),
+      // An attempt recorded ends the subscription's probe lease.
+      writeHealth: this.db.prepare(
+        'INSERT OR REPLACE INTO endpoint_health (sub, last_success, last_failure, failures, failing_since, probe_until) VALUES (?, ?, ?, ?, ?, 0)',
+      ),
+      probe: this.db.prepare('UPDATE endpoint_health SET probe_until = ? WHERE sub = ? AND probe_until <= ?'),
     };
     this.moveOldAttempts();
   }
@@ -245,6 +260,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
     if (fields.length === 0) return Promise.resolve();
     const now = Date.now();
     let due = false;
+    // Each subscription's health, read once and written once per commit.
+    const health = new Map<string, EndpointHealth>();
     try {
       this.db.exec('BEGIN');
       for (let at = 0; at < fields.length; at += FINISH_FIELDS) {
@@ -257,7 +274,12 @@ export class SqliteDeliveryStore implements DeliveryStore {
         due ||= next !== null;
         const row = this.leased.get(jobId);
         this.leased.delete(jobId);
-        if (fields[a] !== null) this.sql.insertAttempt.run(...attemptRow(fields, a));
+        if (fields[a] !== null) {
+          this.sql.insertAttempt.run(...attemptRow(fields, a));
+          // The attempt's status and end, among its fields (attemptFields' order).
+          const before = health.get(sub) ?? this.healthOf(sub);
+          health.set(sub, afterAttempt(before, fields[a + 8] === 'succeeded', fields[a + 15] as number));
+        }
         if (fresh) {
           // Not stored by this process: stored now if it is due again. Done, it is done in a row an
           // earlier process stored (its batch handed off again after a crash) too, which would
@@ -276,6 +298,8 @@ export class SqliteDeliveryStore implements DeliveryStore {
           if (found) this.writeJob(found.row, jobId, body, next);
         }
       }
+      for (const [sub, h] of health)
+        this.sql.writeHealth.run(sub, h.lastSuccess, h.lastFailure, h.consecutiveFailures, h.failingSince);
       this.db.exec('COMMIT');
     } catch (err) {
       if (this.db.isTransaction) this.db.exec('ROLLBACK');
@@ -284,6 +308,34 @@ export class SqliteDeliveryStore implements DeliveryStore {
     if (due) this.emitter.emit('enqueue');
     this.sweep();
     return Promise.resolve();
+  }
+
+  private healthOf(sub: string): EndpointHealth {
+    const row = this.sql.health.get(sub) as
+      | {
+          last_success: number | null;
+          last_failure: number | null;
+          failures: number;
+          failing_since: number | null;
+        }
+      | undefined;
+    if (!row) return NO_ATTEMPTS;
+    return {
+      lastSuccess: row.last_success,
+      lastFailure: row.last_failure,
+      consecutiveFailures: row.failures,
+      failingSince: row.failing_since,
+    };
+  }
+
+  async health(subscriptions: string[]): Promise<EndpointHealth[]> {
+    this.window.send(); // read what was finished
+    return subscriptions.map((sub) => this.healthOf(sub));
+  }
+
+  async probe(subscription: string, now: number, until: number): Promise<boolean> {
+    this.window.send(); // an attempt finished meanwhile ends the lease
+    return this.sql.probe.run(until, subscription, now).changes === 1;
   }
 
   /** A finished job's row: done, or due again at `next` with its new body. Returns rows changed. */
@@ -364,6 +416,11 @@ export class SqliteDeliveryStore implements DeliveryStore {
       this.db.prepare('DELETE FROM schedule WHERE due IS NULL AND created < ?').run(before);
     });
     this.db.prepare('DELETE FROM attempt_log WHERE started < ?').run(now - this.retentionMs);
+    this.db
+      .prepare(
+        'DELETE FROM endpoint_health WHERE max(coalesce(last_success, 0), coalesce(last_failure, 0)) < ?',
+      )
+      .run(now - this.retentionMs);
   }
 
   async nextDue(): Promise<number | undefined> {

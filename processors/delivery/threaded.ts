@@ -3,6 +3,7 @@
 import { EventEmitter } from 'node:events';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { OnDemandThread, ThreadChannel } from '../../infra/threads.ts';
+import type { EndpointHealth } from './health.ts';
 import {
   type Attempt,
   type AttemptRecord,
@@ -24,6 +25,8 @@ const THREAD_METHODS = [
   'finishRows',
   'nextDue',
   'pending',
+  'health',
+  'probe',
   'attempts',
   'attempt',
   'attemptsOfEvent',
@@ -92,6 +95,14 @@ export class ThreadedDeliveryStore implements DeliveryStore {
   pending(): Promise<{ count: number; oldestDue: number | undefined }> {
     this.window.send();
     return this.call('pending');
+  }
+  health(subscriptions: string[]): Promise<EndpointHealth[]> {
+    this.window.send();
+    return this.call('health', subscriptions);
+  }
+  probe(subscription: string, now: number, until: number): Promise<boolean> {
+    this.window.send();
+    return this.call('probe', subscription, now, until);
   }
   attempts(subscription: string, q: { status?: StatusFilter; limit: number; skip: number }) {
     this.window.send();

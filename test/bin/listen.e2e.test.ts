@@ -124,9 +124,7 @@ describe('hub webhooks listen (e2e)', function () {
     assert.deepEqual(logged.body.data, event.data);
     // One line per event: type, id, the receiver's status and time.
     await printed(new RegExp(`device\\.device_meta\\.updated\\s+${event.id}\\s+-> 200 in \\d+ ms`));
-    assert.throws(() =>
-      verifyWebhook({ body: first!.body, headers: first!.headers, secrets: 'whsec_other' }),
-    );
+    assert.throws(() => verifyDelivery(first!, 'whsec_other'), /no_matching_signature/);
 
     // The hub stops and starts again on its port and data: the stream drops, the listener
     // reconnects from the last event it forwarded.

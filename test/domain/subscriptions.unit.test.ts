@@ -3,13 +3,16 @@
 import assert from 'node:assert/strict';
 import type { DomainEvent, EventData } from '../../domain/events.ts';
 import {
+  type AutoDisable,
   type CreateSubscription,
   DEFAULT_RETRY_POLICY,
+  decideAutoDisable,
   decideCreate,
   decideDelete,
   decidePatch,
   decideReplace,
   decideRotateSecret,
+  ENDPOINT_FAILING,
   nextDelayS,
   type SubscriptionFields,
   subscriptions,
@@ -224,6 +227,83 @@ describe('subscriptions: decisions (unit)', () => {
     assert.equal(state.previousSealed, 'sealed-1');
     assert.equal(state.rotated, 1_001);
     assert.equal(given(subscriptions)(created(), deleted).state.enabled, false);
+  });
+});
+
+describe('subscriptions: disabled by the hub for failing (unit)', () => {
+  const PERIOD = 5 * 86_400_000;
+  const command = (c: Partial<AutoDisable> = {}): AutoDisable => ({
+    failingSince: 2_000,
+    lastSuccess: 500,
+    now: 2_000 + PERIOD,
+    periodMs: PERIOD,
+    ...c,
+  });
+  const autoDisabled: DomainEvent<'WebhookAutoDisabled'> = {
+    type: 'WebhookAutoDisabled',
+    data: {
+      webhook_id: ID,
+      owner_prn: OWNER,
+      reason: ENDPOINT_FAILING,
+      failing_since: 2_000,
+      last_success: 500,
+    },
+  };
+
+  it('disables a subscription whose every attempt has failed for the period', () => {
+    given(subscriptions)(created())
+      .when((s) => decideAutoDisable(command(), s))
+      .thenEmits(autoDisabled);
+  });
+
+  it('not before the period is over', () => {
+    given(subscriptions)(created())
+      .when((s) => decideAutoDisable(command({ now: 2_000 + PERIOD - 1 }), s))
+      .thenEmits();
+  });
+
+  it('counts the period from when it was enabled again, when that is later than the first failure', () => {
+    const history = [created(), updated({ enabled: false }), updated({ enabled: true })]; // enabled at 1002
+    given(subscriptions)(...history)
+      .when((s) => decideAutoDisable(command({ failingSince: 500, now: 500 + PERIOD }), s))
+      .thenEmits();
+    given(subscriptions)(...history)
+      .when((s) => decideAutoDisable(command({ failingSince: 500, now: 1_002 + PERIOD }), s))
+      .thenEmits({ type: 'WebhookAutoDisabled', data: { ...autoDisabled.data, failing_since: 500 } });
+  });
+
+  it('leaves a subscription disabled or paused already as it is, and never disables with a period of 0', () => {
+    given(subscriptions)(created(), autoDisabled)
+      .when((s) => decideAutoDisable(command({ now: 2_000 + 2 * PERIOD }), s))
+      .thenEmits();
+    given(subscriptions)(created(), updated({ enabled: false }))
+      .when((s) => decideAutoDisable(command(), s))
+      .thenEmits();
+    given(subscriptions)(created())
+      .when((s) => decideAutoDisable(command({ periodMs: 0 }), s))
+      .thenEmits();
+  });
+
+  it('refuses a deleted subscription', () => {
+    given(subscriptions)(created(), deleted)
+      .when((s) => decideAutoDisable(command(), s))
+      .thenRefuses('not_found', /^No such subscription\.$/);
+  });
+
+  it('the state: disabled with its reason, kept by other changes; enabled again (PATCH), the reason is cleared', () => {
+    const disabled = given(subscriptions)(created(), autoDisabled).state;
+    assert.equal(disabled.enabled, false);
+    assert.equal(disabled.disabledReason, ENDPOINT_FAILING);
+    const [edited] = decidePatch({ fields: { description: 'fixed soon' } }, disabled);
+    const stillDisabled = given(subscriptions)(created(), autoDisabled, edited!).state;
+    assert.equal(stillDisabled.disabledReason, ENDPOINT_FAILING);
+    assert.equal(stillDisabled.enabled, false);
+    const [enabled] = decidePatch({ fields: { enabled: true } }, disabled);
+    const again = given(subscriptions)(created(), autoDisabled, enabled!).state;
+    assert.equal(again.enabled, true);
+    assert.equal(again.disabledReason, '');
+    assert.equal(again.enabledAt, 1_002);
+    assert.equal(given(subscriptions)(created(), updated({ nick: 'x' })).state.enabledAt, 1_000);
   });
 });
 

@@ -235,7 +235,8 @@ export function readStoreContract(name: string, makeHarness: () => Promise<ReadS
         stream: 'device-7',
         revision: 29,
       });
-      assert.equal(await rs.count(projection.name, 1, 'streams-by-update'), 50);
+      const kept = await rs.dump(projection.name, 1);
+      assert.equal(Object.keys(kept).filter((k) => k.startsWith('stream:')).length, 50);
       assert.equal((await rs.checkpoint(projection.name, 1)).position, more);
       assert.equal(runner.status().lagEvents, 0);
     });

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import type { Write } from '../../infra/readstore/port.ts';
 import { SqliteReadStore } from '../../infra/readstore/sqlite.ts';
 import { openDerivedDatabase } from '../../infra/sqlite.ts';
@@ -40,6 +41,47 @@ describe('SQLite read store: kept across a reopen (int)', () => {
     } finally {
       await reopened.close();
       await again.close();
+    }
+  });
+
+  it('a file written with a row per field (before 2026-11) opens with the same documents, patched in place after', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite');
+    const old = new DatabaseSync(path);
+    // The first layout, as its migration left it, with a document and a counter in it.
+    old.exec(`CREATE TABLE migrations (component TEXT PRIMARY KEY, version INTEGER NOT NULL) STRICT;
+      INSERT INTO migrations VALUES ('readstore', 1);
+      CREATE TABLE rm_generations (gen INTEGER PRIMARY KEY, projection TEXT NOT NULL, generation INTEGER NOT NULL,
+        position INTEGER NOT NULL DEFAULT 0, created INTEGER NOT NULL DEFAULT 0, UNIQUE (projection, generation)) STRICT;
+      CREATE TABLE rm_projections (projection TEXT PRIMARY KEY, active INTEGER NOT NULL DEFAULT 1, replay_target INTEGER) STRICT;
+      CREATE TABLE rm_fields (gen INTEGER NOT NULL, key TEXT NOT NULL, field TEXT NOT NULL, value TEXT NOT NULL,
+        PRIMARY KEY (gen, key, field)) STRICT, WITHOUT ROWID;
+      CREATE TABLE rm_index (gen INTEGER NOT NULL, key TEXT NOT NULL, member TEXT NOT NULL, score REAL NOT NULL,
+        PRIMARY KEY (gen, key, member)) STRICT, WITHOUT ROWID;
+      CREATE INDEX rm_index_by_score ON rm_index (gen, key, score, member);
+      INSERT INTO rm_generations VALUES (1, 'old', 1, 7, 99);
+      INSERT INTO rm_fields VALUES (1, 'device:1', 'nick', '"lamp"'), (1, 'device:1', 'meta', '{"a":["x",1]}'),
+        (1, 'device:1', 'public', 'true'), (1, 'totals', 'DeviceMetaUpdated', '41');`);
+    old.close();
+    const derived = openDerivedDatabase(path);
+    const rs = new SqliteReadStore(derived);
+    try {
+      assert.deepEqual(await rs.checkpoint('old', 1), { position: 7, created: 99 });
+      assert.deepEqual(await rs.get('old', 1, 'device:1'), {
+        nick: 'lamp',
+        meta: { a: ['x', 1] },
+        public: true,
+      });
+      const writes: Write[] = [
+        { op: 'patch', key: 'device:1', doc: { meta: { b: 2 }, public: null } },
+        { op: 'incr', key: 'totals', field: 'DeviceMetaUpdated', by: 1 },
+      ];
+      assert.equal(await rs.apply('old', 1, writes, 7, { position: 8, created: 100 }, false), 'ok');
+      // A patched field is replaced, not merged into; a null removes it.
+      assert.deepEqual(await rs.get('old', 1, 'device:1'), { nick: 'lamp', meta: { b: 2 } });
+      assert.deepEqual(await rs.get('old', 1, 'totals'), { DeviceMetaUpdated: 42 });
+    } finally {
+      await rs.close();
+      await derived.close();
     }
   });
 

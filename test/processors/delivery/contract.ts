@@ -2,6 +2,7 @@
 // explicitly, so leases are checked without waiting for them.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { NO_ATTEMPTS } from '../../../processors/delivery/health.ts';
 import { type Attempt, type DeliveryStore, type Job, recordOf } from '../../../processors/delivery/port.ts';
 import { event } from '../stream/eventlog.ts';
 
@@ -248,6 +249,62 @@ export function deliveryStoreContract(name: string, open: () => Promise<Delivery
       assert.deepEqual(read, record);
       assert.deepEqual((await store.attemptsOfEvent(j.owner, j.event.id))[0], record);
       assert.deepEqual((await store.attempts('sub_r', { limit: 1, skip: 0 })).items[0], record);
+    });
+
+    it("keeps each subscription's endpoint health with its attempts, a late attempt's outcome not undoing a newer one", async () => {
+      const sub = `sub_${randomBytes(4).toString('hex')}`;
+      const other = `sub_${randomBytes(4).toString('hex')}`;
+      assert.deepEqual(await store.health([sub, other]), [NO_ATTEMPTS, NO_ATTEMPTS]);
+      const t = Date.now();
+      /** A finish of a new job of `s`, fresh, its attempt ended at `at`. */
+      const ended = (s: string, status: Attempt['status'], at: number, next: number | null = null) => {
+        const j = job(s);
+        return store.finish({ ...j, attempt: 1 }, { ...attemptOf(j, 1, status), finished: at }, next, true);
+      };
+      // Finished together: one commit (or script call) for several attempts of a subscription.
+      await Promise.all([ended(sub, 'failed', t, t + 60_000), ended(sub, 'dead_lettered', t + 10)]);
+      assert.deepEqual(await store.health([sub, other]), [
+        { lastSuccess: null, lastFailure: t + 10, consecutiveFailures: 2, failingSince: t },
+        NO_ATTEMPTS,
+      ]);
+      await ended(sub, 'succeeded', t + 20);
+      await ended(other, 'failed', t + 5, t + 60_000);
+      assert.deepEqual(await store.health([sub, other]), [
+        { lastSuccess: t + 20, lastFailure: t + 10, consecutiveFailures: 0, failingSince: null },
+        { lastSuccess: null, lastFailure: t + 5, consecutiveFailures: 1, failingSince: t + 5 },
+      ]);
+      await ended(sub, 'failed', t + 15); // ended before the success recorded: not a failure since
+      assert.deepEqual((await store.health([sub]))[0], {
+        lastSuccess: t + 20,
+        lastFailure: t + 15,
+        consecutiveFailures: 0,
+        failingSince: null,
+      });
+      await ended(sub, 'failed', t + 30);
+      await ended(sub, 'succeeded', t + 25); // ended before the failure recorded: it still fails
+      assert.deepEqual((await store.health([sub]))[0], {
+        lastSuccess: t + 25,
+        lastFailure: t + 30,
+        consecutiveFailures: 1,
+        failingSince: t + 30,
+      });
+    });
+
+    it("leases a half-open circuit's probe to one taker at a time, until its end or an attempt recorded", async () => {
+      const sub = `sub_${randomBytes(4).toString('hex')}`;
+      const t = Date.now();
+      assert.equal(await store.probe(sub, t, t + 1000), false, 'no probe without a health');
+      const failed = () => {
+        const j = job(sub);
+        return store.finish({ ...j, attempt: 1 }, attemptOf(j, 1, 'failed'), null, true);
+      };
+      await failed();
+      assert.equal(await store.probe(sub, t, t + 1000), true);
+      assert.equal(await store.probe(sub, t + 500, t + 1500), false, 'held by the first taker');
+      assert.equal(await store.probe(sub, t + 1000, t + 2000), true, 'taken again once its lease ended');
+      await failed();
+      assert.equal(await store.probe(sub, t + 1100, t + 2100), true, 'an attempt recorded ended the lease');
+      assert.equal((await store.health([sub]))[0]!.consecutiveFailures, 2);
     });
   });
 }

@@ -14,6 +14,7 @@ import { TOPICS } from '../../../infra/bus/port.ts';
 import { openEventStore } from '../../../infra/eventstore/open.ts';
 import { Dispatcher, SPILL_MS } from '../../../processors/delivery/dispatcher.ts';
 import { Egress } from '../../../processors/delivery/egress.ts';
+import { CIRCUIT_OPENS_AFTER, MIN_PROBE_DELAY_S } from '../../../processors/delivery/health.ts';
 import type { Job } from '../../../processors/delivery/port.ts';
 import { SqliteDeliveryStore } from '../../../processors/delivery/sqlite.ts';
 import { SchemaRegistry } from '../../../schemas/registry.ts';
@@ -23,7 +24,13 @@ import { event } from '../stream/eventlog.ts';
 
 /** The embedded stores, a receiver, and a dispatcher on the in-process bus with two attempts in
  * flight per subscription (and a queue of 16 waiting beside them); `close` ends them all. */
-async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: number; httpThreads: number }) {
+async function rig(o: {
+  timeoutMs: number;
+  metrics?: Registry;
+  maxInFlight?: number;
+  httpThreads: number;
+  disableAfterMs?: number;
+}) {
   const config = testConfig();
   const store = await openEventStore(config);
   const file = join(config.dataDir, 'deliveries.sqlite');
@@ -47,6 +54,7 @@ async function rig(o: { timeoutMs: number; metrics?: Registry; maxInFlight?: num
     maxInFlightPerSubscription: 2,
     rotationWindowMs: 0,
     httpThreads: o.httpThreads,
+    disableAfterMs: o.disableAfterMs ?? 432_000_000,
   });
   const close = async () => {
     await dispatcher.stop();
@@ -380,3 +388,52 @@ for (const httpThreads of [1, 0])
       }
     });
   });
+
+describe('dispatcher: a failing subscription’s circuit (int)', () => {
+  it('once open, holds at most one attempt of it in flight (the probe, after its delay), its jobs waiting in the schedule; another subscription is delivered meanwhile', async function () {
+    this.timeout(60_000);
+    const metrics = new Registry();
+    const { store, deliveries, rx, sealKey, dispatcher, close } = await rig({
+      httpThreads: 0,
+      timeoutMs: 1000,
+      metrics,
+    });
+    const owner = 'prn:::accounts:/circuit';
+    const subscribe = (url: string) =>
+      benchSubscription(store, { owner, url: `${rx.url}${url}`, eventType: 'device.created', sealKey });
+    const failing = await subscribe('/hang/circuit');
+    const healthy = await subscribe('/ok/circuit');
+    try {
+      await dispatcher.start();
+      await dispatcher.take([...jobsFor(owner, failing, 30), ...jobsFor(owner, healthy, 20)]);
+      while ((await deliveries.health([failing]))[0]!.consecutiveFailures < CIRCUIT_OPENS_AFTER)
+        await new Promise((r) => setTimeout(r, 50));
+      // Open. Attempts that started as it opened (before the failure that opened it was recorded)
+      // end within their timeout; from the last of them on, the next is the probe, 5 s later.
+      assert.equal((await rx.waitFor('/ok/circuit', 20)).length, 20, 'the healthy one is delivered');
+      await new Promise((r) => setTimeout(r, 1500));
+      const opened = (await deliveries.health([failing]))[0]!.lastFailure!;
+      const held = (await metrics.getSingleMetric('hub_webhook_jobs_held')!.get()).values[0]!.value;
+      assert.equal(held, 0, 'nothing of it held in memory while open');
+      assert.equal((await deliveries.pending()).count, 30, 'every job of it waits in the schedule');
+      const open = (await metrics.getSingleMetric('hub_webhook_circuits_open')!.get()).values[0]!.value;
+      assert.equal(open, 1);
+      // The probe, 5 s after the last failure, all 30 jobs due by then: one attempt, alone.
+      const before = rx.at('/hang/circuit').length;
+      await rx.waitFor('/hang/circuit', before + 1, 10_000);
+      await new Promise((r) => setTimeout(r, 2500)); // past its timeout: any other would have started
+      const all = (await deliveries.attempts(failing, { limit: 100, skip: 0 })).items;
+      const after = all.filter((a) => Date.parse(a.started_at) > opened);
+      assert.equal(after.length, 1, 'one probe at a time');
+      const lastFailure = Math.max(
+        ...all.filter((a) => Date.parse(a.started_at) <= opened).map((a) => Date.parse(a.finished_at)),
+      );
+      const waited = Date.parse(after[0]!.started_at) - lastFailure;
+      assert.ok(waited >= MIN_PROBE_DELAY_S * 1000 - 50, `the probe waits its delay: ${waited} ms`);
+      assert.equal((await deliveries.pending()).count, 30, 'its jobs still wait in the schedule');
+      assert.equal(rx.at('/hang/circuit').length, all.length, 'every attempt reached the receiver');
+    } finally {
+      await close();
+    }
+  });
+});

@@ -229,7 +229,7 @@ describe('SQLite delivery store: a file from before the schedule and the bodies 
         .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
         .all()
         .map((r) => r.name);
-      assert.deepEqual(tables, ['attempt_log', 'job_bodies', 'schedule']);
+      assert.deepEqual(tables, ['attempt_log', 'endpoint_health', 'job_bodies', 'schedule']);
     });
 
   it('moves them by job id beside a schedule already there (an older version ran on the file in between)', async () => {
