@@ -9,6 +9,7 @@ import type { ReadStore } from '../infra/readstore/port.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
 import type { EventLog } from '../processors/stream/eventlog.ts';
+import type { ProjectionOperations } from '../projections/replay.ts';
 import type { CaptchaCheck } from './auth/captcha.ts';
 import type { Keys } from './auth/keys.ts';
 import type { Consistency } from './consistency.ts';
@@ -27,6 +28,8 @@ export interface HubContext {
   fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
+  /** The projections' status and replays (/admin/projections): run by the process's main thread. */
+  projections: ProjectionOperations;
   /** The process's count of open event streams (API threads: the main thread's); absent, the
    * routes keep one of their own. */
   streamSlots?: Pick<StreamSlots, 'take' | 'give'>;

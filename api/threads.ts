@@ -34,7 +34,9 @@ import { errorsCrossThreads, ThreadChannel } from '../infra/threads.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
 import type { EventLog } from '../processors/stream/eventlog.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
+import { type ProjectionOperations, ReplayRunningError } from '../projections/replay.ts';
 import { SchemaError } from '../schemas/registry.ts';
+import { adminRoutes } from './admin/routes.ts';
 import { type AppDeps, closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';
 import { appRoutes } from './apps/routes.ts';
 import { captchaCheck } from './auth/captcha.ts';
@@ -65,6 +67,7 @@ export function serviceRoutes(hub: HubContext): Required<Pick<AppDeps, 'mount' |
       trailRoutes(hub),
       callbackRoutes(hub),
       webhookRoutes(hub),
+      adminRoutes(hub),
     ],
     authenticate: authenticate(hub.keys, hub.store, hub.config.callerCacheEntries),
   };
@@ -77,6 +80,7 @@ errorsCrossThreads(
   ProjectionLagError,
   SchemaError,
   HttpError,
+  ReplayRunningError, // 409 from /admin/projections/{name}/replay
   StillBuilding, // /readyz on a thread shows how far the main thread's build is
 );
 
@@ -88,6 +92,7 @@ const SERVED = {
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get', 'head', 'tail'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent', 'health'],
+  projections: ['list', 'one', 'replay'],
 } as const;
 
 /** What the main thread owns and the API threads use. */
@@ -98,6 +103,7 @@ export interface Owned {
   fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
+  projections: ProjectionOperations;
 }
 
 interface ThreadData {
@@ -362,6 +368,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
     fixedWindows: remote<FixedWindows>('fixedWindows'),
     eventLog: remote<EventLog>('eventLog'),
     deliveries: remote<DeliveryStore>('deliveries'),
+    projections: remote<ProjectionOperations>('projections'),
     streamSlots: {
       take: (owner: string, max: number) =>
         channel.call('streamSlots', 'take', [owner, max]) as Promise<number>,

@@ -84,7 +84,10 @@ replay  Rebuilds <name> from position 0 into a new generation while the active o
         events/s and ETA. Ctrl-C interrupts it; running it again resumes. Refuses to run while another
         replay of the same projection runs. Embedded profile: with the hub stopped (its data dir is
         one process's); read models in memory (HUB_EMBEDDED_STATE=memory) cannot be replayed, the hub
-        rebuilds them at every start.`,
+        rebuilds them at every start.
+
+Admins do both over HTTP, in any profile and inside a running hub, reads answered all along:
+GET /admin/projections, POST /admin/projections/<name>/replay (docs/projections.md).`,
 };
 
 const say = (line: string) => process.stdout.write(`${line}\n`);

@@ -25,6 +25,7 @@ import { MemoryCheckpoints } from '../infra/checkpoints.ts';
 import type { Config } from '../infra/config.ts';
 import { createMailer } from '../infra/mail.ts';
 import { MemoryRateSlots, RedisRateSlots } from '../infra/rate-limits.ts';
+import { newOwnerId } from '../infra/readstore/redis.ts';
 import type { Logger, Metrics } from '../infra/telemetry.ts';
 import { encodeJob } from '../processors/delivery/codec.ts';
 import { Dispatcher } from '../processors/delivery/dispatcher.ts';
@@ -35,6 +36,7 @@ import { publicityProcessor } from '../processors/followers/publicity.ts';
 import { relay } from '../processors/followers/relay.ts';
 import { ProcessorMetrics, projectedSubscriptions, StreamProcessor } from '../processors/stream/processor.ts';
 import { projections } from '../projections/index.ts';
+import { ProjectionReplays } from '../projections/replay.ts';
 import { ProjectionMetrics, ProjectionRunner } from '../projections/runner.ts';
 import type { Stores } from './stores.ts';
 
@@ -241,13 +243,24 @@ export async function startApi(
   options: { routes: boolean; keys: Keys; reads: Consistency; waitFor: WaitForPosition },
 ): Promise<string> {
   const { config, logger, metrics, stores, readiness } = hub;
+  // Replays asked for through the API run here, in the background, whatever the profile: the
+  // read store's replay lease fences a second one in any process (docs/projections.md).
+  const replays = new ProjectionReplays({
+    store: stores.store,
+    readStore: stores.readStore,
+    logger,
+    projections,
+    owner: newOwnerId,
+    dropGraceMs: config.replayDropGraceMs,
+  });
+  hub.onStop(() => replays.stop()); // before the stores close: an interrupted replay resumes later
   if (config.apiThreads > 0) {
     // The API threads serve all of it, the main thread keeping what they share (api/threads.ts).
     const threads = await startApiThreads({
       config,
       logger,
       metrics,
-      owned: { ...stores, waitFor: options.waitFor },
+      owned: { ...stores, waitFor: options.waitFor, projections: replays },
       readiness,
     });
     hub.onStop(() => threads.stop());
@@ -265,6 +278,7 @@ export async function startApi(
       fixedWindows: stores.fixedWindows,
       eventLog: stores.eventLog,
       deliveries: stores.deliveries,
+      projections: replays,
       captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
       deviceCa: await loadDeviceCa({
         certPem: config.deviceCaCert,

@@ -34,7 +34,11 @@ export interface ReplayOptions {
   /** How long the old generation stays after the switch, for readers that still resolve it. */
   dropGraceMs?: number;
   batchSize?: number;
+  /** Called once the lease is held and the target generation chosen, before any event is read. */
+  onStart?: (generation: number, checkpoint: number, head: number) => void;
   onProgress?: (p: ReplayProgress) => void;
+  /** Called when reads have moved to the new generation (the old one is dropped after the grace). */
+  onSwitch?: () => void;
 }
 
 export interface ReplayResult {
@@ -49,9 +53,12 @@ export interface ReplayResult {
 
 const LEASE_MS = 15_000;
 
+/** The lease a replay of `projection` holds while it runs. */
+const replayLease = (projection: string) => `replay:${projection}`;
+
 export async function replayProjection(o: ReplayOptions): Promise<ReplayResult> {
   const { readStore, projection } = o;
-  const lockName = `replay:${projection.name}`;
+  const lockName = replayLease(projection.name);
   if (!(await readStore.lock(lockName, o.owner, LEASE_MS))) throw new ReplayRunningError(projection.name);
   const renew = setInterval(
     () => void readStore.lock(lockName, o.owner, LEASE_MS).catch(() => {}),
@@ -71,6 +78,8 @@ export async function replayProjection(o: ReplayOptions): Promise<ReplayResult> 
       o.logger.info({ projection: projection.name, generation }, 'replay resumed');
     }
     let head = await o.store.head();
+    if (o.onStart)
+      o.onStart(generation, (await readStore.checkpoint(projection.name, generation)).position, head);
     let applied = 0;
     let lastHeadRead = performance.now();
     const runner = new ProjectionRunner({
@@ -120,6 +129,7 @@ export async function replayProjection(o: ReplayOptions): Promise<ReplayResult> 
     // Reads move to the new generation at once; the live runner follows it from its checkpoint.
     await readStore.activate(projection.name, generation);
     await readStore.setReplayTarget(projection.name, undefined);
+    o.onSwitch?.();
     await new Promise((r) => setTimeout(r, o.dropGraceMs ?? 5000));
     const droppedKeys = await readStore.drop(projection.name, previous);
     o.logger.info(
@@ -144,6 +154,7 @@ export async function replayProjection(o: ReplayOptions): Promise<ReplayResult> 
 export interface ProjectionStatus {
   name: string;
   version: number;
+  description: string;
   generation: number;
   checkpoint: number;
   head: number;
@@ -161,12 +172,13 @@ export async function projectionStatus(
   const head = await store.head();
   return Promise.all(
     list.map(async (p) => {
-      const generation = await readStore.activeGeneration(p.name);
+      const generation = await readStore.activeGeneration(p.name, true);
       const cp = await readStore.checkpoint(p.name, generation);
       const lagEvents = Math.max(0, head - cp.position);
       const status: ProjectionStatus = {
         name: p.name,
         version: p.version,
+        description: p.description,
         generation,
         checkpoint: cp.position,
         head,
@@ -185,10 +197,187 @@ export async function projectionStatus(
   );
 }
 
+/** How far a replay is, 0 to 1: its checkpoint against the head of the log. */
+export function replayFraction(checkpoint: number, head: number): number {
+  return head === 0 ? 1 : Math.min(1, checkpoint / head);
+}
+
 /** One line of progress: bar, percentage, counts, rate and ETA. */
 export function progressLine(p: ReplayProgress, width = 30): string {
-  const fraction = p.head === 0 ? 1 : Math.min(1, p.checkpoint / p.head);
+  const fraction = replayFraction(p.checkpoint, p.head);
   const filled = Math.round(fraction * width);
   const eta = Number.isFinite(p.etaSeconds) ? `${Math.ceil(p.etaSeconds)} s` : '?';
   return `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${(fraction * 100).toFixed(1)}% ${p.checkpoint.toLocaleString('en-US')}/${p.head.toLocaleString('en-US')} ${Math.round(p.eventsPerSecond).toLocaleString('en-US')} events/s ETA ${eta}`;
+}
+
+export type ReplayStatus = 'running' | 'switched' | 'done' | 'interrupted' | 'failed';
+
+/** A replay as operators follow it: the one this process runs or ran last, or one the stores show
+ * (running in another process, or interrupted and waiting to be resumed). */
+export interface ReplayView {
+  /** The generation being built. */
+  generation: number;
+  /** Its checkpoint: the position reached. */
+  position: number;
+  head: number;
+  percent: number;
+  status: ReplayStatus;
+  /** Known to the process that runs it (ms since the epoch); absent elsewhere. */
+  started?: number;
+  finished?: number;
+  eventsPerSecond?: number;
+  error?: string;
+}
+
+export type ProjectionView = Omit<ProjectionStatus, 'replay'> & { replay: ReplayView | undefined };
+
+/** What the operators' API asks of the process that serves it (the main thread's, from API threads). */
+export interface ProjectionOperations {
+  list(): Promise<ProjectionView[]>;
+  /** Undefined: no projection of that name. */
+  one(name: string): Promise<ProjectionView | undefined>;
+  /** Starts a replay in the background and answers once it holds the lease (ReplayRunningError when
+   * another holds it; undefined: no projection of that name). */
+  replay(name: string): Promise<ProjectionView | undefined>;
+}
+
+interface Run extends ReplayView {
+  controller: AbortController;
+  done: Promise<void>;
+}
+
+const percentOf = (position: number, head: number) => Math.round(replayFraction(position, head) * 1000) / 10;
+
+/**
+ * Replays started from the API, run in this process in the background by replayProjection (what
+ * `hub projections replay` runs): the lease fences a second one in any process, the old generation
+ * answers reads until the switch. The status comes from projectionStatus (what `hub projections
+ * status` shows), with the progress of the runs this process knows.
+ */
+export class ProjectionReplays implements ProjectionOperations {
+  private readonly runs = new Map<string, Run>();
+  private readonly o: {
+    store: EventStore;
+    readStore: ReadStore;
+    logger: Logger;
+    projections: Projection[];
+    owner: () => string;
+    dropGraceMs: number;
+  };
+
+  constructor(o: ProjectionReplays['o']) {
+    this.o = o;
+  }
+
+  async list(): Promise<ProjectionView[]> {
+    const rows = await projectionStatus(this.o.store, this.o.readStore, this.o.projections);
+    return Promise.all(rows.map((row) => this.view(row)));
+  }
+
+  async one(name: string): Promise<ProjectionView | undefined> {
+    const projection = this.o.projections.find((p) => p.name === name);
+    if (!projection) return undefined;
+    const [row] = await projectionStatus(this.o.store, this.o.readStore, [projection]);
+    return this.view(row!);
+  }
+
+  async replay(name: string): Promise<ProjectionView | undefined> {
+    const projection = this.o.projections.find((p) => p.name === name);
+    if (!projection) return undefined;
+    const started = Promise.withResolvers<void>();
+    const controller = new AbortController();
+    let run: Run | undefined;
+    const done = replayProjection({
+      store: this.o.store,
+      readStore: this.o.readStore,
+      projection,
+      logger: this.o.logger,
+      owner: this.o.owner(),
+      signal: controller.signal,
+      dropGraceMs: this.o.dropGraceMs,
+      onStart: (generation, checkpoint, head) => {
+        run = {
+          generation,
+          position: checkpoint,
+          head,
+          percent: percentOf(checkpoint, head),
+          status: 'running',
+          started: Date.now(),
+          controller,
+          done: settled,
+        };
+        this.runs.set(name, run);
+        started.resolve();
+      },
+      onProgress: (p) => {
+        Object.assign(run!, {
+          position: p.checkpoint,
+          head: p.head,
+          percent: percentOf(p.checkpoint, p.head),
+          eventsPerSecond: Math.round(p.eventsPerSecond),
+        });
+      },
+      onSwitch: () => {
+        run!.status = 'switched';
+      },
+    });
+    const settled = done.then(
+      (result) => {
+        Object.assign(run!, {
+          status: result.outcome === 'switched' ? 'done' : 'interrupted',
+          position: result.checkpoint,
+          head: Math.max(run!.head, result.checkpoint),
+          percent: percentOf(result.checkpoint, Math.max(run!.head, result.checkpoint)),
+          finished: Date.now(),
+        });
+      },
+      (err: unknown) => {
+        started.reject(err); // refused before it started (ReplayRunningError), or failed to start
+        if (!run) return;
+        this.o.logger.error({ err, projection: name }, 'replay failed; asking again resumes it');
+        Object.assign(run, {
+          status: 'failed',
+          error: 'the replay failed; the log has the reason',
+          finished: Date.now(),
+        });
+      },
+    );
+    await started.promise;
+    return this.one(name);
+  }
+
+  /** Interrupts the replays running here (each resumes at the next one asked for) and waits for them. */
+  async stop(): Promise<void> {
+    const running = [...this.runs.values()].filter((r) => r.status === 'running' || r.status === 'switched');
+    for (const r of running) r.controller.abort();
+    await Promise.all(running.map((r) => r.done));
+  }
+
+  private async view(row: ProjectionStatus): Promise<ProjectionView> {
+    const { replay: stored, ...status } = row;
+    const run = this.runs.get(row.name);
+    const mine = run && viewOf(run);
+    if (!stored || mine?.status === 'running' || mine?.status === 'switched')
+      return { ...status, replay: mine };
+    // An unfinished replay the stores show: another process's (it holds the lease), or one that
+    // stopped (interrupted, failed) and resumes at the next one asked for.
+    const ours = mine?.generation === stored.generation ? mine : undefined;
+    const elsewhere = await this.o.readStore.lockHolder(replayLease(row.name));
+    return {
+      ...status,
+      replay: {
+        ...ours,
+        generation: stored.generation,
+        position: stored.checkpoint,
+        head: row.head,
+        percent: percentOf(stored.checkpoint, row.head),
+        status: elsewhere ? 'running' : (ours?.status ?? 'interrupted'),
+      },
+    };
+  }
+}
+
+function viewOf(run: Run): ReplayView {
+  const { controller: _controller, done: _done, ...view } = run;
+  return view;
 }

@@ -16,10 +16,10 @@ import { load, nameOwner } from '../../infra/eventstore/aggregate.ts';
 import { nonce } from '../../infra/secrets.ts';
 import { decideOn, type HubContext } from '../context.ts';
 import { unauthorized } from '../errors.ts';
-import { authenticate } from './middleware.ts';
+import { authenticate, isAdminToken } from './middleware.ts';
 import { operatorCheck } from './operator.ts';
 import { LoginThrottle } from './throttle.ts';
-import { type Claims, changedSinceLogin, HUB_AUDIENCE } from './tokens.ts';
+import { type Claims, changedSinceLogin } from './tokens.ts';
 
 export type AuthContext = ReturnType<typeof authContext>;
 
@@ -31,9 +31,7 @@ export function authContext(hub: HubContext) {
   const auth = authenticate(keys, store, config.callerCacheEntries);
   const isAdmin = (nick: string) => isAdminNick(config.admins, nick);
   const operator = operatorCheck(config.saAdminSecret, hub.fixedWindows, config.callbacksFailuresPerMinute);
-  /** An admin's own login token: a USER's first-party token, not acting for anyone. Device and
-   * service nicks live elsewhere or are chosen freely, so the nick alone proves nothing. */
-  const adminToken = (c: Claims) => c.type === 'USER' && c.aud === HUB_AUDIENCE && !c.act && isAdmin(c.nick);
+  const adminToken = (c: Claims) => isAdminToken(config.admins, c);
 
   async function loadAccount(id: string): Promise<AccountState | undefined> {
     const { state } = await load(store, accountStream(id), accounts);

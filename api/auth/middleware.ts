@@ -4,7 +4,7 @@
 import type { Middleware } from 'koa';
 import koaJwt from 'koa-jwt';
 import { LRUCache } from 'lru-cache';
-import { accountPrn, accountStream, accounts } from '../../domain/accounts.ts';
+import { accountPrn, accountStream, accounts, isAdminNick } from '../../domain/accounts.ts';
 import { appStream, apps } from '../../domain/apps.ts';
 import { load } from '../../infra/eventstore/aggregate.ts';
 import type { EventStore } from '../../infra/eventstore/port.ts';
@@ -136,6 +136,25 @@ export function requireScope(service: string, mode: 'read' | 'write'): ScopeRequ
             : `${service}.readonly (or a write scope)`;
         throw forbidden(`The token lacks the scope ${needed}.`);
       }
+      await next();
+    },
+  };
+}
+
+/** An admin's own login token: a USER's first-party token, not acting for anyone, whose nick
+ * HUB_ADMINS lists. Device and service nicks live elsewhere or are chosen freely, so the nick alone
+ * proves nothing. */
+export const isAdminToken = (admins: readonly string[], c: Claims) =>
+  c.type === 'USER' && c.aud === HUB_AUDIENCE && !c.act && isAdminNick(admins, c.nick);
+
+/** Admins only (isAdminToken; 403 otherwise). Their login tokens grant `*`, the scope /openapi.json
+ * publishes for such a route. */
+export function requireAdmin(admins: readonly string[]): ScopeRequirement {
+  return {
+    granting: ['*'],
+    check: async (ctx, next) => {
+      if (!isAdminToken(admins, ctx.state.auth!))
+        throw forbidden("Only admins may do this (an admin's own login token).");
       await next();
     },
   };

@@ -34,6 +34,11 @@ export abstract class InProcessReadStore {
     if (this.held.get(name)?.owner === owner) this.held.delete(name);
   }
 
+  async lockHolder(name: string): Promise<string | undefined> {
+    const held = this.held.get(name);
+    return held && held.until > Date.now() ? held.owner : undefined;
+  }
+
   onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
     this.events.on('checkpoint', listener);
     return () => this.events.off('checkpoint', listener);

@@ -76,6 +76,8 @@ export interface ReadStore {
   /** A lease that keeps two replays of one projection from running at once. */
   lock(name: string, owner: string, ttlMs: number): Promise<boolean>;
   unlock(name: string, owner: string): Promise<void>;
+  /** Who holds the lease now, if anyone (an operator's view: a replay running in another process). */
+  lockHolder(name: string): Promise<string | undefined>;
 
   /** Called after every applied batch (in any process sharing the store). */
   onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void;

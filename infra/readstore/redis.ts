@@ -281,6 +281,10 @@ export class RedisReadStore implements ReadStore {
     await this.redis.hubUnlock(`hub:lock:${name}`, owner);
   }
 
+  async lockHolder(name: string): Promise<string | undefined> {
+    return (await this.redis.get(`hub:lock:${name}`)) ?? undefined;
+  }
+
   /**
    * The checkpoint channel is subscribed at the first listener: only the processes that serve
    * reads listen (the API's read-your-writes waits). Every batch of every projection publishes a

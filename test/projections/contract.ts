@@ -395,11 +395,13 @@ export function readStoreContract(name: string, makeHarness: () => Promise<ReadS
     it('refuses a second replay of the same projection while one runs', async () => {
       const projection = catalogNamed(p());
       assert.equal(await rs.lock(`replay:${projection.name}`, 'someone-else', 10_000), true);
+      assert.equal(await rs.lockHolder(`replay:${projection.name}`), 'someone-else');
       await assert.rejects(
         replayProjection({ store, readStore: rs, projection, logger, owner: 'me' }),
         ReplayRunningError,
       );
       await rs.unlock(`replay:${projection.name}`, 'someone-else');
+      assert.equal(await rs.lockHolder(`replay:${projection.name}`), undefined);
       const result = await replayProjection({
         store,
         readStore: rs,
