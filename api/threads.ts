@@ -43,6 +43,7 @@ import { authenticate } from './auth/middleware.ts';
 import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
 import { consistency, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
+import { consoleRoutes } from './console.ts';
 import type { HubContext } from './context.ts';
 import { loadDeviceCa } from './devices/ca.ts';
 import { deviceRoutes } from './devices/routes.ts';
@@ -65,6 +66,7 @@ export function serviceRoutes(hub: HubContext): Required<Pick<AppDeps, 'mount' |
       trailRoutes(hub),
       callbackRoutes(hub),
       webhookRoutes(hub),
+      consoleRoutes(),
     ],
     authenticate: authenticate(hub.keys, hub.store, hub.config.callerCacheEntries),
   };

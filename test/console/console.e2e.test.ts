@@ -1,0 +1,240 @@
+// The console in a real browser (Debian's Chromium through playwright-core) against a real hub:
+// the README's first steps done through its pages (sign up, the emailed link, sign in, a device
+// whose metadata changes after the device's PATCH), and every page checked by axe-core, on a
+// desk-sized and a phone-sized window. The served files' headers and the first-load budget are
+// checked over plain HTTP.
+import assert from 'node:assert/strict';
+import { gunzipSync } from 'node:zlib';
+import type { Page } from 'playwright-core';
+import { consoleAssets } from '../../api/console.ts';
+import { request } from '../harness.ts';
+import { readMail, startHub, type TestHub } from '../hub.ts';
+import { assertAccessible, errors, launchBrowser, signIn, type TestBrowser } from './browser.ts';
+
+/** The issue's budget: the JavaScript of the first load, over the wire. */
+const FIRST_LOAD_BUDGET = 150 * 1024;
+
+describe('console (e2e, Chromium)', function () {
+  this.timeout(120_000);
+  let hub: TestHub;
+  let browser: TestBrowser;
+  let page: Page;
+  const nick = 'ada';
+  const email = 'ada@example.com';
+  const password = 'a long secret';
+
+  before(async () => {
+    hub = await startHub({
+      HUB_WEBHOOK_ALLOW_HTTP: 'true',
+      HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+      HUB_WEBHOOK_TIMEOUT_MS: '1500',
+    });
+    browser = await launchBrowser();
+    ({ page } = await browser.page());
+  });
+  after(async () => {
+    await browser?.close();
+    await hub?.stop();
+  });
+  afterEach(() => {
+    assert.deepEqual(errors.splice(0), [], 'the pages met errors');
+  });
+
+  const open = async (hash: string) => {
+    await page.goto(`${hub.url}/console/#${hash}`);
+    await page.locator('main h1').first().waitFor();
+  };
+
+  describe('serving', () => {
+    it('serves the page with its strict CSP, and its files compressed, cached and within the budget', async () => {
+      const index = await request(`${hub.url}/console/`, { headers: { 'accept-encoding': 'identity' } });
+      assert.equal(index.status, 200);
+      const csp = index.headers.get('content-security-policy') ?? '';
+      assert.match(
+        csp,
+        /^default-src 'none'; script-src 'self' 'sha256-[^']+'; style-src 'self'; connect-src 'self';/,
+      );
+      assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+      assert.equal(index.headers.get('x-frame-options'), 'DENY');
+      // The one inline script is the import map (JSON, named by its hash): no executable inline script.
+      const inline = [...String(index.body).matchAll(/<script([^>]*)>([^<]*)<\/script>/g)];
+      assert.deepEqual(
+        inline.filter(([, attrs, body]) => body!.trim() && !/type="importmap"/.test(attrs!)),
+        [],
+      );
+
+      const lib = /href="(\/console\/lib\/preact-[\d.]+\.js)"/.exec(String(index.body))![1]!;
+      const libAnswer = await fetch(`${hub.url}${lib}`, { headers: { 'accept-encoding': 'gzip' } });
+      assert.equal(libAnswer.headers.get('cache-control'), 'public, max-age=31536000, immutable');
+      assert.equal(libAnswer.headers.get('content-type'), 'text/javascript; charset=utf-8');
+
+      // fetch() decodes on its own: ask with node's raw view of the bytes instead.
+      const raw = await rawGet(`${hub.url}/console/main.js`, 'gzip');
+      assert.equal(raw.headers['content-encoding'], 'gzip');
+      assert.equal(raw.headers['cache-control'], 'no-cache');
+      assert.match(gunzipSync(raw.body).toString(), /render\(/);
+      const again = await rawGet(`${hub.url}/console/main.js`, 'gzip', raw.headers.etag as string);
+      assert.equal(again.status, 304);
+
+      const assets = consoleAssets();
+      const br = assets.firstLoadBytes('br');
+      const gzip = assets.firstLoadBytes('gzip');
+      console.log(
+        `      console first load: ${(br / 1024).toFixed(1)} KiB of JavaScript over the wire (Brotli), ${(gzip / 1024).toFixed(1)} KiB gzip, ${(assets.firstLoadBytes('identity') / 1024).toFixed(1)} KiB uncompressed; budget ${FIRST_LOAD_BUDGET / 1024} KiB`,
+      );
+      assert.ok(gzip <= FIRST_LOAD_BUDGET, `${gzip} bytes of JavaScript on first load`);
+    });
+
+    it('loads in the browser with every module from this origin, nothing refused', async () => {
+      const scripts: { url: string; bytes: number }[] = [];
+      page.on('response', async (r) => {
+        if (r.request().resourceType() === 'script')
+          scripts.push({ url: r.url(), bytes: Number((await r.headerValue('content-length')) ?? 0) });
+      });
+      await open('/signin');
+      await page.waitForLoadState('networkidle');
+      page.removeAllListeners('response');
+      assert.ok(scripts.length >= 5, JSON.stringify(scripts));
+      assert.ok(scripts.every((s) => s.url.startsWith(`${hub.url}/console/`)));
+      const total = scripts.reduce((n, s) => n + s.bytes, 0);
+      assert.ok(total > 0 && total <= FIRST_LOAD_BUDGET, `${total} bytes over the wire`);
+    });
+  });
+
+  describe("the README's first steps", () => {
+    let deviceId = '';
+
+    it('signs up, sends the verification email and verifies through the emailed link', async () => {
+      await open('/signup');
+      await assertAccessible(page, 'sign up');
+      await page.getByLabel('Email').fill(email);
+      await page.getByLabel('Nick', { exact: false }).fill(nick);
+      await page.getByLabel('Password').fill(password);
+      const started = Date.now() - 1;
+      await page.getByRole('button', { name: 'Sign up' }).click();
+      await page.getByRole('heading', { name: 'Verify your email' }).waitFor();
+      await page.getByRole('button', { name: 'Send the verification email' }).click();
+      await page.getByRole('heading', { name: 'Check your email' }).waitFor();
+      const mail = await readMail(hub, email, /Verify/, started);
+      const link = /(http\S+\/auth\/verify\?token=\S+)/.exec(mail.text)![1]!;
+      await open('/verify');
+      await assertAccessible(page, 'verify');
+      await page.getByLabel(/link of the verification email/).fill(link);
+      await page.getByRole('button', { name: 'Verify' }).click();
+      await page.getByText('Your account is active').waitFor();
+    });
+
+    it('signs in and out', async () => {
+      await open('/signin');
+      await assertAccessible(page, 'sign in');
+      await page.getByLabel('Nick or email').fill(nick);
+      await page.getByLabel('Password').fill('wrong password');
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('alert').waitFor();
+      await page.getByLabel('Password').fill(password);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByRole('heading', { name: 'Devices', level: 1 }).waitFor();
+      await page.getByRole('button', { name: `Sign out ${nick}` }).click();
+      await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+      await signIn(page, hub.url, nick, password);
+    });
+
+    it('creates a device, and shows its metadata change after the device PATCHes it', async () => {
+      await open('/devices');
+      await page.getByLabel('Nick (optional)').first().fill('kitchen-sensor');
+      await page.getByRole('button', { name: 'Create device' }).click();
+      const secret = await page.locator('[data-secret]').textContent();
+      const link = page.getByRole('link', { name: 'kitchen-sensor' }).first();
+      deviceId = decodeURIComponent((await link.getAttribute('href'))!.split('/').pop()!);
+      await assertAccessible(page, 'devices');
+      await page.getByRole('cell', { name: deviceId }).waitFor();
+
+      await link.click();
+      await page.getByRole('heading', { name: 'Device kitchen-sensor' }).waitFor();
+      await assertAccessible(page, 'device');
+      const device = await hub.call('GET', `/devices/${deviceId}`, {
+        token: (await hub.call('POST', '/auth/login', { body: { username: nick, password } })).body.token,
+      });
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: device.body.prn, password: secret },
+      });
+      assert.equal(login.status, 200, 'the secret the console showed logs the device in');
+      const patched = await hub.call('PATCH', `/devices/${deviceId}/device-meta`, {
+        token: login.body.token,
+        body: { fw: '1.2.0' },
+      });
+      assert.equal(patched.status, 200);
+      // The page polls: the new key shows without a reload.
+      await page.getByTestId('device-meta').getByText('1.2.0').waitFor({ timeout: 15_000 });
+    });
+
+    it('edits the user metadata, finds the device and shows its trail steps', async () => {
+      await open(`/devices/${deviceId}`);
+      await page.getByRole('button', { name: 'Add key' }).click();
+      await page.getByLabel('Key 1').fill('room');
+      await page.getByLabel('Value 1').fill('kitchen');
+      await page.getByRole('button', { name: 'Save user metadata' }).click();
+      await page.getByText('Saved.').waitFor();
+      const token = (await hub.call('POST', '/auth/login', { body: { username: nick, password } })).body
+        .token;
+      const read = await hub.call('GET', `/devices/${deviceId}`, { token });
+      assert.deepEqual(read.body['user-meta'], { room: 'kitchen' });
+
+      const step = await hub.call('POST', `/trails/${deviceId}/steps`, {
+        token,
+        body: { 'commit-msg': 'first rollout', state: {} },
+      });
+      assert.equal(step.status, 200, JSON.stringify(step.body));
+      await page.getByRole('cell', { name: 'first rollout' }).waitFor({ timeout: 15_000 });
+
+      await open('/devices');
+      await page.getByLabel('Id, PRN or nick').fill('kitchen-sensor');
+      await page.getByRole('button', { name: 'Find' }).click();
+      await page.getByRole('heading', { name: 'Device kitchen-sensor' }).waitFor();
+    });
+
+    it('works in a narrow (phone) window, keyboard only', async () => {
+      const phone = await browser.page({ width: 375, height: 740 });
+      try {
+        await phone.page.goto(`${hub.url}/console/#/signin`);
+        await phone.page.locator('main h1').waitFor();
+        // Keyboard: the heading has focus; tab to the fields, type, submit with Enter.
+        await phone.page.keyboard.press('Tab');
+        await phone.page.keyboard.type(nick);
+        await phone.page.keyboard.press('Tab');
+        await phone.page.keyboard.type(password);
+        await phone.page.keyboard.press('Enter');
+        await phone.page.getByRole('heading', { name: 'Devices', level: 1 }).waitFor();
+        await phone.page.getByRole('link', { name: 'kitchen-sensor' }).first().waitFor();
+        const overflow = await phone.page.evaluate<number>(
+          'document.documentElement.scrollWidth - document.documentElement.clientWidth',
+        );
+        assert.ok(overflow <= 0, `the page is ${overflow} px wider than the phone`);
+        await assertAccessible(phone.page, 'devices (phone)');
+      } finally {
+        await phone.context.close();
+      }
+    });
+  });
+});
+
+async function rawGet(
+  url: string,
+  encoding: string,
+  etag?: string,
+): Promise<{ status: number; headers: Record<string, string | string[] | undefined>; body: Buffer }> {
+  const { get } = await import('node:http');
+  return new Promise((resolve, reject) => {
+    get(
+      url,
+      { headers: { 'accept-encoding': encoding, ...(etag ? { 'if-none-match': etag } : {}) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }),
+        );
+      },
+    ).on('error', reject);
+  });
+}
