@@ -9,6 +9,7 @@ import type { Page } from 'playwright-core';
 import { consoleAssets } from '../../api/console.ts';
 import { request } from '../harness.ts';
 import { readMail, startHub, type TestHub } from '../hub.ts';
+import { Receiver } from '../webhooks/receiver.ts';
 import { assertAccessible, errors, launchBrowser, signIn, type TestBrowser } from './browser.ts';
 
 /** The issue's budget: the JavaScript of the first load, over the wire. */
@@ -19,6 +20,7 @@ describe('console (e2e, Chromium)', function () {
   let hub: TestHub;
   let browser: TestBrowser;
   let page: Page;
+  let rx: Receiver;
   const nick = 'ada';
   const email = 'ada@example.com';
   const password = 'a long secret';
@@ -29,13 +31,20 @@ describe('console (e2e, Chromium)', function () {
       HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
       HUB_WEBHOOK_TIMEOUT_MS: '1500',
     });
+    rx = await new Receiver().start();
     browser = await launchBrowser();
     ({ page } = await browser.page());
   });
   after(async () => {
     await browser?.close();
     await hub?.stop();
+    await rx?.stop();
   });
+  const token = async () =>
+    (await hub.call('POST', '/auth/login', { body: { username: nick, password } })).body.token as string;
+  /** A device's secret, rotated by its owner (the console showed the first one once). */
+  const deviceSecret = async (ownerToken: string, id: string) =>
+    (await hub.call('POST', `/devices/${id}/secret`, { token: ownerToken, body: {} })).body.secret as string;
   afterEach(() => {
     assert.deepEqual(errors.splice(0), [], 'the pages met errors');
   });
@@ -214,6 +223,131 @@ describe('console (e2e, Chromium)', function () {
       } finally {
         await phone.context.close();
       }
+    });
+  });
+
+  describe('webhooks', () => {
+    let subscription = '';
+
+    it('creates a subscription to a local receiver, its secret shown once with a copy button', async () => {
+      await open('/webhooks');
+      await assertAccessible(page, 'webhooks (empty)');
+      await page.getByRole('link', { name: 'New subscription' }).click();
+      await page.getByRole('heading', { name: 'New subscription' }).waitFor();
+      // The catalog's descriptions show beside each type.
+      await page.getByText('device-reported metadata changed', { exact: false }).first().waitFor();
+      await assertAccessible(page, 'new subscription');
+      await page.getByLabel('Name').fill('ops receiver');
+      await page.getByLabel('URL').fill(`${rx.url}/ok/console`);
+      await page.getByRole('checkbox', { name: /device\.device_meta\.updated/ }).check();
+      await page.getByRole('button', { name: 'Add header' }).click();
+      await page.getByLabel('Header 1').fill('X-Team');
+      await page.getByLabel('Header value 1').fill('ops');
+      await page.getByLabel('Rate limit (deliveries per second)').fill('50');
+      await page.getByRole('button', { name: 'Create subscription' }).click();
+      const secret = (await page.locator('[data-secret]').textContent())!;
+      assert.match(secret, /^whsec_/);
+      await page.getByRole('button', { name: 'Copy signing secret' }).click();
+      await page.getByText('Copied.').waitFor();
+      assert.equal(await page.evaluate('navigator.clipboard.readText()'), secret);
+      await page.getByRole('link', { name: 'Go to the subscription' }).click();
+      await page.getByRole('heading', { name: 'Webhook ops receiver' }).waitFor();
+      subscription = decodeURIComponent(new URL(page.url()).hash.split('/').pop()!);
+      const read = await hub.call('GET', `/webhooks/${subscription}`, { token: await token() });
+      assert.deepEqual(read.body.custom_headers, { 'X-Team': 'ops' });
+      assert.equal(read.body.rate_limit, 50);
+      assert.equal(read.body.secret, undefined, 'shown once: not on a read');
+    });
+
+    it('sends a test delivery, sees it in the log, opens it and replays it', async () => {
+      await open(`/webhooks/${subscription}`);
+      await page.getByRole('button', { name: 'Send a test' }).click();
+      await rx.waitFor('/ok/console', 1);
+      const row = page.getByRole('row').filter({ hasText: 'test' }).first();
+      await row.getByText('succeeded').waitFor({ timeout: 15_000 });
+      await assertAccessible(page, 'webhook');
+      await row.getByRole('link').first().click();
+      await page.getByRole('heading', { name: /^Attempt del_/ }).waitFor();
+      await page.getByTestId('response').getByText('200').first().waitFor();
+      await page.getByText('X-Team').first().waitFor(); // the request's custom header, as sent
+      await assertAccessible(page, 'attempt');
+      await page.getByRole('button', { name: 'Replay' }).click();
+      await page.getByText('Replayed as a new job').waitFor();
+      await rx.waitFor('/ok/console', 2);
+      await page.getByRole('link', { name: 'delivery log' }).click();
+      await page
+        .getByRole('row')
+        .filter({ hasText: 'replay' })
+        .first()
+        .getByText('succeeded')
+        .waitFor({ timeout: 15_000 });
+    });
+
+    it("shows a failed attempt's response, filtered by status", async () => {
+      await open(`/webhooks/${subscription}/edit`);
+      await page.getByLabel('URL').fill(`${rx.url}/status/410`);
+      await page.getByRole('button', { name: 'Save subscription' }).click();
+      await page.getByRole('heading', { name: 'Webhook ops receiver' }).waitFor();
+      await page.getByRole('button', { name: 'Send a test' }).click();
+      await rx.waitFor('/status/410', 1);
+      await page.getByLabel('Status').selectOption('failed');
+      const row = page.getByRole('row').filter({ hasText: 'dead-lettered' }).first();
+      await row.waitFor({ timeout: 15_000 });
+      assert.equal(
+        await page
+          .getByRole('row')
+          .filter({ hasText: /succeeded/ })
+          .count(),
+        0,
+      );
+      await row.getByRole('link').first().click();
+      const response = page.getByTestId('response');
+      await response.getByText('Status 410').waitFor();
+      await response.getByText('answer xx').waitFor(); // the receiver's body, as recorded
+    });
+
+    it("lists the account's event log with filters, an event's deliveries, and redelivers it", async () => {
+      const t = await token();
+      const devices = await hub.call('GET', '/devices', { token: t });
+      const prn = devices.body.items[0].prn;
+      await open('/events');
+      await assertAccessible(page, 'event log');
+      await page.getByLabel('Type').selectOption('device.device_meta.updated');
+      await page.getByLabel('Device PRN').fill(prn);
+      await page.getByRole('button', { name: 'Apply filters' }).click();
+      const rows = page.getByRole('row').filter({ hasText: 'device.device_meta.updated' });
+      await rows.first().waitFor();
+      assert.equal(await page.getByRole('row').filter({ hasText: 'device.created' }).count(), 0);
+      await page.getByLabel('Since').fill('2000-01-01T00:00');
+      await page.getByLabel('Until').fill('2000-01-02T00:00');
+      await page.getByRole('button', { name: 'Apply filters' }).click();
+      await page.getByText('No events.').waitFor();
+      await page.getByRole('button', { name: 'Clear' }).click();
+      await page.getByRole('row').filter({ hasText: 'device.created' }).first().waitFor();
+
+      // A change now reaches the (410) subscription: the event's page shows that delivery.
+      const login = await hub.call('POST', '/auth/login', {
+        body: { username: prn, password: await deviceSecret(t, devices.body.items[0].id) },
+      });
+      await hub.call('PATCH', `/devices/${devices.body.items[0].id}/device-meta`, {
+        token: login.body.token,
+        body: { fw: '1.3.0' },
+      });
+      await rx.waitFor('/status/410', 2);
+      const metaRows = page.getByRole('row').filter({ hasText: 'device.device_meta.updated' });
+      for (let i = 0; (await metaRows.count()) < 2; i++) {
+        assert.ok(i < 50, 'the new event shows in the log');
+        await page.getByRole('button', { name: 'Refresh' }).click();
+        await page.waitForTimeout(100);
+      }
+      await metaRows.first().getByRole('link').click();
+      await page.getByRole('heading', { name: /^Event evt_/ }).waitFor();
+      await page.getByRole('row').filter({ hasText: 'dead-lettered' }).first().waitFor({ timeout: 15_000 });
+      await assertAccessible(page, 'event');
+      await page.getByRole('button', { name: /Redeliver/ }).click();
+      await page.getByText('1 delivery queued.').waitFor();
+      await rx.waitFor('/status/410', 3);
+      await page.getByRole('row').filter({ hasText: 'redeliver' }).first().waitFor({ timeout: 15_000 });
     });
   });
 });
