@@ -118,4 +118,7 @@ function App() {
     </main>`;
 }
 
-render(html`<${App} />`, document.getElementById('app'));
+// The page's placeholder goes: Preact adds to what the container holds.
+const root = document.getElementById('app');
+root.textContent = '';
+render(html`<${App} />`, root);

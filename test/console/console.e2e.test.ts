@@ -265,7 +265,7 @@ describe('console (e2e, Chromium)', function () {
     it('sends a test delivery, sees it in the log, opens it and replays it', async () => {
       await open(`/webhooks/${subscription}`);
       await page.getByRole('button', { name: 'Send a test' }).click();
-      await rx.waitFor('/ok/console', 1);
+      await rx.waitFor('/ok/console', 1, 30_000);
       const row = page.getByRole('row').filter({ hasText: 'test' }).first();
       await row.getByText('succeeded').waitFor({ timeout: 15_000 });
       await assertAccessible(page, 'webhook');
@@ -276,7 +276,7 @@ describe('console (e2e, Chromium)', function () {
       await assertAccessible(page, 'attempt');
       await page.getByRole('button', { name: 'Replay' }).click();
       await page.getByText('Replayed as a new job').waitFor();
-      await rx.waitFor('/ok/console', 2);
+      await rx.waitFor('/ok/console', 2, 30_000);
       await page.getByRole('link', { name: 'delivery log' }).click();
       await page
         .getByRole('row')
@@ -292,8 +292,10 @@ describe('console (e2e, Chromium)', function () {
       await page.getByRole('button', { name: 'Save subscription' }).click();
       await page.getByRole('heading', { name: 'Webhook ops receiver' }).waitFor();
       await page.getByRole('button', { name: 'Send a test' }).click();
-      await rx.waitFor('/status/410', 1);
+      await rx.waitFor('/status/410', 1, 30_000);
       await page.getByLabel('Status').selectOption('failed');
+      // The filtered page replaces the whole log: no succeeded attempt stays.
+      await page.getByRole('row').filter({ hasText: 'succeeded' }).first().waitFor({ state: 'detached' });
       const row = page.getByRole('row').filter({ hasText: 'dead-lettered' }).first();
       await row.waitFor({ timeout: 15_000 });
       assert.equal(
@@ -318,6 +320,11 @@ describe('console (e2e, Chromium)', function () {
       await page.getByLabel('Type').selectOption('device.device_meta.updated');
       await page.getByLabel('Device PRN').fill(prn);
       await page.getByRole('button', { name: 'Apply filters' }).click();
+      await page
+        .getByRole('row')
+        .filter({ hasText: 'device.created' })
+        .first()
+        .waitFor({ state: 'detached' });
       const rows = page.getByRole('row').filter({ hasText: 'device.device_meta.updated' });
       await rows.first().waitFor();
       assert.equal(await page.getByRole('row').filter({ hasText: 'device.created' }).count(), 0);
@@ -336,7 +343,7 @@ describe('console (e2e, Chromium)', function () {
         token: login.body.token,
         body: { fw: '1.3.0' },
       });
-      await rx.waitFor('/status/410', 2);
+      await rx.waitFor('/status/410', 2, 30_000);
       const metaRows = page.getByRole('row').filter({ hasText: 'device.device_meta.updated' });
       for (let i = 0; (await metaRows.count()) < 2; i++) {
         assert.ok(i < 50, 'the new event shows in the log');
@@ -349,7 +356,7 @@ describe('console (e2e, Chromium)', function () {
       await assertAccessible(page, 'event');
       await page.getByRole('button', { name: /Redeliver/ }).click();
       await page.getByText('1 delivery queued.').waitFor();
-      await rx.waitFor('/status/410', 3);
+      await rx.waitFor('/status/410', 3, 30_000);
       await page.getByRole('row').filter({ hasText: 'redeliver' }).first().waitFor({ timeout: 15_000 });
     });
   });
