@@ -261,17 +261,26 @@ export function parseRfc3339(raw: string): bigint | undefined {
  */
 export function sendPage(ctx: Context, html: string, script: string): void {
   ctx.type = 'html';
-  ctx.set({
-    'Content-Security-Policy': `default-src 'none'; script-src '${scriptHash(script)}'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
-    'X-Content-Type-Options': 'nosniff',
-    'X-Frame-Options': 'DENY',
-    'Referrer-Policy': 'no-referrer',
-  });
+  ctx.set(pageHeaders(`'${scriptHash(script)}'`));
   ctx.body = `${html}\n<script>${script}</script>`;
 }
 
+/** The headers of every HTML page the hub serves (sendPage's, the console's): scripts from
+ * `scriptSrc` alone, styles from `styleSrc` alone (none by default), requests to this origin only,
+ * never framed, never sniffed, no Referer. */
+export function pageHeaders(scriptSrc: string, styleSrc?: string): Record<string, string> {
+  const style = styleSrc ? `; style-src ${styleSrc}` : '';
+  return {
+    'Content-Security-Policy': `default-src 'none'; script-src ${scriptSrc}${style}; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'`,
+    'X-Content-Type-Options': 'nosniff',
+    'X-Frame-Options': 'DENY',
+    'Referrer-Policy': 'no-referrer',
+  };
+}
+
 const scriptHashes = new Map<string, string>();
-function scriptHash(script: string): string {
+/** `sha256-<base64>` of an inline script, as a Content-Security-Policy names it. */
+export function scriptHash(script: string): string {
   let hash = scriptHashes.get(script);
   if (!hash) {
     hash = `sha256-${createHash('sha256').update(script).digest('base64')}`;

@@ -45,6 +45,7 @@ import { authenticate } from './auth/middleware.ts';
 import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
 import { consistency, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
+import { consoleRoutes } from './console.ts';
 import type { HubContext } from './context.ts';
 import { loadDeviceCa } from './devices/ca.ts';
 import { deviceRoutes } from './devices/routes.ts';
@@ -68,6 +69,7 @@ export function serviceRoutes(hub: HubContext): Required<Pick<AppDeps, 'mount' |
       callbackRoutes(hub),
       webhookRoutes(hub),
       adminRoutes(hub),
+      consoleRoutes(),
     ],
     authenticate: authenticate(hub.keys, hub.store, hub.config.callerCacheEntries),
   };

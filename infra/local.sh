@@ -3,7 +3,7 @@
 # KRaft Kafka broker, all on loopback, data under .hub/infra (git-ignored).
 #
 #   bash infra/local.sh up   [redis|postgres|kafka ...]   start (idempotent; installs what is missing as root,
-#                                                       promtool included)
+#                                                       promtool and chromium included)
 #   bash infra/local.sh down [redis|postgres|kafka ...]   stop (idempotent)
 #   bash infra/local.sh reset [redis|postgres|kafka ...]   stop, delete the data, start empty (the tests and
 #                                                       benchmarks leave their databases, schemas and topics)
@@ -181,8 +181,10 @@ cmd="${1:-up}"; shift || true
 services=("$@"); [ ${#services[@]} -gt 0 ] || services=(redis postgres kafka)
 case "$cmd" in
   up)
-    # promtool checks the alert rules and the Prometheus config (test/infra/dashboards.int.test.ts).
+    # promtool checks the alert rules and the Prometheus config (test/infra/dashboards.int.test.ts);
+    # Chromium is the browser the console's tests drive (test/console/, playwright-core: no download).
     need promtool prometheus
+    need chromium chromium
     for s in "${services[@]}"; do "${s}_up"; done ;;
   down)
     failed=0
