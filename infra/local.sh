@@ -31,7 +31,10 @@ REDIS_PORT="${HUB_INFRA_REDIS_PORT:-$(loopback_port "${HUB_REDIS_URL:-}" 6380)}"
 PG_PORT="${HUB_INFRA_PG_PORT:-$(loopback_port "${HUB_POSTGRES_URL:-}" 5433)}"
 KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-$(loopback_port "${HUB_KAFKA_BROKERS:-}" 9092)}"
 KAFKA_CONTROLLER_PORT="${HUB_INFRA_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 2))}"
-KAFKA_VERSION="3.9.1" # kafkajs 2.2.4 is verified against this broker (see README)
+# The broker's version: kafka.version in infra/kafka/pom.xml (the one place it is set), or
+# HUB_KAFKA_VERSION to run the suite against another release of org.apache.kafka:kafka_2.13 (see README).
+KAFKA_POM="$ROOT/infra/kafka/pom.xml"
+KAFKA_VERSION="${HUB_KAFKA_VERSION:-$(sed -n 's#.*<kafka.version>\(.*\)</kafka.version>.*#\1#p' "$KAFKA_POM")}"
 
 say() { printf 'infra: %s\n' "$*"; }
 die() { printf 'infra: %s\n' "$*" >&2; exit 1; }
@@ -143,23 +146,26 @@ kafka_up() {
   if port_open "$KAFKA_PORT"; then already_up kafka "$KAFKA_PORT"; return; fi
   local dir="$DATA/kafka"
   mkdir -p "$dir"
-  if [ ! -f "$dir/libs/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+  # The jars are fetched again when the version or the pom changed (a new logging binding, say).
+  local fetched; fetched="$KAFKA_VERSION $(cksum <"$KAFKA_POM")"
+  if [ "$(cat "$dir/libs/.fetched" 2>/dev/null)" != "$fetched" ]; then
     need mvn maven
     say "fetching Apache Kafka $KAFKA_VERSION jars from Maven Central"
     rm -rf "$dir/libs"
-    mvn -q -B -f "$ROOT/infra/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1 ||
-      die "maven could not fetch the Kafka jars (see $dir/mvn.log)"
+    mvn -q -B -f "$KAFKA_POM" -Dkafka.version="$KAFKA_VERSION" dependency:copy-dependencies \
+      -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1 || die "maven could not fetch the Kafka jars (see $dir/mvn.log)"
+    echo "$fetched" >"$dir/libs/.fetched"
   fi
   sed -e "s#@LOG_DIR@#$dir/data#; s#@PORT@#$KAFKA_PORT#g; s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" \
     "$ROOT/infra/kafka/server.properties" >"$dir/server.properties"
-  local cp="$dir/libs/*"
+  local cp="$dir/libs/*" log4j="-Dlog4j2.configurationFile=$ROOT/infra/kafka/log4j2.properties"
   if [ ! -f "$dir/data/meta.properties" ]; then
-    java -cp "$cp" -Dlog4j.configuration="file:$ROOT/infra/kafka/log4j.properties" kafka.tools.StorageTool \
-      format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)" \
+    java -cp "$cp" "$log4j" kafka.tools.StorageTool \
+      format -t "$(java -cp "$cp" "$log4j" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)" \
       -c "$dir/server.properties" >"$dir/format.log" 2>&1 || die "kafka storage format failed (see $dir/format.log)"
   fi
   nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
-    -Dlog4j.configuration="file:$ROOT/infra/kafka/log4j.properties" -Dkafka.logs.dir="$dir" \
+    "$log4j" -Dkafka.logs.dir="$dir" \
     -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 &
   echo $! >"$dir/kafka.pid"
   wait_port "$KAFKA_PORT" kafka 60
