@@ -17,7 +17,10 @@
 # HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS when they are on loopback (what the hub and
 # the tests connect to), else those URLs' defaults (infra/config.ts), which avoid the system defaults
 # so that a local service of the same kind does not get in the way. The Kafka controller's port is
-# HUB_INFRA_KAFKA_CONTROLLER_PORT, else the broker's + 2.
+# HUB_INFRA_KAFKA_CONTROLLER_PORT, else the broker's + 2. With HUB_KAFKA_BROKERS elsewhere than on
+# loopback, no Kafka is started or stopped.
+#
+# Kafka's release: kafka.version in infra/kafka/pom.xml, or HUB_KAFKA_VERSION (see README).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +34,11 @@ REDIS_PORT="${HUB_INFRA_REDIS_PORT:-$(loopback_port "${HUB_REDIS_URL:-}" 6380)}"
 PG_PORT="${HUB_INFRA_PG_PORT:-$(loopback_port "${HUB_POSTGRES_URL:-}" 5433)}"
 KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-$(loopback_port "${HUB_KAFKA_BROKERS:-}" 9092)}"
 KAFKA_CONTROLLER_PORT="${HUB_INFRA_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 2))}"
+# HUB_KAFKA_BROKERS elsewhere than on loopback (the suite run against a broker of the user's): no
+# Kafka is started or stopped here.
+KAFKA_ELSEWHERE=""
+if [ -n "${HUB_KAFKA_BROKERS:-}" ] && [ -z "${HUB_INFRA_KAFKA_PORT:-}" ] &&
+  [ "$(loopback_port "$HUB_KAFKA_BROKERS" none)" = none ]; then KAFKA_ELSEWHERE="$HUB_KAFKA_BROKERS"; fi
 # The broker's version: kafka.version in infra/kafka/pom.xml (the one place it is set), or
 # HUB_KAFKA_VERSION to run the suite against another release of org.apache.kafka:kafka_2.13 (see README).
 KAFKA_POM="$ROOT/infra/kafka/pom.xml"
@@ -142,6 +150,7 @@ postgres_down() { stop postgres "$PG_PORT" INT; } # PostgreSQL's fast shutdown
 
 # ---------------------------------------------------------------- Kafka (KRaft, one node)
 kafka_up() {
+  if [ -n "$KAFKA_ELSEWHERE" ]; then say "using the kafka at $KAFKA_ELSEWHERE (HUB_KAFKA_BROKERS): none started here"; return; fi
   need java default-jre-headless
   if port_open "$KAFKA_PORT"; then already_up kafka "$KAFKA_PORT"; return; fi
   local dir="$DATA/kafka"
@@ -171,12 +180,16 @@ kafka_up() {
   wait_port "$KAFKA_PORT" kafka 60
   say "kafka $KAFKA_VERSION up on 127.0.0.1:$KAFKA_PORT"
 }
-kafka_down() { stop kafka "$KAFKA_PORT" TERM; }
+kafka_down() {
+  if [ -n "$KAFKA_ELSEWHERE" ]; then say "the kafka at $KAFKA_ELSEWHERE (HUB_KAFKA_BROKERS) is not this checkout's: left alone"; return 1; fi
+  stop kafka "$KAFKA_PORT" TERM
+}
 
 status() {
   local s port
   for s in redis:$REDIS_PORT postgres:$PG_PORT kafka:$KAFKA_PORT; do
     port="${s#*:}"; s="${s%%:*}"
+    if [ "$s" = kafka ] && [ -n "$KAFKA_ELSEWHERE" ]; then say "kafka at $KAFKA_ELSEWHERE (HUB_KAFKA_BROKERS), not this checkout's"; continue; fi
     if ! port_open "$port"; then say "$s down"
     elif "${s}_pid" >/dev/null; then say "$s up on 127.0.0.1:$port"
     else say "$s up on 127.0.0.1:$port (not started from this checkout)"; fi
