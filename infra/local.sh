@@ -61,10 +61,15 @@ need() { # need <command> <debian-package>
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-wait_port() { # wait_port <port> <name> <seconds>
+wait_port() { # wait_port <port> <name> <seconds> [<pid> <its log>]
   local i
-  for ((i = 0; i < $3 * 10; i++)); do port_open "$1" && return 0; sleep 0.1; done
-  die "$2 did not open port $1 within $3 s"
+  for ((i = 0; i < $3 * 10; i++)); do
+    port_open "$1" && return 0
+    # A server that exited (a Kafka release older than its data, say) is not waited for.
+    if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then die "$2 exited before opening port $1 (see $5)"; fi
+    sleep 0.1
+  done
+  die "$2 did not open port $1 within $3 s${5:+ (see $5)}"
 }
 
 # The pid in a pid file under $DATA, if that process runs and its command line shows what this
@@ -177,7 +182,7 @@ kafka_up() {
     "$log4j" -Dkafka.logs.dir="$dir" \
     -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 &
   echo $! >"$dir/kafka.pid"
-  wait_port "$KAFKA_PORT" kafka 60
+  wait_port "$KAFKA_PORT" kafka 60 "$!" "$dir/stdout.log"
   say "kafka $KAFKA_VERSION up on 127.0.0.1:$KAFKA_PORT"
 }
 kafka_down() {
