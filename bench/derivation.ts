@@ -31,7 +31,7 @@ import {
   type Subscriptions,
 } from '../processors/stream/processor.ts';
 import { SchemaRegistry } from '../schemas/registry.ts';
-import { fmt, machine, recordFigures, writeSection } from './report.ts';
+import { fmt, kafkaVersion, machine, recordFigures, writeSection } from './report.ts';
 
 const CHANGES = Number(process.argv[2] ?? 400_000);
 const DEVICES = 10_000;
@@ -281,7 +281,7 @@ async function main() {
 ${fmt(CHANGES)} changes of ${fmt(DEVICES)} devices (each created, then reporting metadata) is consumed by one
 stream processor in one process: device actors, every derived event written to the account's event
 log, subscriptions matched. Embedded: the in-process bus with one partition (as \`hub start\` runs it),
-actors and event log in memory. Distributed: ${PARTITIONS} partitions on one local Kafka 3.9 broker, actor states
+actors and event log in memory. Distributed: ${PARTITIONS} partitions on one local Kafka ${kafkaVersion()} broker, actor states
 in Redis and the event log in PostgreSQL. Each ceiling, measured in the same run, is a plain consumer of the same bus
 reading the same topic and doing nothing.
 

@@ -38,6 +38,12 @@ export function machine(): string {
   return `${cpu.length} × ${cpu[0]?.model.trim() ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
 }
 
+/** The Kafka release that infra/local.sh runs: HUB_KAFKA_VERSION, else infra/kafka/pom.xml's kafka.version. */
+export function kafkaVersion(): string {
+  const pom = readFileSync(new URL('../infra/kafka/pom.xml', import.meta.url), 'utf8');
+  return process.env.HUB_KAFKA_VERSION || (/<kafka\.version>([^<]+)</.exec(pom)?.[1] ?? 'unknown');
+}
+
 const DOC = new URL('../docs/benchmarks.md', import.meta.url);
 
 /** HUB_BENCH_PRINT_ONLY=1: the benches' sections are printed only, the docs and figures left alone. */

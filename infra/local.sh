@@ -17,7 +17,10 @@
 # HUB_REDIS_URL, HUB_POSTGRES_URL and HUB_KAFKA_BROKERS when they are on loopback (what the hub and
 # the tests connect to), else those URLs' defaults (infra/config.ts), which avoid the system defaults
 # so that a local service of the same kind does not get in the way. The Kafka controller's port is
-# HUB_INFRA_KAFKA_CONTROLLER_PORT, else the broker's + 2.
+# HUB_INFRA_KAFKA_CONTROLLER_PORT, else the broker's + 2. With HUB_KAFKA_BROKERS elsewhere than on
+# loopback, no Kafka is started or stopped.
+#
+# Kafka's release: kafka.version in infra/kafka/pom.xml, or HUB_KAFKA_VERSION (see README).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +34,15 @@ REDIS_PORT="${HUB_INFRA_REDIS_PORT:-$(loopback_port "${HUB_REDIS_URL:-}" 6380)}"
 PG_PORT="${HUB_INFRA_PG_PORT:-$(loopback_port "${HUB_POSTGRES_URL:-}" 5433)}"
 KAFKA_PORT="${HUB_INFRA_KAFKA_PORT:-$(loopback_port "${HUB_KAFKA_BROKERS:-}" 9092)}"
 KAFKA_CONTROLLER_PORT="${HUB_INFRA_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 2))}"
-KAFKA_VERSION="3.9.1" # kafkajs 2.2.4 is verified against this broker (see README)
+# HUB_KAFKA_BROKERS elsewhere than on loopback (the suite run against a broker of the user's): no
+# Kafka is started or stopped here.
+KAFKA_ELSEWHERE=""
+if [ -n "${HUB_KAFKA_BROKERS:-}" ] && [ -z "${HUB_INFRA_KAFKA_PORT:-}" ] &&
+  [ "$(loopback_port "$HUB_KAFKA_BROKERS" none)" = none ]; then KAFKA_ELSEWHERE="$HUB_KAFKA_BROKERS"; fi
+# The broker's version: kafka.version in infra/kafka/pom.xml (the one place it is set), or
+# HUB_KAFKA_VERSION to run the suite against another release of org.apache.kafka:kafka_2.13 (see README).
+KAFKA_POM="$ROOT/infra/kafka/pom.xml"
+KAFKA_VERSION="${HUB_KAFKA_VERSION:-$(sed -n 's#.*<kafka.version>\(.*\)</kafka.version>.*#\1#p' "$KAFKA_POM")}"
 
 say() { printf 'infra: %s\n' "$*"; }
 die() { printf 'infra: %s\n' "$*" >&2; exit 1; }
@@ -50,10 +61,15 @@ need() { # need <command> <debian-package>
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-wait_port() { # wait_port <port> <name> <seconds>
+wait_port() { # wait_port <port> <name> <seconds> [<pid> <its log>]
   local i
-  for ((i = 0; i < $3 * 10; i++)); do port_open "$1" && return 0; sleep 0.1; done
-  die "$2 did not open port $1 within $3 s"
+  for ((i = 0; i < $3 * 10; i++)); do
+    port_open "$1" && return 0
+    # A server that exited (a Kafka release older than its data, say) is not waited for.
+    if [ -n "${4:-}" ] && ! kill -0 "$4" 2>/dev/null; then die "$2 exited before opening port $1 (see $5)"; fi
+    sleep 0.1
+  done
+  die "$2 did not open port $1 within $3 s${5:+ (see $5)}"
 }
 
 # The pid in a pid file under $DATA, if that process runs and its command line shows what this
@@ -139,38 +155,46 @@ postgres_down() { stop postgres "$PG_PORT" INT; } # PostgreSQL's fast shutdown
 
 # ---------------------------------------------------------------- Kafka (KRaft, one node)
 kafka_up() {
+  if [ -n "$KAFKA_ELSEWHERE" ]; then say "using the kafka at $KAFKA_ELSEWHERE (HUB_KAFKA_BROKERS): none started here"; return; fi
   need java default-jre-headless
   if port_open "$KAFKA_PORT"; then already_up kafka "$KAFKA_PORT"; return; fi
   local dir="$DATA/kafka"
   mkdir -p "$dir"
-  if [ ! -f "$dir/libs/kafka_2.13-$KAFKA_VERSION.jar" ]; then
+  # The jars are fetched again when the version or the pom changed (a new logging binding, say).
+  local fetched; fetched="$KAFKA_VERSION $(cksum <"$KAFKA_POM")"
+  if [ "$(cat "$dir/libs/.fetched" 2>/dev/null)" != "$fetched" ]; then
     need mvn maven
     say "fetching Apache Kafka $KAFKA_VERSION jars from Maven Central"
     rm -rf "$dir/libs"
-    mvn -q -B -f "$ROOT/infra/kafka/pom.xml" dependency:copy-dependencies -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1 ||
-      die "maven could not fetch the Kafka jars (see $dir/mvn.log)"
+    mvn -q -B -f "$KAFKA_POM" -Dkafka.version="$KAFKA_VERSION" dependency:copy-dependencies \
+      -DoutputDirectory="$dir/libs" >"$dir/mvn.log" 2>&1 || die "maven could not fetch the Kafka jars (see $dir/mvn.log)"
+    echo "$fetched" >"$dir/libs/.fetched"
   fi
   sed -e "s#@LOG_DIR@#$dir/data#; s#@PORT@#$KAFKA_PORT#g; s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" \
     "$ROOT/infra/kafka/server.properties" >"$dir/server.properties"
-  local cp="$dir/libs/*"
+  local cp="$dir/libs/*" log4j="-Dlog4j2.configurationFile=$ROOT/infra/kafka/log4j2.properties"
   if [ ! -f "$dir/data/meta.properties" ]; then
-    java -cp "$cp" -Dlog4j.configuration="file:$ROOT/infra/kafka/log4j.properties" kafka.tools.StorageTool \
-      format -t "$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)" \
+    java -cp "$cp" "$log4j" kafka.tools.StorageTool \
+      format -t "$(java -cp "$cp" "$log4j" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)" \
       -c "$dir/server.properties" >"$dir/format.log" 2>&1 || die "kafka storage format failed (see $dir/format.log)"
   fi
   nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
-    -Dlog4j.configuration="file:$ROOT/infra/kafka/log4j.properties" -Dkafka.logs.dir="$dir" \
+    "$log4j" -Dkafka.logs.dir="$dir" \
     -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 &
   echo $! >"$dir/kafka.pid"
-  wait_port "$KAFKA_PORT" kafka 60
+  wait_port "$KAFKA_PORT" kafka 60 "$!" "$dir/stdout.log"
   say "kafka $KAFKA_VERSION up on 127.0.0.1:$KAFKA_PORT"
 }
-kafka_down() { stop kafka "$KAFKA_PORT" TERM; }
+kafka_down() {
+  if [ -n "$KAFKA_ELSEWHERE" ]; then say "the kafka at $KAFKA_ELSEWHERE (HUB_KAFKA_BROKERS) is not this checkout's: left alone"; return 1; fi
+  stop kafka "$KAFKA_PORT" TERM
+}
 
 status() {
   local s port
   for s in redis:$REDIS_PORT postgres:$PG_PORT kafka:$KAFKA_PORT; do
     port="${s#*:}"; s="${s%%:*}"
+    if [ "$s" = kafka ] && [ -n "$KAFKA_ELSEWHERE" ]; then say "kafka at $KAFKA_ELSEWHERE (HUB_KAFKA_BROKERS), not this checkout's"; continue; fi
     if ! port_open "$port"; then say "$s down"
     elif "${s}_pid" >/dev/null; then say "$s up on 127.0.0.1:$port"
     else say "$s up on 127.0.0.1:$port (not started from this checkout)"; fi

@@ -116,6 +116,18 @@ describe('infra/local.sh: only the servers this checkout started (int)', functio
     assert.equal(redisPing(redisPort), 'PONG', reset.out);
   });
 
+  it('HUB_KAFKA_BROKERS elsewhere than on loopback: up starts no Kafka, down and reset leave it alone', () => {
+    const elsewhere = { ...env, HUB_KAFKA_BROKERS: 'kafka.invalid:9092' };
+    const up = local(elsewhere, 'up', 'kafka');
+    assert.equal(up.status, 0, up.out);
+    assert.match(up.out, /using the kafka at kafka\.invalid:9092 \(HUB_KAFKA_BROKERS\): none started here/);
+    assert.equal(existsSync(join(env.HUB_INFRA_DIR!, 'kafka')), false, 'nothing fetched or formatted');
+    const reset = local(elsewhere, 'reset', 'kafka');
+    assert.equal(reset.status, 1, reset.out);
+    assert.match(reset.out, /kafka\.invalid:9092 \(HUB_KAFKA_BROKERS\) is not this checkout's: left alone/);
+    assert.match(reset.out, /kafka: nothing deleted/);
+  });
+
   it('down stops, by its pid, a server it started (on the port of HUB_REDIS_URL)', async () => {
     const port = await freePort();
     const own = {
