@@ -64,8 +64,8 @@ function Projections() {
             <td data-label="Checkpoint">${fmt(p.checkpoint)}</td>
             <td data-label="Lag">${fmt(p.lagEvents)} events${p.lagSeconds ? `, ${p.lagSeconds.toFixed(1)} s` : ''}</td>
             <td data-label="Replay">${
-              p.replay
-                ? html`running (generation ${p.replay.generation})`
+              p.replay?.status === 'running' || p.replay?.status === 'switched'
+                ? html`${p.replay.status} (generation ${p.replay.generation})`
                 : html`<button type="button" class="secondary" onClick=${() => setWatching({ name: p.name, generation: p.generation })}>Replay ${p.name}</button>`
             }</td>
           </tr>`,
@@ -98,7 +98,9 @@ function ReplayProgress({ name, generation, onDone }) {
   );
   const p = status.data;
   const r = p?.replay;
-  const finished = started && p && !r && p.generation !== generation;
+  const running = r && r.status === 'running';
+  const finished = started && p && !running && p.generation !== generation;
+  const stopped = started && r && (r.status === 'failed' || r.status === 'interrupted');
   return html`<div class="card" role="region" aria-label=${`Replay of ${name}`}>
     <h3>Replay of ${name}</h3>
     ${
@@ -112,10 +114,11 @@ function ReplayProgress({ name, generation, onDone }) {
     <${ErrorNote} error=${begin.error || status.error} />
     <div aria-live="polite">
       ${
-        r &&
+        running &&
         html`<p><progress max=${r.head || 1} value=${r.checkpoint} aria-label=${`Replay of ${name}`}></progress>
-          ${fmt(r.checkpoint)} of ${fmt(r.head)} events${r.rate ? `, ${fmt(Math.round(r.rate))}/s` : ''}${r.eta ? `, about ${Math.ceil(r.eta)} s left` : ''}</p>`
+          ${fmt(r.checkpoint)} of ${fmt(r.head)} events${r.rate ? `, ${fmt(Math.round(r.rate))}/s` : ''}</p>`
       }
+      ${stopped && html`<${Note} kind="error">The replay ${r.status === 'failed' ? 'failed' : 'was interrupted'}${r.error ? `: ${r.error}` : ''}. Start it again to resume.</${Note}>`}
       ${finished && html`<${Note} kind="ok">Replayed: ${name} now reads from generation ${p.generation}.</${Note}>`}
     </div>
     ${finished && html`<div class="actions"><button type="button" class="secondary" onClick=${onDone}>Close</button></div>`}

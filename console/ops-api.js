@@ -1,6 +1,5 @@
-// The operator page's calls to the admin API, in one place: the projection routes were being built
-// beside the console (docs/console.md), so their paths and field names are read here alone. The
-// fields are taken in snake_case or camelCase, and a list as `items` or as a bare array.
+// The operator page's calls to the admin API (docs/projections.md, "The admin API"), in one place,
+// with the status mapped to the names the page uses.
 import { enc, query, request } from './api.js';
 
 export const PROJECTIONS = '/admin/projections';
@@ -11,8 +10,7 @@ export const listAccounts = (skip, limit) =>
 /** Every read model's status. */
 export async function listProjections() {
   const answer = await request('GET', PROJECTIONS);
-  const items = Array.isArray(answer) ? answer : (answer?.items ?? answer?.projections ?? []);
-  return items.map(normalise);
+  return answer.items.map(normalise);
 }
 
 export const projection = async (name) => normalise(await request('GET', `${PROJECTIONS}/${enc(name)}`));
@@ -20,31 +18,26 @@ export const projection = async (name) => normalise(await request('GET', `${PROJ
 /** Starts a replay (202); its progress is read with projection(name). */
 export const replay = (name) => request('POST', `${PROJECTIONS}/${enc(name)}/replay`, {});
 
-const pick = (o, ...names) => names.map((n) => o?.[n]).find((v) => v !== undefined && v !== null);
-
-/** One projection's status, whatever the spelling of its fields. */
+/** One projection's status as GET /admin/projections/{name} answers it. */
 function normalise(p) {
-  const head = pick(p, 'head', 'head_position');
-  const checkpoint = pick(p, 'checkpoint', 'position');
-  const r = pick(p, 'replay', 'progress', 'replay_progress');
-  const lagEvents =
-    pick(p, 'lag_events', 'lagEvents', 'lag') ?? (head !== undefined ? head - checkpoint : undefined);
+  const r = p.replay;
   return {
     name: p.name,
     version: p.version,
     generation: p.generation,
-    checkpoint,
-    head,
-    lagEvents: typeof lagEvents === 'object' ? pick(lagEvents, 'events') : lagEvents,
-    lagSeconds: pick(p, 'lag_seconds', 'lagSeconds') ?? pick(p.lag, 'seconds'),
+    checkpoint: p.checkpoint,
+    head: p.head,
+    lagEvents: p.lag_events,
+    lagSeconds: p.lag_seconds,
     replay: r
       ? {
-          generation: pick(r, 'generation'),
-          checkpoint: pick(r, 'checkpoint', 'position') ?? 0,
-          head: pick(r, 'head') ?? head ?? 0,
-          status: pick(r, 'status', 'state'),
-          rate: pick(r, 'rate', 'events_per_second', 'eventsPerSecond'),
-          eta: pick(r, 'eta_seconds', 'etaSeconds'),
+          generation: r.generation,
+          checkpoint: r.position ?? 0,
+          head: r.head ?? p.head ?? 0,
+          // running, switched (reads moved; the old generation is dropped soon), done, interrupted, failed
+          status: r.status,
+          rate: r.events_per_second,
+          error: r.error,
         }
       : null,
   };
