@@ -102,30 +102,48 @@ export class PostgresEventLog implements EventLog {
     return row ? (JSON.parse(row.body) as WebhookEvent) : undefined;
   }
 
-  /** `<xmin>.`: before every row of the running transactions and those to come. */
+  /** `<xmax>.`: after every row committed or being appended now, before those of transactions to
+   * come. (The oldest running transaction, xmin, would take in rows already committed after it
+   * began: any session's open transaction, an operator's psql, holds it back.) */
   async head(): Promise<LogPosition> {
-    const [row] = await this.logs.read<{ xmin: string }>(
+    const [row] = await this.logs.read<{ xmax: string }>(
       'hub-evlog-head',
-      'SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS xmin',
+      'SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS xmax',
       [],
     );
-    return `${row!.xmin}.`;
+    return `${row!.xmax}.`;
   }
 
   async tail(owner: string, after: LogPosition, limit: number): Promise<Tail> {
-    const [xid, id = ''] = after.split('.');
-    const rows = await this.logs.read<{ logged: string; id: string; body: string }>(
+    // `<logged>.<source_position>.<sequence>.<id>`, or `<xid>.` (a head): every row logged from it on.
+    const [xid, sourcePosition = '-1', sequence = '-1', id = ''] = after.split('.');
+    const rows = await this.logs.read<{
+      logged: string;
+      source_position: string;
+      sequence: number;
+      id: string;
+      body: string;
+    }>(
       'hub-evlog-tail',
-      `SELECT logged::text AS logged, id, body FROM hub_event_log
-       WHERE owner = $1 AND (logged, id) > ($2::xid8, $3) AND logged < pg_snapshot_xmin(pg_current_snapshot())
-         AND at >= $4
-       ORDER BY logged, id LIMIT $5`,
-      [owner, xid, id, Date.now() - this.logs.retentionMs, limit + 1],
+      `SELECT logged::text AS logged, source_position::text AS source_position, sequence, id, body FROM hub_event_log
+       WHERE owner = $1 AND (logged, source_position, sequence, id) > ($2::xid8, $3::bigint, $4::int, $5)
+         AND logged < pg_snapshot_xmin(pg_current_snapshot()) AND at >= $6
+       ORDER BY logged, source_position, sequence, id LIMIT $7`,
+      [
+        owner,
+        xid,
+        sourcePosition || '-1',
+        Number(sequence || -1),
+        id,
+        Date.now() - this.logs.retentionMs,
+        limit + 1,
+      ],
     );
     const more = rows.length > limit;
-    const items = rows
-      .slice(0, limit)
-      .map((r) => ({ event: JSON.parse(r.body) as WebhookEvent, position: `${r.logged}.${r.id}` }));
+    const items = rows.slice(0, limit).map((r) => ({
+      event: JSON.parse(r.body) as WebhookEvent,
+      position: `${r.logged}.${r.source_position}.${r.sequence}.${r.id}`,
+    }));
     // Nothing new: on from where the last item was (an empty read says nothing of the xmin's rows).
     return { items, position: items.at(-1)?.position ?? after, more };
   }

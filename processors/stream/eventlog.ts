@@ -20,12 +20,13 @@ export interface EventQuery {
 
 /**
  * A place in the log's own order: the order its appends became readable in, not the events' time
- * (a processor may log an older change after a newer one). Written `<n>` or `<n>.<id>` (PostgreSQL:
- * the appending transaction and the event id), opaque to readers: GET /webhooks/events/stream
+ * (a processor may log an older change after a newer one). Written `<n>`, or on PostgreSQL
+ * `<xid>.<source position>.<sequence>.<id>` (the appending transaction, then the order the events
+ * were derived in) and `<xid>.` for a head, opaque to readers: GET /webhooks/events/stream
  * sends it as each event's SSE id and reads on after the one a client sends back.
  */
 export type LogPosition = string;
-export const LOG_POSITION = /^\d{1,20}(\.(evt_[0-9a-f]{1,64})?)?$/;
+export const LOG_POSITION = /^\d{1,20}(\.(\d{1,20}\.\d{1,10}\.evt_[0-9a-f]{1,64})?)?$/;
 
 export interface Tail {
   /** The owner's events appended after the position asked, in the log's order, each with its own. */

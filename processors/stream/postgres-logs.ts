@@ -106,6 +106,10 @@ const MIGRATIONS = [
   `ALTER TABLE hub_event_log ADD COLUMN logged xid8;
    ALTER TABLE hub_event_log ALTER COLUMN logged SET DEFAULT pg_current_xact_id();
    CREATE INDEX hub_event_log_logged ON hub_event_log (owner, logged, id)`,
+  // Within one transaction, the order the events were derived in (their change's position, then
+  // their place among its events), not their ids' order.
+  `DROP INDEX hub_event_log_logged;
+   CREATE INDEX hub_event_log_tail ON hub_event_log (owner, logged, source_position, sequence, id)`,
 ];
 
 interface Partition {
