@@ -192,7 +192,7 @@ export async function benchUser(url: string, dataDir: string): Promise<string> {
   for (let i = 0; i < 200 && !link; i++) {
     await new Promise((r) => setTimeout(r, 50));
     try {
-      for (const f of readdirSync(join(dataDir, 'mail'))) {
+      for (const f of readdirSync(join(dataDir, 'mail')).filter((name) => name.endsWith('.json'))) {
         const m = /(http\S+\/auth\/verify\?token=\S+)/.exec(
           JSON.parse(readFileSync(join(dataDir, 'mail', f), 'utf8')).text,
         );

@@ -2,7 +2,7 @@
 // JSON files (the embedded default, which tests read), or the log (recipient and subject only:
 // emails carry secret links, which never reach a log line).
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import nodemailer from 'nodemailer';
 import type { Logger } from './telemetry.ts';
@@ -42,8 +42,10 @@ export function createMailer(transport: string, from: string, dir: string, logge
   return {
     async send(mail) {
       const info = await json.sendMail({ from, ...mail });
-      const name = `${Date.now()}-${randomBytes(4).toString('hex')}.json`;
-      writeFileSync(join(dir, name), String(info.message), { mode: 0o600 });
+      const name = `${Date.now()}-${randomBytes(4).toString('hex')}`;
+      // Written aside, then renamed: whoever reads the folder never meets half a message.
+      writeFileSync(join(dir, `${name}.part`), String(info.message), { mode: 0o600 });
+      renameSync(join(dir, `${name}.part`), join(dir, `${name}.json`));
     },
     close: () => json.close(),
   };

@@ -86,7 +86,9 @@ export async function readMail(
   while (Date.now() < deadline) {
     let files: string[] = [];
     try {
-      files = readdirSync(dir).sort();
+      files = readdirSync(dir)
+        .filter((f) => f.endsWith('.json'))
+        .sort();
     } catch {}
     for (const file of files.reverse()) {
       const sent = Number(file.split('-')[0]);
