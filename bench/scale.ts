@@ -15,6 +15,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AssignerProtocol, Kafka, logLevel } from 'kafkajs';
+import pg from 'pg';
 import { Agent, request } from 'undici';
 import { TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
@@ -41,7 +42,7 @@ const MEASURE_S = Number(process.env.HUB_BENCH_SCALE_SECONDS ?? 30);
 /** Before the first window: four fresh processes warm up (their first seconds run slow). */
 const WARMUP_S = 10;
 /** After instances join or leave, before a window: the groups rebalance and the new code warms up. */
-const SETTLE_S = 10;
+const SETTLE_S = 15;
 /** Each half of the rebalance: a third dispatcher joins, and this long later one leaves. */
 const REBALANCE_S = 15;
 /** Rounds of one then two instances, alternated: the machine's speed drifts over minutes. */
@@ -52,6 +53,8 @@ const USERS = 16;
 const DEVICES_PER_USER = 12;
 const REDIS_DB = 15;
 const SAMPLE_MS = 500;
+/** Before the load: each role's CPU with nothing to do. */
+const IDLE_S = 10;
 /** CPU time is counted in clock ticks (/proc/<pid>/stat). */
 const TICKS = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
 
@@ -222,14 +225,24 @@ async function main() {
     await sleep(2); // the probes' retries, if any, arrive before the load
     await request(rx.url).then((r) => r.body.dump());
 
+    // What each role spends with nothing to do: the fixed cost another instance adds.
+    const idleBefore = instances.map((i) => ({ i, ms: cpuMs(i.pid) }));
+    const idleFrom = Date.now();
+    await sleep(IDLE_S);
+    const idle = Object.fromEntries(
+      idleBefore.map(({ i, ms }) => [i.role, (cpuMs(i.pid) - ms) / ((Date.now() - idleFrom) / 1000)]),
+    ) as Record<Role, number>; // ms of CPU a second
+
     // The load: RATE writes a second, round-robin over the devices and the API instances running.
     await admin.connect();
     const apis = [api1.url];
     const accepted = new Map<string, number>(); // n → when its 200 came
     const sentAt = new Map<string, number>();
     const roundTrips = new Map<string, number>(); // n → ms to its 200
-    const refusals = new Map<string, number>(); // status → count
+    const refusals = new Map<string, number>(); // status and error code → count
+    const refusedAt: number[] = [];
     const refuse = (why: string) => {
+      refusedAt.push(Date.now());
       refusals.set(why, (refusals.get(why) ?? 0) + 1);
     };
     const sender = new Agent({ connections: 256 });
@@ -252,12 +265,15 @@ async function main() {
             headers: { 'content-type': 'application/json', authorization: `Bearer ${d.token}` },
           }).then(
             async (res) => {
-              await res.body.dump();
               if (res.statusCode === 200) {
+                await res.body.dump();
                 const now = Date.now();
                 accepted.set(n, now);
                 roundTrips.set(n, now - at);
-              } else refuse(String(res.statusCode));
+              } else {
+                const answer = (await res.body.json().catch(() => ({}))) as { error?: string };
+                refuse(`${res.statusCode} ${answer.error ?? ''}`.trim());
+              }
             },
             (err: Error & { code?: string }) => refuse(err.code ?? 'error'),
           );
@@ -299,8 +315,12 @@ async function main() {
     const collector = setInterval(() => void collect().catch(() => undefined), 1000);
 
     const windows: Window[] = [];
+    /** The run's stretches, to say when refusals and duplicates came. */
+    const phases: { name: string; from: number }[] = [{ name: 'warm-up', from: Date.now() }];
+    const phase = (name: string) => phases.push({ name, from: Date.now() });
     const measure = async (instancesNow: 1 | 2) => {
       const label = `${instancesNow} of each`;
+      phase(`window ${windows.length + 1} (${label})`);
       const before = instances.map((i) => ({ i, ms: cpuMs(i.pid) }));
       const from = Date.now();
       log(`measuring ${label} for ${MEASURE_S} s`);
@@ -312,12 +332,14 @@ async function main() {
     };
     let second: Instance[] = [];
     const scaleUp = async () => {
+      phase('second instances joining, and settling');
       second = await Promise.all((['api', 'processor', 'dispatcher'] as const).map((role) => start(role)));
       for (const i of second) byPid.set(`hub-${i.pid}`, i.name);
       apis.push(second[0]!.url);
       await sleep(SETTLE_S);
     };
     const scaleDown = async () => {
+      phase('second instances leaving (SIGTERM), and settling');
       apis.splice(apis.indexOf(second[0]!.url), 1);
       await sleep(1); // its writes in flight are answered
       await Promise.all(second.map(stop));
@@ -332,16 +354,19 @@ async function main() {
       if (round < ROUNDS - 1) await scaleDown();
     }
     // The rebalance under load: a third dispatcher joins; then the first leaves.
+    phase('third dispatcher joining');
     const joined = Date.now();
     const third = await start('dispatcher');
     byPid.set(`hub-${third.pid}`, third.name);
     await sleep(REBALANCE_S);
+    phase('first dispatcher leaving (SIGTERM)');
     const leaving = Date.now();
     const first = instances.find((i) => i.name === 'dispatcher 1')!;
     const left = await stop(first);
     await sleep(REBALANCE_S);
     const rebalanceEnd = Date.now();
 
+    phase('after the load');
     loading = false;
     await load;
     const lastWrite = Date.now();
@@ -358,6 +383,18 @@ async function main() {
     sampling = false;
     await sampler;
     await sender.close();
+
+    // The attempts as the dispatchers recorded them (PostgreSQL's attempt log), by outcome.
+    const schema = /[?&]schema=(\w+)/.exec(env.HUB_POSTGRES_URL!)![1]!;
+    const db = new pg.Client({ connectionString: config.postgresUrl });
+    await db.connect();
+    const outcomes = await db
+      .query<{ status: string; count: string }>(
+        `SELECT status, count(*) FROM ${schema}.hub_attempt_log GROUP BY status ORDER BY count(*) DESC`,
+      )
+      .then((r) => r.rows.map((row) => `${fmt(Number(row.count))} ${row.status}`).join(', '))
+      .catch((err: Error) => `not read (${err.message})`)
+      .finally(() => db.end());
 
     // The figures.
     const audit = deliveries(accepted, arrivals);
@@ -435,6 +472,17 @@ async function main() {
     const joinLatency = latencyOf(joined, leaving);
     const leaveLatency = latencyOf(leaving, rebalanceEnd);
     const dupsIn = (from: number, to: number) => duplicateTimes.filter((t) => t >= from && t < to).length;
+    /** `times` counted by the phase they fell in: "3 in window 2 (2 of each), 1 after the load". */
+    const byPhase = (times: number[]) =>
+      phases
+        .map((p, i) => ({
+          p,
+          n: times.filter((t) => t >= p.from && t < (phases[i + 1]?.from ?? Infinity)).length,
+        }))
+        .filter(({ n }) => n > 0)
+        .map(({ p, n }) => `${fmt(n)} during ${p.name}`)
+        .join(', ');
+    const idleExtra = (idle.api + idle.processor + idle.dispatcher) / RATE; // ms a second / events a second
     const refused = [...refusals].map(([s, n]) => `${fmt(n)} × ${s}`).join(', ') || 'none';
     const lostOk = audit.lost.length === 0;
     const cpuOk = Math.abs(cpuRatio - 1) <= 0.2;
@@ -463,20 +511,20 @@ async function main() {
     const duplicatesLine =
       audit.duplicates === 0
         ? 'No event was delivered twice.'
-        : `${fmt(audit.duplicates)} deliveries repeated an event already delivered: ${fmt(audit.sameAttempt)} under an attempt id already seen, ${fmt(audit.newAttempt)} under a new one; ${fmt(dupsIn(joined, leaving))} of them while the third dispatcher joined, ${fmt(dupsIn(leaving, rebalanceEnd))} after the first one left.`;
+        : `${fmt(audit.duplicates)} deliveries repeated an event already delivered: ${fmt(audit.sameAttempt)} under an attempt id already seen, ${fmt(audit.newAttempt)} under a new one (${byPhase(duplicateTimes)}). The dispatchers recorded ${outcomes} attempts.`;
     const body = `## Scale-out
 
 \`node bench/scale.ts\` on ${machine()}; Kafka ${kafkaVersion()}. The distributed profile (PostgreSQL event store, Redis, Kafka; a schema, topic prefix and Redis database of its own) with each role a process of its own: one projector, and one and then two instances each of the API, the processor and the dispatcher, started with \`hub <role>\` as deployed. ${USERS} accounts each subscribe a path of one receiver (a keep-alive \`node:http\` server in its own process, answering 200) to their devices' metadata changes; the deliveries topic is keyed by subscription, so the jobs spread over its partitions. The bench sends \`PATCH /devices/{id}/device-meta\` at a fixed ${fmt(RATE)} writes/s (below saturation here), round-robin over ${fmt(USERS * DEVICES_PER_USER)} devices and over the API instances running, each write a new value \`n\`, so each makes one event and one delivery. The load runs without a break from a ${WARMUP_S}-s warm-up to the end: windows of ${MEASURE_S} s with one instance of each role, then two (the second instances started ${SETTLE_S} s before), alternated ${ROUNDS} times (the second instances stopped with SIGTERM, ${SETTLE_S} s before a one-instance window); then the rebalance: a third dispatcher joins, and ${REBALANCE_S} s later the first leaves (SIGTERM), ${REBALANCE_S} s more under load.
 
-Measured: the broker's assignment of each consumer group (kafkajs \`describeGroups\`, every ${SAMPLE_MS} ms for the whole run, members named by their client id \`hub-<pid>\`); every accepted write (answered 200) against the receiver's POSTs, matched by the written value and the event id (the body's \`id\`), with each POST's attempt id (\`Webhook-Id\`); CPU as the sum of every hub process's user and system time from \`/proc/<pid>/stat\` over the window (the projector's too; not PostgreSQL, Redis or Kafka, which other work on this machine shares), divided by the events first delivered in the window; latency from the write's 200 to the event's first arrival, for the writes accepted in the window. Offered ${fmt(sentAt.size)} writes in all, ${fmt(accepted.size)} accepted, refused: ${refused}.${brokerSilent.length > 0 ? ` The broker did not answer ${brokerSilent.length} of the group samples, from ${at(brokerSilent[0]!)} to ${at(brokerSilent.at(-1)!)} (restarted by other work on this machine): the windows it touched are marked and left out of the means, and the deliveries below count through it.` : ''}
+Measured: the broker's assignment of each consumer group (kafkajs \`describeGroups\`, every ${SAMPLE_MS} ms for the whole run, members named by their client id \`hub-<pid>\`); every accepted write (answered 200) against the receiver's POSTs, matched by the written value and the event id (the body's \`id\`), with each POST's attempt id (\`Webhook-Id\`); CPU as the sum of every hub process's user and system time from \`/proc/<pid>/stat\` over the window (the projector's too; not PostgreSQL, Redis or Kafka, which other work on this machine shares), divided by the events first delivered in the window; latency from the write's 200 to the event's first arrival, for the writes accepted in the window. Offered ${fmt(sentAt.size)} writes in all, ${fmt(accepted.size)} accepted, refused: ${refused}${refusedAt.length ? ` (${byPhase(refusedAt)})` : ''}.${brokerSilent.length > 0 ? ` The broker did not answer ${brokerSilent.length} of the group samples, from ${at(brokerSilent[0]!)} to ${at(brokerSilent.at(-1)!)} (restarted by other work on this machine): the windows it touched are marked and left out of the means, and the deliveries below count through it.` : ''}
 
 Target (issue 45): partitions owned once, 0 lost, duplicates counted and explained, CPU per event within 20 % between one and two instances.
 
 ${windowTable.join('\n')}
 
-CPU per event, the mean of the windows: ${fmt(cpuOne)} µs with one instance of each role, ${fmt(cpuTwo)} µs with two: ${fmt(cpuRatio, 2)} ×. ${cpuOk ? 'Within' : 'Not within'} 20 %.
+CPU per event, the mean of the windows: ${fmt(cpuOne)} µs with one instance of each role, ${fmt(cpuTwo)} µs with two: ${fmt(cpuRatio, 2)} ×. ${cpuOk ? 'Within' : 'Not within'} 20 %. With nothing to do (${IDLE_S} s before the load, one instance of each), the roles spent ${fmt(idle.api, 1)} (api), ${fmt(idle.projector, 1)} (projector), ${fmt(idle.processor, 1)} (processor) and ${fmt(idle.dispatcher, 1)} (dispatcher) ms of CPU a second: the second api, processor and dispatcher add about ${fmt(1000 * idleExtra)} µs an event at ${fmt(RATE)} events/s before they handle any.
 
-Ownership, over the whole run (the instance counts changing four times and the rebalance):
+Ownership, over the whole run (every change of instance count and the rebalance):
 
 ${ownerTable.join('\n')}
 
@@ -493,7 +541,7 @@ Rebalance under load (the receiver's longest time without a new event; the stead
 
 Times are from the first window's start; the last write was sent at ${at(lastWrite)}.
 
-What a larger machine should expect. Here two cores carry the hub's seven processes, PostgreSQL, Redis, Kafka, the receiver and the load, so a second instance cannot add capacity: the figure that matters is that the work is split (each partition one owner, the assignment above) without costing more per event, and that nothing is lost when members come and go. With cores to spare, processors and dispatchers scale with their partitions: ${partitions} per topic (\`HUB_KAFKA_PARTITIONS\`, set when the topics are created) bound each group at ${partitions} busy members; a device's changes stay in one partition and a subscription's jobs in one, so one very busy device or subscription is one member's work whatever the count. The API instances share nothing but the stores and scale with them. The shared parts then decide: every write is an append to PostgreSQL (one writer; group commits), every delivery a few Redis calls (the schedule, from every dispatcher), and the projector is one process (its followers share one read of the log); Kafka's partitions are spread over brokers. So expect near-linear throughput for processors and dispatchers up to the partition count, while PostgreSQL's appends and Redis's schedule calls stay below their own ceilings (bench/eventstore.ts, redis-benchmark in the summary), and CPU per event flat, as here, once each process is busy enough that its fixed costs (heartbeats, fetch waits, timers) are small beside its share of the events. A rebalance stops a group's fetching for the time it takes to rejoin; more members make that no longer, as each rejoins at once.
+What a larger machine should expect. Here two cores carry the hub's processes (seven at most), PostgreSQL, Redis, Kafka, the receiver and the load, so a second instance cannot add capacity: what this run shows is that the work is split (each partition one owner: the assignments above) without costing more per event, and that nothing is lost while members come and go. With cores to spare, processors and dispatchers scale with their partitions: ${partitions} per topic (\`HUB_KAFKA_PARTITIONS\`, fixed when the topics are created) bound each group at ${partitions} busy members, and a device's changes stay in one partition and a subscription's jobs in one, so one very busy device or subscription stays one member's work whatever the count (and a few subscriptions spread unevenly: here ${USERS} over ${partitions} partitions). API instances share nothing but the stores. What does not scale out is then the limit: every append, from every API instance, takes one PostgreSQL advisory lock while it picks its global positions (\`infra/eventstore/postgres.ts\`); one relay at a time (a lease) moves every stored event to the changes topic; one projector keeps the read models; and every dispatcher's schedule is one Redis (a few calls a delivery). So expect throughput to grow near-linearly with processor and dispatcher instances up to the partition count and to the cores given them, until the relay, the append lock or Redis reaches its own ceiling (\`bench/eventstore.ts\`, \`bench/derivation.ts\` and redis-benchmark in the summary give those on this machine); and CPU per event flat, as here, once each process is busy enough that its fixed costs (heartbeats, fetch waits, timers) are small beside its share of the events: at a low rate per instance those fixed costs are what grows with the instance count. Each join or leave pauses the whole group (kafkajs's eager protocol: every member gives up its partitions and rejoins) for about as long as its slowest member takes to finish its running batch and rejoin, the pauses measured above; more members do not lengthen it, but each change of membership costs one, so instances are best added or removed together rather than one after another.
 `;
     writeSection('scale', body);
     recordFigures('scale', [
