@@ -12,7 +12,7 @@
 //   HUB_BENCH_PRINT_ONLY=1             printed, docs untouched
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AssignerProtocol, Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
@@ -522,7 +522,7 @@ Target (issue 45): partitions owned once, 0 lost, duplicates counted and explain
 
 ${windowTable.join('\n')}
 
-CPU per event, the mean of the windows: ${fmt(cpuOne)} µs with one instance of each role, ${fmt(cpuTwo)} µs with two: ${fmt(cpuRatio, 2)} ×. ${cpuOk ? 'Within' : 'Not within'} 20 %. With nothing to do (${IDLE_S} s before the load, one instance of each), the roles spent ${fmt(idle.api, 1)} (api), ${fmt(idle.projector, 1)} (projector), ${fmt(idle.processor, 1)} (processor) and ${fmt(idle.dispatcher, 1)} (dispatcher) ms of CPU a second: the second api, processor and dispatcher add about ${fmt(1000 * idleExtra)} µs an event at ${fmt(RATE)} events/s before they handle any.
+CPU per event, the mean of the windows: ${fmt(cpuOne)} µs with one instance of each role, ${fmt(cpuTwo)} µs with two: ${fmt(cpuRatio, 2)} ×. ${cpuOk ? 'Within' : 'Not within'} 20 % in this run; windows of the same count ranged ${fmt(Math.min(...one.map((r) => r.cpuPerEvent)))}–${fmt(Math.max(...one.map((r) => r.cpuPerEvent)))} µs (one) and ${fmt(Math.min(...two.map((r) => r.cpuPerEvent)))}–${fmt(Math.max(...two.map((r) => r.cpuPerEvent)))} µs (two) while other work shared the machine (load average ${loadavg()[0]!.toFixed(1)} at the end, on ${cpus().length} cores), so a difference smaller than that spread is not shown by one run. With nothing to do (${IDLE_S} s before the load, one instance of each), the roles spent ${fmt(idle.api, 1)} (api), ${fmt(idle.projector, 1)} (projector), ${fmt(idle.processor, 1)} (processor) and ${fmt(idle.dispatcher, 1)} (dispatcher) ms of CPU a second: the second api, processor and dispatcher add about ${fmt(1000 * idleExtra)} µs an event at ${fmt(RATE)} events/s before they handle any.
 
 Ownership, over the whole run (every change of instance count and the rebalance):
 
