@@ -59,8 +59,6 @@ export const KafkaRequestQueue = createRequire(import.meta.url)(
 ) as { prototype: RequestQueueState } & (new (o: Record<string, unknown>) => RequestQueueState);
 stopIdleRequestQueueLoop(KafkaRequestQueue);
 
-/** Bytes a fetch waits for, up to the fetch wait (a few dozen changes or jobs). */
-const FETCH_MIN_BYTES = 8192;
 /** Most bytes of message values merged into one request (see `send`). */
 const MERGED_BYTES = 1 << 20;
 /** How long a stop waits for its commit: kafkajs retries a failing one for about 20 s. */
@@ -204,6 +202,7 @@ export class KafkaBus implements Bus {
   private readonly prefix: string;
   private readonly maxBatch: number;
   private readonly fetchWaitMs: number;
+  private readonly fetchMinBytes: number;
   private readonly commitIntervalMs: number;
   private readonly log: Logger;
 
@@ -214,8 +213,10 @@ export class KafkaBus implements Bus {
     prefix?: string;
     /** Most messages per handler call. */
     maxBatch?: number;
-    /** HUB_KAFKA_FETCH_WAIT_MS (default 20). */
+    /** HUB_KAFKA_FETCH_WAIT_MS (default 500). */
     fetchWaitMs?: number;
+    /** HUB_KAFKA_FETCH_MIN_BYTES (default 1). */
+    fetchMinBytes?: number;
     /** A group member commits its finished offsets at most this often, and at a stop (default
      * 1000; see OffsetCommits). */
     commitIntervalMs?: number;
@@ -223,7 +224,8 @@ export class KafkaBus implements Bus {
   }) {
     this.prefix = o.prefix ?? '';
     this.maxBatch = o.maxBatch ?? 1000;
-    this.fetchWaitMs = o.fetchWaitMs ?? 20;
+    this.fetchWaitMs = o.fetchWaitMs ?? 500;
+    this.fetchMinBytes = o.fetchMinBytes ?? 1;
     this.commitIntervalMs = o.commitIntervalMs ?? 1000;
     const log = o.logger.child({ component: 'kafka' });
     this.log = log;
@@ -407,11 +409,12 @@ export class KafkaBus implements Bus {
       sessionTimeout: 10_000,
       heartbeatInterval: 1000,
       rebalanceTimeout: 20_000,
-      // The broker answers a fetch once FETCH_MIN_BYTES are there or the wait is over: at high
-      // rates a handler call then takes more than a message or two (see HUB_KAFKA_FETCH_WAIT_MS).
-      ...(this.fetchWaitMs > 0
-        ? { minBytes: FETCH_MIN_BYTES, maxWaitTimeInMs: this.fetchWaitMs }
-        : { minBytes: 1, maxWaitTimeInMs: 50 }),
+      // The broker answers a fetch once its minimum bytes are there or the wait is over. By
+      // default a lone message is answered at once (the fetch waits only while there is nothing),
+      // and batches form while the handler works: kafkajs fetches again only once every batch of
+      // the last fetch is handled (see HUB_KAFKA_FETCH_MIN_BYTES and HUB_KAFKA_FETCH_WAIT_MS).
+      minBytes: this.fetchMinBytes,
+      maxWaitTimeInMs: this.fetchWaitMs,
       maxBytesPerPartition: 4 * 1024 * 1024,
     });
     const commits = new OffsetCommits({
