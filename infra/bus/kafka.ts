@@ -104,6 +104,11 @@ class OffsetCommits {
   private readonly intervalMs: number;
   private readonly commit: (offsets: { topic: string; partition: number; offset: string }[]) => Promise<void>;
   private readonly log: Logger;
+  /** Partition → its chunks waiting to be durable, chained in order (see finishWhen). */
+  private readonly durables = new Map<number, Promise<void>>();
+  private readonly pending = new Set<Promise<void>>();
+  /** Counts joins: a chunk durable after one is not finished from here. */
+  private generation = 0;
 
   constructor(o: {
     topic: string;
@@ -121,6 +126,48 @@ class OffsetCommits {
   finish(partition: number, offset: string): void {
     this.finished.set(partition, (BigInt(offset) + 1n).toString());
     this.arm();
+  }
+
+  /**
+   * A chunk handled and made durable later (`durable`): finished once it and every earlier such
+   * chunk of its partition are durable, in order. One that never is holds its partition's commits
+   * back until the next join, whose holder reads from the last committed offset again (at least
+   * once). A chunk durable only after a join is left to the partition's holder, which has it again.
+   */
+  finishWhen(partition: number, offset: string, durable: Promise<void>): void {
+    const generation = this.generation;
+    const before = this.durables.get(partition) ?? Promise.resolve();
+    const chained = before.then(() => durable);
+    this.durables.set(partition, chained);
+    this.pending.add(chained);
+    chained.then(
+      () => {
+        if (this.generation === generation) this.finish(partition, offset);
+      },
+      (err: Error) => {
+        if (this.generation !== generation) return;
+        this.log.error(
+          { topic: this.topic, partition, offset, err: err.message },
+          'a handled chunk was not made durable; its partition commits nothing more until the next join',
+        );
+      },
+    );
+    void chained
+      .catch(() => {})
+      .finally(() => {
+        this.pending.delete(chained);
+        if (this.durables.get(partition) === chained) this.durables.delete(partition);
+      });
+  }
+
+  /** Resolves once every chunk waiting to be durable is, or failed, or after `ms`. */
+  async settled(ms: number): Promise<void> {
+    let bounded: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...this.pending]),
+      new Promise((r) => (bounded = setTimeout(r, ms))),
+    ]);
+    clearTimeout(bounded);
   }
 
   private arm(): void {
@@ -141,6 +188,8 @@ class OffsetCommits {
    * the member the chunks it finished since the last commit again.
    */
   keep(partitions: number[]): [number, string][] {
+    this.generation++;
+    this.durables.clear();
     this.held = new Set(partitions);
     for (const p of this.finished.keys()) if (!this.held.has(p)) this.finished.delete(p);
     return [...this.finished];
@@ -450,9 +499,10 @@ export class KafkaBus implements Bus {
           const last = chunk[chunk.length - 1]!.offset;
           const messages = chunk.map((m) => this.incoming(m, batch.partition));
           const lag = Number(batch.highWatermark) - Number(last) - 1;
-          const handled = o.handle(messages, { partition: batch.partition, lag, heartbeat }).then(() => {
+          const handled = o.handle(messages, { partition: batch.partition, lag, heartbeat }).then((taken) => {
             resolveOffset(last); // where kafkajs fetches this partition from next
-            commits.finish(batch.partition, last);
+            if (taken) commits.finishWhen(batch.partition, last, taken.durable);
+            else commits.finish(batch.partition, last);
           });
           running.add(handled);
           try {
@@ -470,6 +520,7 @@ export class KafkaBus implements Bus {
       stop: async () => {
         stopping = true;
         await Promise.allSettled([...running]);
+        await commits.settled(STOP_COMMIT_MS);
         let bounded: NodeJS.Timeout | undefined;
         await Promise.race([commits.flush(), new Promise((r) => (bounded = setTimeout(r, STOP_COMMIT_MS)))]);
         clearTimeout(bounded);
