@@ -6,6 +6,7 @@
 //
 //   node bench/dispatch.ts [jobs]     (the distributed runs need `npm run infra:up`)
 //   HUB_BENCH_PRINT_ONLY=1            printed, docs untouched
+//   HUB_BENCH_KAFKA_ONLY=1            the Kafka run and one plain loop, printed only
 //   HUB_BENCH_E2E_ARRIVALS=<file>     each end-to-end delivery's arrival time, latency and change, one a line
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -212,7 +213,7 @@ export function benchJob(i: number, subs: string[], owner: string): Job {
   };
 }
 
-async function dispatchRun(
+export async function dispatchRun(
   target: string,
   receiver: string,
   o: {
@@ -479,6 +480,14 @@ async function main() {
         await releaseDistributed(env, 3);
       }
     }
+    if (process.env.HUB_BENCH_KAFKA_ONLY && kafkaRow) {
+      // A quick look at the Kafka run alone, beside one plain loop: printed only.
+      const loop = await ceiling(rx.url);
+      process.stdout.write(
+        `${kafkaRow.target}: ${fmt(kafkaRow.rate)} deliveries/s against the plain loop's ${fmt(loop)} (${fmt((100 * kafkaRow.rate) / loop)} %); ${kafkaRow.cpu}\n`,
+      );
+      return;
+    }
     // Embedded: jobs handed off, the SQLite schedule, the SQLite event store (the in-process bus only
     // for the dispatcher's consumer, which stays idle as in a hub); each run on files of its own,
     // right after a loop of its own.
@@ -546,8 +555,9 @@ embedded processor hands its jobs off (no topic, no Avro), each batch as soon as
 taken the last: it delivers first what it has room for, the rest of a batch waiting for slots to
 free, and stores a job only if it is unfinished after ${fmt(SPILL_MS)} ms; the time counted runs until every
 job is delivered and durable. Distributed: the Kafka topic is prefilled with both, then consumed
-(each job stored in the Redis schedule before it is delivered, as a partition's offsets must wait
-for it; the attempts recorded in PostgreSQL); the time is counted from the warm-up's last delivery. The ceiling, in the same run, is
+(each job delivered first and stored in the Redis schedule only if it must wait, a chunk's offsets
+committed once its jobs are finished or stored, as the embedded hand-off does since 2026-11-27;
+the attempts recorded in PostgreSQL); the time is counted from the warm-up's last delivery. The ceiling, in the same run, is
 a plain undici loop POSTing to the same receiver at ${CONCURRENCY} requests in flight, after ${fmt(WARMUP_JOBS)} requests
 left out as well, in a process of its own as the receiver is (run in the dispatcher's process it
 left the dispatcher there with more CPU per delivery in some runs; a hub's dispatcher runs no such
@@ -670,7 +680,7 @@ the latency. Timed per stage, the changes reached the relay's acknowledgement at
 changes cut the round trips: the Redis commands of one turn go in one write (ioredis
 auto-pipelining; the dispatcher's writes to Redis had been a sixth of its CPU), Kafka sends that
 wait for their producer's request go out together in the next one, and a consumer's fetch waits up
-to \`HUB_KAFKA_FETCH_WAIT_MS\` (20) for 8 KB. In 40-s runs of one session, p50 went from 62–84 to
+to \`HUB_KAFKA_FETCH_WAIT_MS\` (20) for 8 KB (until 2026-11-27: see the end-to-end latency section). In 40-s runs of one session, p50 went from 62–84 to
 45–49 ms and p99 from 172–229 to 137–145 ms; at 10 changes/s the p50 went from 13 to 38 ms (the
 fetch wait, at two Kafka hops). The event store's statements are named and their plans kept,
 each written so that a plan made from a small table still looks up by index (as \`id = ANY\` and

@@ -184,6 +184,7 @@ export async function openBus(config: Config, logger: Logger): Promise<Bus> {
         logger,
         prefix: config.kafkaPrefix,
         fetchWaitMs: config.kafkaFetchWaitMs,
+        fetchMinBytes: config.kafkaFetchMinBytes,
       });
   await bus.ensureTopics([
     // One partition in memory: the processor's hand-off checkpoint is then one position.

@@ -259,9 +259,15 @@ export const knobs = {
   ),
   kafkaFetchWaitMs: knob(
     'HUB_KAFKA_FETCH_WAIT_MS',
-    '20',
-    'How long a consumer fetch may wait on the broker for 8 KB of messages to gather, ms. Larger batches at high rates cost every role less CPU (at 1,000 changes/s on 2 cores, the end-to-end p50 went from 62 to 47 ms); at low rates each Kafka hop may add this much latency. 0: a fetch is answered as soon as any message is there.',
-    int(0, 500),
+    '500',
+    "How long a consumer's fetch may wait on the broker for HUB_KAFKA_FETCH_MIN_BYTES of messages, ms. With the default minimum (1 byte) it is how long an idle consumer's fetch waits before it is sent again: a message arriving meanwhile is answered at once. Before 2026-11-27 it was 20 ms for 8 KB: every Kafka hop of a lone change waited up to that (two hops on a webhook's way), and each idle consumer fetched 50 times a second.",
+    int(1, 5000),
+  ),
+  kafkaFetchMinBytes: knob(
+    'HUB_KAFKA_FETCH_MIN_BYTES',
+    '1',
+    'Bytes a consumer fetch waits for on the broker (up to HUB_KAFKA_FETCH_WAIT_MS) before it is answered. 1: a message is handed on as soon as it is there; batches still form at high rates, as the next fetch goes out only once the last one is handled. Larger values trade latency for fewer fetches.',
+    int(1, 1 << 20),
   ),
   processorConcurrency: knob(
     'HUB_PROCESSOR_CONCURRENCY',

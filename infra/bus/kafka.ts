@@ -59,8 +59,6 @@ export const KafkaRequestQueue = createRequire(import.meta.url)(
 ) as { prototype: RequestQueueState } & (new (o: Record<string, unknown>) => RequestQueueState);
 stopIdleRequestQueueLoop(KafkaRequestQueue);
 
-/** Bytes a fetch waits for, up to the fetch wait (a few dozen changes or jobs). */
-const FETCH_MIN_BYTES = 8192;
 /** Most bytes of message values merged into one request (see `send`). */
 const MERGED_BYTES = 1 << 20;
 /** How long a stop waits for its commit: kafkajs retries a failing one for about 20 s. */
@@ -106,6 +104,11 @@ class OffsetCommits {
   private readonly intervalMs: number;
   private readonly commit: (offsets: { topic: string; partition: number; offset: string }[]) => Promise<void>;
   private readonly log: Logger;
+  /** Partition → its chunks waiting to be durable, chained in order (see finishWhen). */
+  private readonly durables = new Map<number, Promise<void>>();
+  private readonly pending = new Set<Promise<void>>();
+  /** Counts joins: a chunk durable after one is not finished from here. */
+  private generation = 0;
 
   constructor(o: {
     topic: string;
@@ -123,6 +126,48 @@ class OffsetCommits {
   finish(partition: number, offset: string): void {
     this.finished.set(partition, (BigInt(offset) + 1n).toString());
     this.arm();
+  }
+
+  /**
+   * A chunk handled and made durable later (`durable`): finished once it and every earlier such
+   * chunk of its partition are durable, in order. One that never is holds its partition's commits
+   * back until the next join, whose holder reads from the last committed offset again (at least
+   * once). A chunk durable only after a join is left to the partition's holder, which has it again.
+   */
+  finishWhen(partition: number, offset: string, durable: Promise<void>): void {
+    const generation = this.generation;
+    const before = this.durables.get(partition) ?? Promise.resolve();
+    const chained = before.then(() => durable);
+    this.durables.set(partition, chained);
+    this.pending.add(chained);
+    chained.then(
+      () => {
+        if (this.generation === generation) this.finish(partition, offset);
+      },
+      (err: Error) => {
+        if (this.generation !== generation) return;
+        this.log.error(
+          { topic: this.topic, partition, offset, err: err.message },
+          'a handled chunk was not made durable; its partition commits nothing more until the next join',
+        );
+      },
+    );
+    void chained
+      .catch(() => {})
+      .finally(() => {
+        this.pending.delete(chained);
+        if (this.durables.get(partition) === chained) this.durables.delete(partition);
+      });
+  }
+
+  /** Resolves once every chunk waiting to be durable is, or failed, or after `ms`. */
+  async settled(ms: number): Promise<void> {
+    let bounded: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...this.pending]),
+      new Promise((r) => (bounded = setTimeout(r, ms))),
+    ]);
+    clearTimeout(bounded);
   }
 
   private arm(): void {
@@ -143,6 +188,8 @@ class OffsetCommits {
    * the member the chunks it finished since the last commit again.
    */
   keep(partitions: number[]): [number, string][] {
+    this.generation++;
+    this.durables.clear();
     this.held = new Set(partitions);
     for (const p of this.finished.keys()) if (!this.held.has(p)) this.finished.delete(p);
     return [...this.finished];
@@ -204,6 +251,7 @@ export class KafkaBus implements Bus {
   private readonly prefix: string;
   private readonly maxBatch: number;
   private readonly fetchWaitMs: number;
+  private readonly fetchMinBytes: number;
   private readonly commitIntervalMs: number;
   private readonly log: Logger;
 
@@ -214,8 +262,10 @@ export class KafkaBus implements Bus {
     prefix?: string;
     /** Most messages per handler call. */
     maxBatch?: number;
-    /** HUB_KAFKA_FETCH_WAIT_MS (default 20). */
+    /** HUB_KAFKA_FETCH_WAIT_MS (default 500). */
     fetchWaitMs?: number;
+    /** HUB_KAFKA_FETCH_MIN_BYTES (default 1). */
+    fetchMinBytes?: number;
     /** A group member commits its finished offsets at most this often, and at a stop (default
      * 1000; see OffsetCommits). */
     commitIntervalMs?: number;
@@ -223,7 +273,8 @@ export class KafkaBus implements Bus {
   }) {
     this.prefix = o.prefix ?? '';
     this.maxBatch = o.maxBatch ?? 1000;
-    this.fetchWaitMs = o.fetchWaitMs ?? 20;
+    this.fetchWaitMs = o.fetchWaitMs ?? 500;
+    this.fetchMinBytes = o.fetchMinBytes ?? 1;
     this.commitIntervalMs = o.commitIntervalMs ?? 1000;
     const log = o.logger.child({ component: 'kafka' });
     this.log = log;
@@ -407,11 +458,12 @@ export class KafkaBus implements Bus {
       sessionTimeout: 10_000,
       heartbeatInterval: 1000,
       rebalanceTimeout: 20_000,
-      // The broker answers a fetch once FETCH_MIN_BYTES are there or the wait is over: at high
-      // rates a handler call then takes more than a message or two (see HUB_KAFKA_FETCH_WAIT_MS).
-      ...(this.fetchWaitMs > 0
-        ? { minBytes: FETCH_MIN_BYTES, maxWaitTimeInMs: this.fetchWaitMs }
-        : { minBytes: 1, maxWaitTimeInMs: 50 }),
+      // The broker answers a fetch once its minimum bytes are there or the wait is over. By
+      // default a lone message is answered at once (the fetch waits only while there is nothing),
+      // and batches form while the handler works: kafkajs fetches again only once every batch of
+      // the last fetch is handled (see HUB_KAFKA_FETCH_MIN_BYTES and HUB_KAFKA_FETCH_WAIT_MS).
+      minBytes: this.fetchMinBytes,
+      maxWaitTimeInMs: this.fetchWaitMs,
       maxBytesPerPartition: 4 * 1024 * 1024,
     });
     const commits = new OffsetCommits({
@@ -447,9 +499,10 @@ export class KafkaBus implements Bus {
           const last = chunk[chunk.length - 1]!.offset;
           const messages = chunk.map((m) => this.incoming(m, batch.partition));
           const lag = Number(batch.highWatermark) - Number(last) - 1;
-          const handled = o.handle(messages, { partition: batch.partition, lag, heartbeat }).then(() => {
+          const handled = o.handle(messages, { partition: batch.partition, lag, heartbeat }).then((taken) => {
             resolveOffset(last); // where kafkajs fetches this partition from next
-            commits.finish(batch.partition, last);
+            if (taken) commits.finishWhen(batch.partition, last, taken.durable);
+            else commits.finish(batch.partition, last);
           });
           running.add(handled);
           try {
@@ -467,6 +520,7 @@ export class KafkaBus implements Bus {
       stop: async () => {
         stopping = true;
         await Promise.allSettled([...running]);
+        await commits.settled(STOP_COMMIT_MS);
         let bounded: NodeJS.Timeout | undefined;
         await Promise.race([commits.flush(), new Promise((r) => (bounded = setTimeout(r, STOP_COMMIT_MS)))]);
         clearTimeout(bounded);

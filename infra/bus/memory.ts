@@ -97,11 +97,13 @@ export class MemoryBus implements Bus {
         const from = cursor - p.base;
         const batch = p.messages.slice(from, from + this.maxBatch);
         try {
-          await o.handle(batch, {
+          const handled = await o.handle(batch, {
             partition: index,
             lag: p.next - cursor - batch.length,
             heartbeat: async () => {},
           });
+          // In memory nothing outlives the process: the batch moves on once it is durable.
+          await handled?.durable;
           backoffMs = 100;
         } catch (err) {
           this.logger.warn(

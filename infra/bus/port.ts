@@ -26,12 +26,21 @@ export interface BatchInfo {
   heartbeat(): Promise<void>;
 }
 
+/** What a handler may answer: its batch is taken, and durable once `durable` resolves. */
+export interface Handled {
+  durable: Promise<void>;
+}
+
 export interface ConsumeOptions {
   group: string;
   topic: string;
-  /** Handles one partition's batch, in order. Its offsets are committed only when it resolves;
-   * when it throws, the batch comes again. */
-  handle(messages: InMessage[], info: BatchInfo): Promise<void>;
+  /** Handles one partition's batch, in order. Its offsets are committed only when it resolves,
+   * or, when it resolves to `{ durable }`, once that resolves too (the next batch comes at once:
+   * a handler may take a batch in and make it durable later); when it throws, the batch comes
+   * again. A batch whose `durable` rejects is never committed here: the partition's next holder
+   * (after a restart or a rebalance) has it again. */
+  // biome-ignore lint/suspicious/noConfusingVoidType: most handlers answer nothing (their batch is done)
+  handle(messages: InMessage[], info: BatchInfo): Promise<void | Handled>;
   /** Partitions handled at once by this member. */
   partitionsConcurrently?: number;
   /** Called when this member's partitions may have changed (a rebalance): caches keyed by

@@ -1,5 +1,7 @@
-// The dispatcher: moves delivery jobs from the `deliveries` topic into the durable schedule (the
-// offsets are committed once they are stored), and runs the schedule: claims due jobs, signs and
+// The dispatcher: takes delivery jobs from the `deliveries` topic (or the embedded processor's
+// hand-offs) and delivers them first, storing in the durable schedule only those that must wait
+// (a topic chunk's offsets are committed once each of its jobs is finished or stored), and runs
+// the schedule: claims due jobs, signs and
 // POSTs each to its subscription (attempt.ts), records the attempt, and schedules the retry or
 // dead-letters. A slow or failing endpoint holds only its own subscription's slots: each
 // subscription has a bounded number of attempts in flight and of jobs waiting here; jobs beyond
@@ -36,8 +38,6 @@ export const SPILL_MS = 1000;
 const WAIT_SHARE = 0.75;
 /** How long a hand-off waits for slots to free before it stores its remaining jobs for a claim. */
 const ROOM_WAIT_MS = 250;
-/** How long one take of the deliveries topic waits for room in all, before it stores the rest. */
-const TAKE_WAIT_MS = 2000;
 
 export interface DispatcherOptions extends EndpointsOptions, CircuitOptions {
   bus: Bus;
@@ -74,10 +74,6 @@ export class Dispatcher {
   private held = 0; // running + waiting (+ recording)
   /** Of `held`, those waiting for their subscription's slot. */
   private waitingCount = 0;
-  private reserved = 0; // held by enqueues not yet answered
-  /** Of `reserved`, those that will wait for their subscription's slot. */
-  private reservedWaits = 0;
-  private readonly reservedOf = new Map<string, number>(); // the same, by subscription
   private starved = false; // the last claim found due jobs only of subscriptions with full queues
   /** Takes and hand-offs waiting for room (see waitForRoom). */
   private roomWaits = 0;
@@ -116,11 +112,17 @@ export class Dispatcher {
       group: 'hub-dispatcher',
       topic: TOPICS.deliveries,
       partitionsConcurrently: 4,
-      handle: (messages, info) =>
-        this.take(
-          messages.map((m) => decodeJob(registry, m)),
-          () => info.heartbeat(),
-        ),
+      // Delivered first, as the embedded processor's hand-offs are: a chunk's offsets are
+      // committed once each of its jobs is finished or stored (see handOff), and the next chunk
+      // comes meanwhile. Stored first, every job cost the schedule a write before its attempt and
+      // another after it, and its attempt waited for the first.
+      // A job the schedule knows (sent again after a processor's or a dispatcher's crash, a
+      // rebalance) is left to it: pending, it is claimed from there; done, it was delivered.
+      handle: async (messages) => {
+        const jobs = messages.map((m) => decodeJob(registry, m));
+        const known = await deliveries.known?.(jobs.map((j) => j.job_id));
+        return this.handOff(known?.size ? jobs.filter((j) => !known.has(j.job_id)) : jobs);
+      },
     });
     this.unsubscribe = deliveries.onEnqueue(() => this.wake?.());
     this.running = true;
@@ -136,7 +138,8 @@ export class Dispatcher {
   }
 
   /**
-   * Jobs handed off by the embedded processor, delivered first and stored only if they must be: a
+   * Jobs handed off by the embedded processor or taken from the deliveries topic, delivered first
+   * and stored only if they must be: a
    * job its subscription's queue here has room for is held in memory and started as a slot frees;
    * it is stored (leased to this process) only if it is not finished within SPILL_MS, or when the
    * process stops first. Delivery is at least once, and a job's durable record is then its attempt,
@@ -263,90 +266,9 @@ export class Dispatcher {
     this.fresh.delete(h);
   }
 
-  /**
-   * New jobs from the deliveries topic: stored, and so durable, when this resolves (only then is
-   * their offset committed). The jobs this process has room for are held in the same write and
-   * started at once or queued here; a job whose subscription's queue here is full is stored due,
-   * for a claim, so that a slow subscription never holds up its partition. A job that finds the
-   * process's slots or its waiting share taken waits with its partition for them to free
-   * (ROOM_WAIT_MS at a time, as a hand-off does), left in Kafka: stored due, such jobs were only
-   * claimed a moment later, each costing the schedule a scan, a read and a lease more (at
-   * saturation, most of the Redis store's work). Once a wait ends without room, or after
-   * TAKE_WAIT_MS in all, or at a stop, they are stored. (While hanging subscriptions' jobs fill
-   * the waiting share, a take whose jobs would wait therefore holds its partition up to
-   * ROOM_WAIT_MS; its jobs that start at once are held before it waits.)
-   */
-  async take(jobs: Job[], heartbeat?: () => Promise<void>): Promise<void> {
-    const started = Date.now();
-    let rest = jobs;
-    let patient = true;
-    const enough = () => this.startRoom >= this.roomChunk && this.waitRoom >= this.roomChunk;
-    for (;;) {
-      const last = !patient || this.draining || !this.running || Date.now() - started >= TAKE_WAIT_MS;
-      rest = await this.takeSome(rest, last);
-      if (rest.length === 0) return;
-      await heartbeat?.(); // a long wait must not cost the partition its place in the group
-      patient = await this.waitForRoom(enough);
-    }
-  }
-
-  /** Holds what there is room for now of `jobs`, stores due those whose subscription's queue is
-   * full, and returns those that found no room, unstored; or stores them too when `last`. */
-  private async takeSome(jobs: Job[], last: boolean): Promise<Job[]> {
-    const now = Date.now();
-    const ids: string[] = [];
-    const stored: Job[] = [];
-    const later: Job[] = [];
-    const chosen = new Map<string, number>(); // subscription → jobs held for it by this enqueue
-    let room = this.running ? this.startRoom : 0;
-    let waitRoom = this.running ? this.waitRoom : 0;
-    let waits = 0;
-    for (const job of jobs) {
-      const sub = job.subscription_id;
-      const mine = chosen.get(sub) ?? 0;
-      const starts = this.startsNow(sub, mine);
-      if (!starts && this.queued(sub) + mine >= this.queueLimit) {
-        stored.push(job); // held beyond its queue, it would only go back to the schedule
-        continue;
-      }
-      if (room <= 0 || (!starts && waitRoom <= 0)) {
-        (last ? stored : later).push(job);
-        continue;
-      }
-      if (!starts) {
-        waitRoom--;
-        waits++;
-      }
-      chosen.set(sub, mine + 1);
-      ids.push(job.job_id);
-      stored.push(job);
-      room--;
-    }
-    // Reserved while the write is under way, so a claim meanwhile leaves room for them.
-    const reserve = (sign: 1 | -1) => {
-      this.reserved += sign * ids.length;
-      this.reservedWaits += sign * waits;
-      for (const [sub, n] of chosen) {
-        const left = (this.reservedOf.get(sub) ?? 0) + sign * n;
-        if (left > 0) this.reservedOf.set(sub, left);
-        else this.reservedOf.delete(sub);
-      }
-    };
-    reserve(1);
-    let held: Job[];
-    try {
-      held = await this.o.deliveries.enqueue(stored, { ids, until: now + LEASE_MS });
-    } finally {
-      reserve(-1);
-    }
-    for (const job of held) this.accept(job, now);
-    if (held.length < ids.length) this.wakeRoomWaiters(); // jobs the store knew: their room is free
-    return later;
-  }
-
-  /** Jobs of a subscription waiting here, or being held for it by an enqueue. */
+  /** Jobs of a subscription waiting here for a slot. */
   private queued(sub: string): number {
-    return (this.waiting.get(sub)?.length ?? 0) + (this.reservedOf.get(sub) ?? 0);
+    return this.waiting.get(sub)?.length ?? 0;
   }
 
   private get queueLimit(): number {
@@ -355,7 +277,7 @@ export class Dispatcher {
 
   /** Jobs this process may still hold: running, being recorded, or waiting for a slot. */
   private get startRoom(): number {
-    return this.o.maxInFlight - this.held - this.reserved;
+    return this.o.maxInFlight - this.held;
   }
 
   /**
@@ -365,15 +287,12 @@ export class Dispatcher {
    * attempts timed out; their older backlogs then took the freed slots first.
    */
   private get waitRoom(): number {
-    return Math.min(
-      this.startRoom,
-      Math.floor(this.o.maxInFlight * WAIT_SHARE) - this.waitingCount - this.reservedWaits,
-    );
+    return Math.min(this.startRoom, Math.floor(this.o.maxInFlight * WAIT_SHARE) - this.waitingCount);
   }
 
-  /** Whether a job of `sub` (after `ahead` more of it) would start at once: a free slot, none queued. */
-  private startsNow(sub: string, ahead = 0): boolean {
-    return (this.inFlight.get(sub) ?? 0) + this.queued(sub) + ahead < this.o.maxInFlightPerSubscription;
+  /** Whether a job of `sub` would start at once: a free slot, none queued. */
+  private startsNow(sub: string): boolean {
+    return (this.inFlight.get(sub) ?? 0) + this.queued(sub) < this.o.maxInFlightPerSubscription;
   }
 
   /** Whether a job of `sub` may be held now: it starts at once, or waits within both limits. */
@@ -483,7 +402,7 @@ export class Dispatcher {
   private rooms(): Rooms {
     const of: Record<string, number> = {};
     const canWait = this.waitRoom > 0;
-    for (const sub of new Set([...this.waiting.keys(), ...this.reservedOf.keys(), ...this.inFlight.keys()]))
+    for (const sub of new Set([...this.waiting.keys(), ...this.inFlight.keys()]))
       of[sub] = canWait
         ? Math.max(0, this.queueLimit - this.queued(sub))
         : Math.max(0, this.o.maxInFlightPerSubscription - (this.inFlight.get(sub) ?? 0) - this.queued(sub));

@@ -137,6 +137,10 @@ export interface DeliveryStore extends AttemptReads {
    * With `hold`, the listed jobs that are new are claimed in the same write, leased until
    * `until`, and returned: the dispatcher starts them at once instead of reading them back. */
   enqueue(jobs: Job[], hold?: Hold): Promise<Job[]>;
+  /** Of these job ids, those the store knows: pending, or done within the time it remembers done
+   * jobs (a job sent twice, as the processor sends a change's jobs again after a crash). Stores
+   * without it (the embedded ones: their hand-offs never come twice) leave every job new. */
+  known?(jobIds: string[]): Promise<Set<string>>;
   /** Due jobs, oldest first, each leased for `leaseMs` (claimed again after it unless finished or
    * renewed); with `rooms`, no more of a subscription's jobs than its room. Jobs passed over stay
    * due, unless a long run of them hid every other job: then they are pushed back a second, so a

@@ -377,6 +377,13 @@ export class RedisDeliveryStore implements DeliveryStore {
     return out;
   }
 
+  async known(jobIds: string[]): Promise<Set<string>> {
+    if (jobIds.length === 0) return new Set();
+    // Pending or done, a job's key is there (a done one's for doneJobsMs): one write, one reply each.
+    const replies = await this.redis.pipeline(jobIds.map((id) => ['exists', `hub:job:${id}`])).exec();
+    return new Set(jobIds.filter((_, i) => replies?.[i]?.[1] === 1));
+  }
+
   /** Only jobs still leased, and to this store's holder: see RENEW. */
   async renew(jobIds: string[], until: number): Promise<void> {
     if (jobIds.length === 0) return;

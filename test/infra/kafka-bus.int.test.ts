@@ -35,6 +35,8 @@ describe('Kafka bus consumer groups (int)', function () {
     await bus.ensureTopics([
       { topic: 'one', partitions: 1 },
       { topic: 'two', partitions: 2 },
+      { topic: 'later', partitions: 1 },
+      { topic: 'failed', partitions: 1 },
     ]);
   });
   after(async () => {
@@ -157,6 +159,74 @@ describe('Kafka bus consumer groups (int)', function () {
     await until(() => next.values().includes('after'));
     await next.consumer.stop();
     assert.deepEqual(next.values(), ['after']);
+  });
+
+  it('a chunk handled now and durable later: the next chunks come at once, offsets commit only up to what is durable, in order', async () => {
+    const group = newGroup();
+    const start = (await end('later')).get(0)!;
+    // Each chunk taken at once and made durable only when the test says: the first one last.
+    const durable = new Map<string, () => void>();
+    const seen: string[] = [];
+    const consumer = await bus.consume({
+      group,
+      topic: 'later',
+      handle: async (messages) => {
+        for (const m of messages) seen.push(m.value.toString());
+        const value = messages.at(-1)!.value.toString();
+        return { durable: new Promise<void>((resolve) => durable.set(value, resolve)) };
+      },
+    });
+    await send('e0', 'later');
+    await until(() => seen.includes('e0'));
+    await send('e1', 'later');
+    await send('e2', 'later');
+    await until(() => seen.includes('e2'));
+    assert.deepEqual(seen, ['e0', 'e1', 'e2'], 'later chunks came while the first was not durable');
+    durable.get('e2')!();
+    if (durable.has('e1')) durable.get('e1')!();
+    await sleep(1500); // past a commit interval
+    assert.equal(
+      (await committed(group, 'later')).get(0),
+      -1,
+      'nothing committed past a chunk not yet durable',
+    );
+    durable.get('e0')!();
+    await until(async () => (await committed(group, 'later')).get(0) === start + 3, 3000);
+    assert.equal((await committed(group, 'later')).get(0), start + 3);
+    await consumer.stop();
+  });
+
+  it('a chunk whose durability fails is not committed: the next member has it again', async () => {
+    const group = newGroup();
+    await send('f-before', 'failed');
+    const first = await member(bus, group, 'failed');
+    await until(async () => (await committed(group, 'later')).get(0) === (await end()).get(0));
+    const before = (await committed(group, 'later')).get(0)!;
+    await first.consumer.stop();
+    let failOnce = true;
+    const failing = await bus.consume({
+      group,
+      topic: 'failed',
+      handle: async () => {
+        if (!failOnce) return;
+        failOnce = false;
+        return { durable: Promise.reject(new Error('not stored')) };
+      },
+    });
+    await send('f0', 'failed');
+    await send('f1', 'failed');
+    await until(() => !failOnce);
+    await sleep(1500);
+    await failing.stop();
+    assert.equal(
+      (await committed(group, 'later')).get(0),
+      before,
+      'the failed chunk and those after it stay uncommitted',
+    );
+    const next = await member(bus, group, 'failed');
+    await until(() => next.values().includes('f1'), 40_000); // a join may wait out a rebalance
+    await next.consumer.stop();
+    assert.ok(next.values().includes('f0'), `handed again: ${next.values().join(' ')}`);
   });
 
   it('across a rebalance, a member resumes the partition it keeps past what it finished, not from the last commit', async () => {

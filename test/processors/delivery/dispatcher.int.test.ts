@@ -119,12 +119,14 @@ for (const httpThreads of [1, 0])
           attempt: 0,
           enqueued: before,
         }));
-        await dispatcher.take(jobs);
+        await dispatcher.handOff(jobs);
         await rx.waitFor('/hang', 2);
         await new Promise((r) => setTimeout(r, 300)); // claims in between find no room for the subscription
         const held = (await metrics.getSingleMetric('hub_webhook_jobs_held')!.get()).values[0]!.value;
         assert.ok(held >= 16 && held <= 18, `two attempts in flight and at most sixteen waiting: ${held}`);
         assert.equal(rx.at('/hang').length, 2, 'no more attempts than the subscription’s slots');
+        // The held ones are stored (leased here) once they have waited SPILL_MS.
+        await new Promise((r) => setTimeout(r, SPILL_MS));
         const pending = await deliveries.pending();
         assert.equal(pending.count, 100);
         assert.ok(pending.oldestDue! <= Date.now(), 'the other 82 are due now, not sent back for later');
@@ -133,7 +135,7 @@ for (const httpThreads of [1, 0])
       }
     });
 
-    it('a take beyond the process’s room waits for room with its partition instead of storing the jobs due', async () => {
+    it('a hand-off beyond the process’s room waits for room instead of storing the jobs due', async () => {
       const { store, file, rx, sealKey, dispatcher, close } = await rig({
         httpThreads,
         timeoutMs: 5000,
@@ -151,13 +153,13 @@ for (const httpThreads of [1, 0])
         );
         // A first delivery starts the HTTP side (its thread, its connection): the burst's waits for
         // room are then attempts', not a start's, which may outlast a wait.
-        await dispatcher.take(jobsFor(owner, subs[0]!, 1));
+        await dispatcher.handOff(jobsFor(owner, subs[0]!, 1));
         await rx.waitFor('/ok', 1);
         const batches = subs.map((sub) => jobsFor(owner, sub, 10));
         const jobs = batches[0]!.flatMap((_, i) => batches.map((b) => b[i]!));
-        await dispatcher.take(jobs);
+        await dispatcher.handOff(jobs);
         const due = scheduleRows(file, 'due <= ?', Date.now());
-        assert.equal(due, 0, 'every job was held (leased) or finished when the take resolved, none left due');
+        assert.equal(due, 0, 'every job was held or finished when the hand-off resolved, none left due');
         await rx.waitFor('/ok', 41);
       } finally {
         await close();
@@ -405,7 +407,7 @@ describe('dispatcher: a failing subscription’s circuit (int)', () => {
     const healthy = await subscribe('/ok/circuit');
     try {
       await dispatcher.start();
-      await dispatcher.take([...jobsFor(owner, failing, 30), ...jobsFor(owner, healthy, 20)]);
+      await dispatcher.handOff([...jobsFor(owner, failing, 30), ...jobsFor(owner, healthy, 20)]);
       while ((await deliveries.health([failing]))[0]!.consecutiveFailures < CIRCUIT_OPENS_AFTER)
         await new Promise((r) => setTimeout(r, 50));
       // Open. Attempts that started as it opened (before the failure that opened it was recorded)

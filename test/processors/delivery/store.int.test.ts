@@ -186,6 +186,23 @@ describe('Redis delivery store: done jobs', () => {
       await store.close();
     }
   });
+
+  it('knows the jobs pending and done, those delivered before they were stored too: the dispatcher leaves them out when they come again', async () => {
+    await redis.flushdb();
+    const store = new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS, doneJobsMs: 60_000 });
+    try {
+      const [pending, fresh, retried, unseen] = [job('sub_k'), job('sub_k'), job('sub_k'), job('sub_k')];
+      await store.enqueue([pending]);
+      // Delivered first (the deliveries topic's way): finished without a row before.
+      await store.finish({ ...fresh, attempt: 1 }, attemptOf(fresh, 1, 'succeeded'), null);
+      await store.finish({ ...retried, attempt: 1 }, attemptOf(retried, 1, 'failed'), Date.now() + 60_000);
+      const known = await store.known([pending, fresh, retried, unseen].map((j) => j.job_id));
+      assert.deepEqual(known, new Set([pending.job_id, fresh.job_id, retried.job_id]));
+      assert.deepEqual(await store.known([]), new Set());
+    } finally {
+      await store.close();
+    }
+  });
 });
 
 describe('SQLite delivery store: a file from before the schedule and the bodies were apart', () => {

@@ -1,0 +1,977 @@
+// End-to-end latency of the distributed profile at steady rates, where its time goes, and its CPU
+// per event, beside the same hub at saturation, in one run. PATCH device-meta at a fixed rate to a
+// distributed hub (PostgreSQL, Kafka, Redis), each change delivered to one subscription, timed at
+// the receiver from when the request was due. Per hop, from timestamps the path leaves anyway:
+// the change's stored time (the event store), the relay's produce time (the changes topic's
+// record timestamp), the processor's (the deliveries topic's) and the arrival, read by a tap
+// consumer of both topics in this process (its own fetches add nothing to the figures). CPU from
+// /proc, per process and per thread, the shared infrastructure apart (Kafka, Redis, PostgreSQL
+// serve other users of this machine too). Ceilings in the same run: the bare receiver's round trip
+// and a plain kafkajs produce → consume round trip at the same rate.
+//
+//   node bench/latency.ts [seconds]            (needs `npm run infra:up`)
+//   HUB_BENCH_RATES=500,1000                   the steady rates (writes/s)
+//   HUB_BENCH_TOPOLOGY=one|split               all roles in one process (default), or one each
+//   HUB_BENCH_VARIANTS='[{"name":"before","root":"/tmp/base","env":{}},{"name":"after"}]'
+//                                              hubs to alternate (another tree, other settings)
+//   HUB_BENCH_ROUNDS=2                         rounds of the variants, alternated
+//   HUB_BENCH_SATURATION=0                     leave out the saturation runs
+//   HUB_BENCH_PRINT_ONLY=1                     printed, docs untouched
+import type { ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Kafka, logLevel } from 'kafkajs';
+import pg from 'pg';
+import { Agent, request } from 'undici';
+import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
+import { loadConfig } from '../infra/config.ts';
+import { decodeJob } from '../processors/delivery/codec.ts';
+import { SchemaRegistry } from '../schemas/registry.ts';
+import { RECEIVER } from './dispatch.ts';
+import {
+  benchDevices,
+  benchUser,
+  type Figure,
+  fmt,
+  HUB_NODE_FLAGS,
+  isolatedDistributed,
+  machine,
+  medianBy,
+  percentile,
+  recordFigures,
+  releaseDistributed,
+  startListening,
+  writeSection,
+} from './report.ts';
+
+const SECONDS = Number(process.argv[2] ?? 30);
+const WARMUP_SECONDS = 10;
+const RATES = (process.env.HUB_BENCH_RATES ?? '500,1000').split(',').map(Number);
+const TOPOLOGY = process.env.HUB_BENCH_TOPOLOGY === 'split' ? 'split' : 'one';
+const ROUNDS = Number(process.env.HUB_BENCH_ROUNDS ?? 1);
+const SATURATION = process.env.HUB_BENCH_SATURATION !== '0';
+/** Requests in flight at saturation: enough to keep every stage busy, as a client's pool would. */
+const SATURATION_CONNECTIONS = 64;
+const DEVICES = 500;
+const REDIS_DB = 6;
+const ROOT = new URL('..', import.meta.url).pathname;
+const registry = SchemaRegistry.load();
+const config = loadConfig();
+
+interface Variant {
+  name: string;
+  /** Another tree's root (its bin/hub.ts is run); this one by default. */
+  root?: string;
+  env?: Record<string, string>;
+}
+const VARIANTS: Variant[] = JSON.parse(process.env.HUB_BENCH_VARIANTS ?? '[{"name":"this tree"}]');
+
+// ---- CPU from /proc ---------------------------------------------------------------------------
+
+const TICK_MS = 10; // USER_HZ 100
+
+/** utime + stime of a process or thread, ms; 0 once it is gone. */
+function cpuMs(statPath: string): number {
+  try {
+    const stat = readFileSync(statPath, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  } catch {
+    return 0;
+  }
+}
+
+/** A process's threads by name (V8's and libuv's pools summed under theirs), CPU ms each. */
+function threadsMs(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  let tids: string[] = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {}
+  for (const tid of tids) {
+    let name = 'unknown';
+    try {
+      name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    } catch {}
+    if (tid === String(pid)) name = 'main';
+    out.set(name, (out.get(name) ?? 0) + cpuMs(`/proc/${pid}/task/${tid}/stat`));
+  }
+  return out;
+}
+
+/** The process listening on a local TCP port (from /proc/net/tcp and the processes' sockets). */
+function listening(port: number): number | undefined {
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f[3] === '0A' && Number.parseInt(f[1]!.split(':')[1]!, 16) === port) inodes.add(f[9]!);
+    }
+  }
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[] = [];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${entry}/fd/${fd}`));
+        if (m && inodes.has(m[1]!)) return Number(entry);
+      } catch {}
+    }
+  }
+  return undefined;
+}
+
+/** The shared infrastructure's processes: the Kafka broker and Redis of the hub's URLs, and
+ * PostgreSQL's server with every backend (children of its postmaster). */
+function infraPids(): Map<string, number[]> {
+  const port = (hostPort: string) => Number(hostPort.split(':').pop());
+  const kafka = listening(port(config.kafkaBrokers[0]!));
+  const redis = listening(Number(new URL(config.redisUrl).port || 6379));
+  const postmaster = listening(Number(new URL(config.postgresUrl).port || 5432));
+  const backends: number[] = [];
+  if (postmaster)
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster)
+          backends.push(Number(entry));
+      } catch {}
+    }
+  return new Map([
+    ['Kafka', kafka ? [kafka] : []],
+    ['Redis', redis ? [redis] : []],
+    ['PostgreSQL', postmaster ? [postmaster, ...backends] : []],
+  ]);
+}
+
+/** The machine's busy share of all its cores, from /proc/stat. */
+function machineTicks(): { busy: number; total: number } {
+  const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.split(/\s+/).slice(1).map(Number);
+  const total = cpu.reduce((a, b) => a + b, 0);
+  return { busy: total - cpu[3]! - cpu[4]!, total };
+}
+
+interface CpuWindow {
+  /** Process label → CPU ms over the window; threads of the hub's processes apart. */
+  processes: Map<string, number>;
+  threads: Map<string, Map<string, number>>;
+  infra: Map<string, number>;
+  machineBusy: number;
+  ms: number;
+}
+
+/** Starts counting CPU for `hub` (label → pid) and the infrastructure; call the result to end it. */
+function cpuWindow(hub: Map<string, number>): () => CpuWindow {
+  const infra = infraPids();
+  const infraMs = () =>
+    new Map([...infra].map(([k, pids]) => [k, pids.reduce((n, p) => n + cpuMs(`/proc/${p}/stat`), 0)]));
+  const t0 = performance.now();
+  const m0 = machineTicks();
+  const p0 = new Map([...hub].map(([k, pid]) => [k, cpuMs(`/proc/${pid}/stat`)]));
+  const th0 = new Map([...hub].map(([k, pid]) => [k, threadsMs(pid)]));
+  const i0 = infraMs();
+  return () => {
+    const m1 = machineTicks();
+    const i1 = infraMs();
+    return {
+      processes: new Map([...hub].map(([k, pid]) => [k, cpuMs(`/proc/${pid}/stat`) - p0.get(k)!])),
+      threads: new Map(
+        [...hub].map(([k, pid]) => {
+          const before = th0.get(k)!;
+          return [k, new Map([...threadsMs(pid)].map(([t, ms]) => [t, ms - (before.get(t) ?? 0)]))];
+        }),
+      ),
+      infra: new Map([...i1].map(([k, ms]) => [k, ms - (i0.get(k) ?? 0)])),
+      machineBusy: (m1.busy - m0.busy) / (m1.total - m0.total),
+      ms: performance.now() - t0,
+    };
+  };
+}
+
+// ---- the hub ----------------------------------------------------------------------------------
+
+interface RunningHub {
+  url: string;
+  dataDir: string;
+  children: Map<string, ChildProcess>;
+  metricsUrls: Map<string, string>;
+  stop(): Promise<void>;
+}
+
+async function startHub(variant: Variant, env: Record<string, string>): Promise<RunningHub> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
+  const root = variant.root ?? ROOT;
+  const hubEnv = {
+    HUB_PORT: '0',
+    HUB_LOG_LEVEL: 'warn',
+    HUB_DATA_DIR: dataDir,
+    HUB_RATE_LIMIT_PER_SECOND: '0',
+    HUB_LOGIN_LIMIT_PER_MINUTE: '1000000',
+    HUB_WEBHOOK_ALLOW_HTTP: 'true',
+    HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
+    ...env,
+    ...variant.env,
+  };
+  const args = (role: string) => [...HUB_NODE_FLAGS, join(root, 'bin/hub.ts'), role];
+  const children = new Map<string, ChildProcess>();
+  process.once('exit', () => {
+    for (const child of children.values()) child.kill('SIGKILL'); // the bench failed: none left
+  });
+  const metricsUrls = new Map<string, string>();
+  const api = await startListening(args(TOPOLOGY === 'split' ? 'api' : 'start'), hubEnv);
+  children.set(TOPOLOGY === 'split' ? 'api' : 'hub (all roles)', api.child);
+  metricsUrls.set(TOPOLOGY === 'split' ? 'api' : 'hub (all roles)', api.url);
+  if (TOPOLOGY === 'split')
+    for (const role of ['projector', 'processor', 'dispatcher']) {
+      const r = await startListening(args(role), { ...hubEnv, HUB_PUBLIC_URL: api.url });
+      children.set(role, r.child);
+      metricsUrls.set(role, r.url);
+    }
+  await new Promise((r) => setTimeout(r, 5000)); // the consumers join their groups
+  return {
+    url: api.url,
+    dataDir,
+    children,
+    metricsUrls,
+    async stop() {
+      for (const child of children.values()) {
+        child.kill('SIGTERM');
+        if (child.exitCode === null) await new Promise((r) => child.once('exit', r));
+      }
+    },
+  };
+}
+
+const SENDER = new Agent({ connections: 256 });
+
+async function call(url: string, method: string, path: string, body?: unknown, token?: string) {
+  const res = await request(`${url}${path}`, {
+    dispatcher: SENDER,
+    method: method as 'POST',
+    body: body === undefined ? undefined : JSON.stringify(body),
+    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+  });
+  const text = await res.body.text();
+  if (res.statusCode >= 300) throw new Error(`${method} ${path}: ${res.statusCode} ${text}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+/** Calls `fire(n)` `rate` times a second for `seconds`. */
+async function atRate(rate: number, seconds: number, fire: (n: number) => Promise<unknown>, from = 0) {
+  const interval = 1000 / rate;
+  const started = performance.now();
+  const inflight: Promise<unknown>[] = [];
+  let sent = 0;
+  while (performance.now() - started < seconds * 1000) {
+    const due = Math.floor((performance.now() - started) / interval);
+    for (; sent < due; sent++) inflight.push(fire(from + sent));
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  await Promise.allSettled(inflight);
+  return sent;
+}
+
+/** `connections` callers, each sending its next request when the last is answered, for `seconds`. */
+async function closedLoop(
+  connections: number,
+  seconds: number,
+  fire: (n: number) => Promise<unknown>,
+  from = 0,
+) {
+  const until = performance.now() + seconds * 1000;
+  let sent = 0;
+  await Promise.all(
+    Array.from({ length: connections }, async () => {
+      while (performance.now() < until) await fire(from + sent++).catch(() => {});
+    }),
+  );
+  return sent;
+}
+
+// ---- per-hop timestamps -----------------------------------------------------------------------
+
+interface Hops {
+  stored: Map<string, number>;
+  relayed: Map<string, number>;
+  derived: Map<string, number>;
+  /** Distinct (partition, timestamp) pairs per topic: produce requests' record batches, about. */
+  batches: { changes: Set<string>; deliveries: Set<string> };
+  messages: { changes: number; deliveries: number };
+}
+
+/** Reads both topics from their start, noting each change's stored time and each topic's
+ * record timestamp, by the change's number `n`. */
+async function tap(prefix: string): Promise<{ hops: Hops; stop(): Promise<void> }> {
+  const hops: Hops = {
+    stored: new Map(),
+    relayed: new Map(),
+    derived: new Map(),
+    batches: { changes: new Set(), deliveries: new Set() },
+    messages: { changes: 0, deliveries: 0 },
+  };
+  const kafka = new Kafka({
+    brokers: config.kafkaBrokers,
+    clientId: 'bench-tap',
+    logLevel: logLevel.NOTHING,
+  });
+  const consumer = kafka.consumer({
+    groupId: `${prefix}bench-tap`,
+    minBytes: 1 << 20,
+    maxWaitTimeInMs: 1000,
+  });
+  await consumer.connect();
+  await consumer.subscribe({
+    topics: [prefix + TOPICS.changes, prefix + TOPICS.deliveries],
+    fromBeginning: true,
+  });
+  await consumer.run({
+    eachBatch: async ({ batch }) => {
+      const changes = batch.topic === prefix + TOPICS.changes;
+      for (const m of batch.messages) {
+        const ts = Number(m.timestamp);
+        const version = Number(/\.v(\d+)$/.exec(String(m.headers?.[SCHEMA_HEADER] ?? ''))?.[1] ?? 1);
+        if (changes) {
+          hops.messages.changes++;
+          hops.batches.changes.add(`${batch.partition}:${ts}`);
+          const r = registry.decode('ChangeRecord', version, m.value!) as {
+            type: string;
+            created: number;
+            data: string;
+          };
+          if (r.type !== 'DeviceMetaUpdated') continue;
+          const n = (JSON.parse(r.data) as { changed?: { n?: string } }).changed?.n;
+          if (n === undefined) continue;
+          hops.stored.set(n, Number(r.created));
+          hops.relayed.set(n, ts);
+        } else {
+          hops.messages.deliveries++;
+          hops.batches.deliveries.add(`${batch.partition}:${ts}`);
+          const job = decodeJob(registry, {
+            key: '',
+            value: m.value!,
+            headers: { [SCHEMA_HEADER]: String(m.headers?.[SCHEMA_HEADER] ?? '') },
+            partition: batch.partition,
+            offset: m.offset,
+          });
+          const n = (job.event.data as { changed?: { n?: string } }).changed?.n;
+          if (n !== undefined) hops.derived.set(n, ts);
+        }
+      }
+    },
+  });
+  return { hops, stop: () => consumer.disconnect() };
+}
+
+// ---- round trips per event ----------------------------------------------------------------------
+
+/** Redis commands of the hub's database over `ms`, by command: MONITOR on a plain socket for a
+ * sample (it slows Redis while it runs). */
+async function redisCommands(redisUrl: string, ms: number): Promise<Map<string, number>> {
+  const url = new URL(redisUrl);
+  const db = Number(url.pathname.slice(1) || 0);
+  const counts = new Map<string, number>();
+  const socket = connect(Number(url.port || 6379), url.hostname);
+  let rest = '';
+  socket.on('data', (chunk) => {
+    const lines = (rest + chunk.toString('latin1')).split('\r\n');
+    rest = lines.pop()!;
+    for (const line of lines) {
+      // +1700000000.123456 [6 127.0.0.1:5555] "HSET" "key" …
+      const m = /^\+[\d.]+ \[(\d+) [^\]]*\] "([A-Za-z]+)"/.exec(line);
+      if (!m || Number(m[1]) !== db) continue;
+      const name = m[2]!.toUpperCase();
+      counts.set(name, (counts.get(name) ?? 0) + 1);
+    }
+  });
+  socket.on('error', () => {}); // a sample lost is a sample lost
+  socket.write('MONITOR\r\n');
+  await new Promise((r) => setTimeout(r, ms));
+  socket.destroy();
+  return counts;
+}
+
+/** Rows written and statements scanning the hub's schema's tables, and the database's commits. */
+async function pgCounters(postgresUrl: string): Promise<{ writes: number; scans: number; commits: number }> {
+  const schema = /[?&]schema=(\w+)/.exec(postgresUrl)?.[1];
+  const client = new pg.Client({ connectionString: config.postgresUrl });
+  await client.connect();
+  try {
+    const t = await client.query(
+      `SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::bigint AS writes,
+              coalesce(sum(coalesce(seq_scan, 0) + coalesce(idx_scan, 0)), 0)::bigint AS scans
+         FROM pg_stat_user_tables WHERE schemaname = $1`,
+      [schema],
+    );
+    const d = await client.query(
+      'SELECT xact_commit::bigint AS commits FROM pg_stat_database WHERE datname = current_database()',
+    );
+    return {
+      writes: Number(t.rows[0].writes),
+      scans: Number(t.rows[0].scans),
+      commits: Number(d.rows[0].commits),
+    };
+  } finally {
+    await client.end();
+  }
+}
+
+async function scrape(url: string): Promise<Map<string, number>> {
+  const text = await (await request(`${url}/metrics`)).body.text();
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (line.startsWith('#') || !line) continue;
+    const m = /^([a-z_]+)(?:\{[^}]*\})? ([\d.e+-]+|NaN)$/.exec(line);
+    if (m) out.set(m[1]!, (out.get(m[1]!) ?? 0) + Number(m[2]));
+  }
+  return out;
+}
+
+// ---- one run ------------------------------------------------------------------------------------
+
+interface RunResult {
+  variant: string;
+  load: string;
+  sent: number;
+  failed: number;
+  lost: number;
+  delivered: number;
+  /** Deliveries a second over the measured window (saturation: the figure). */
+  rate: number;
+  p50: number;
+  p99: number;
+  hops: { name: string; p50: number; p99: number }[];
+  cpu: CpuWindow;
+  cpuPerEventMs: number;
+  hubCpuPerEventMs: number;
+  redis: Map<string, number>;
+  pg: { writes: number; scans: number; commits: number };
+  perBatch: { changes: number; deliveries: number; processor: number };
+}
+
+/** A variant's hub, set up once (its user, subscription and devices), loaded window after window. */
+interface Prepared {
+  variant: Variant;
+  index: number;
+  env: Record<string, string>;
+  hub: RunningHub;
+  taps: Awaited<ReturnType<typeof tap>>;
+  accepted: Set<string>;
+  failed: number;
+  next: number;
+  fire(n: number): Promise<void>;
+  release(): Promise<void>;
+}
+
+/** Every delivery the receiver has timed: [due time, latency, change number], by variant. */
+const arrivals: [number, number, string][] = [];
+async function collect(receiver: string): Promise<void> {
+  for (const a of JSON.parse(await (await request(receiver)).body.text()) as [number, number, string][])
+    arrivals.push(a);
+}
+
+async function prepare(variant: Variant, index: number, receiver: string): Promise<Prepared> {
+  const env = await isolatedDistributed(REDIS_DB + index);
+  process.stderr.write(`${variant.name}: starting\n`);
+  const hub = await startHub(variant, env);
+  const taps = await tap(env.HUB_KAFKA_PREFIX!);
+  const token = await benchUser(hub.url, hub.dataDir);
+  await call(
+    hub.url,
+    'POST',
+    '/webhooks/',
+    { nick: 'e2e', url: `${receiver}/lat`, event_types: ['device.device_meta.updated'], enabled: true },
+    token,
+  );
+  const devices = await benchDevices(hub.url, token, DEVICES);
+  const p: Prepared = {
+    variant,
+    index,
+    env,
+    hub,
+    taps,
+    accepted: new Set(),
+    failed: 0,
+    next: 0,
+    async fire(k: number) {
+      const d = devices[k % devices.length]!;
+      const body = { t: String(Date.now()), n: `${index}-${k}` };
+      await call(hub.url, 'PATCH', `/devices/${d.id}/device-meta`, body, d.token).then(
+        () => p.accepted.add(body.n),
+        () => p.failed++,
+      );
+    },
+    async release() {
+      await taps.stop().catch(() => {});
+      await hub.stop();
+      await releaseDistributed(env, REDIS_DB + index);
+    },
+  };
+  return p;
+}
+
+/** Loads one prepared hub for SECONDS: steadily at `rate`, or at saturation. */
+async function window(
+  p: Prepared,
+  receiver: string,
+  load: { rate: number } | { saturate: true },
+): Promise<RunResult> {
+  const { variant, hub, env, taps } = p;
+  const label =
+    'rate' in load ? `${fmt(load.rate)} writes/s` : `saturation (${SATURATION_CONNECTIONS} in flight)`;
+  const mine = (n: string) => n.startsWith(`${p.index}-`);
+  const pids = new Map([...hub.children].map(([k, c]) => [k, c.pid!]));
+  const metrics0 = await Promise.all([...hub.metricsUrls.values()].map(scrape));
+  const pg0 = await pgCounters(env.HUB_POSTGRES_URL!);
+  const failed0 = p.failed;
+  const measuredFrom = Date.now();
+  const endCpu = cpuWindow(pids);
+  // Redis's commands, sampled for 2 s in the middle of the window.
+  const redisSample = new Promise<Map<string, number>>((resolve) =>
+    setTimeout(() => resolve(redisCommands(env.HUB_REDIS_URL!, 2000)), (SECONDS * 1000) / 2),
+  );
+  const fire = (k: number) => p.fire(k);
+  const from = p.next;
+  const sent =
+    'rate' in load
+      ? await atRate(load.rate, SECONDS, fire, from)
+      : await closedLoop(SATURATION_CONNECTIONS, SECONDS, fire, from);
+  p.next += sent + 1;
+  const measuredTo = Date.now();
+  const everyDelivered = () => {
+    const delivered = new Set(arrivals.map((a) => a[2]));
+    return [...p.accepted].every((n) => delivered.has(n));
+  };
+  let cpu: CpuWindow;
+  if ('rate' in load) {
+    // Steady: the window's events delivered too, then CPU stops (a backlog would be counted).
+    for (let waited = 0; waited < 5000 && !everyDelivered(); waited += 200) {
+      await new Promise((r) => setTimeout(r, 200));
+      await collect(receiver);
+    }
+    cpu = endCpu();
+  } else cpu = endCpu(); // saturation: what was delivered in the window, over the same window
+  const metrics1 = await Promise.all([...hub.metricsUrls.values()].map(scrape));
+  const pg1 = await pgCounters(env.HUB_POSTGRES_URL!);
+  const redis = await redisSample;
+  // Every accepted change must arrive before the next window: the stragglers, at most a minute.
+  for (let waited = 0; waited < 60_000 && !everyDelivered(); waited += 500) {
+    await new Promise((r) => setTimeout(r, 500));
+    await collect(receiver);
+  }
+  await new Promise((r) => setTimeout(r, 1000)); // the tap's last fetch
+  const delivered = new Set(arrivals.filter((a) => mine(a[2])).map((a) => a[2]));
+  const inWindow = arrivals.filter(([t, , n]) => mine(n) && t >= measuredFrom && t < measuredTo);
+  const latencies = inWindow.map(([, ms]) => ms).sort((a, b) => a - b);
+  const arrivedIn = arrivals.filter(
+    ([t, ms, n]) => mine(n) && t + ms >= measuredFrom && t + ms < measuredTo,
+  ).length;
+  const events = 'rate' in load ? inWindow.length : arrivedIn;
+  const hop = (
+    name: string,
+    from: (a: [number, number, string]) => number | undefined,
+    to: (a: [number, number, string]) => number | undefined,
+  ) => {
+    const xs: number[] = [];
+    for (const a of inWindow) {
+      const f = from(a);
+      const t = to(a);
+      if (f !== undefined && t !== undefined) xs.push(t - f);
+    }
+    xs.sort((a, b) => a - b);
+    return { name, p50: percentile(xs, 50), p99: percentile(xs, 99) };
+  };
+  const { hops } = taps;
+  const hopRows = [
+    hop(
+      'due → stored (sender, HTTP, API, append)',
+      (a) => a[0],
+      (a) => hops.stored.get(a[2]),
+    ),
+    hop(
+      'stored → relay produce (notify, read)',
+      (a) => hops.stored.get(a[2]),
+      (a) => hops.relayed.get(a[2]),
+    ),
+    hop(
+      'relay produce → processor produce (Kafka hop, derive, log)',
+      (a) => hops.relayed.get(a[2]),
+      (a) => hops.derived.get(a[2]),
+    ),
+    hop(
+      'processor produce → arrival (Kafka hop, schedule, HTTP)',
+      (a) => hops.derived.get(a[2]),
+      (a) => a[0] + a[1],
+    ),
+  ];
+  const sum = (ms: Map<string, number>) => [...ms.values()].reduce((a, b) => a + b, 0);
+  const hubMs = sum(cpu.processes);
+  const all = hubMs + sum(cpu.infra);
+  const delta = (name: string) =>
+    metrics1.reduce((n, m) => n + (m.get(name) ?? 0), 0) -
+    metrics0.reduce((n, m) => n + (m.get(name) ?? 0), 0);
+  const batches = { ...hops.messages };
+  const result: RunResult = {
+    variant: variant.name,
+    load: label,
+    sent,
+    failed: p.failed - failed0,
+    lost: [...p.accepted].filter((n) => !delivered.has(n)).length,
+    delivered: delivered.size,
+    rate: events / ((measuredTo - measuredFrom) / 1000),
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    hops: hopRows,
+    cpu,
+    cpuPerEventMs: all / events,
+    hubCpuPerEventMs: hubMs / events,
+    redis,
+    pg: {
+      writes: (pg1.writes - pg0.writes) / events,
+      scans: (pg1.scans - pg0.scans) / events,
+      commits: (pg1.commits - pg0.commits) / events,
+    },
+    perBatch: {
+      changes: batches.changes / Math.max(1, hops.batches.changes.size),
+      deliveries: batches.deliveries / Math.max(1, hops.batches.deliveries.size),
+      processor:
+        delta('hub_processor_changes_total') /
+        Math.max(1, delta('hub_processor_batch_duration_seconds_count')),
+    },
+  };
+  // Batch sizes per window: the tap's counts start again.
+  hops.messages.changes = hops.messages.deliveries = 0;
+  hops.batches.changes.clear();
+  hops.batches.deliveries.clear();
+  // The worst latency of each second of the window, by due time: stalls show as runs.
+  const worst = new Map<number, number>();
+  for (const [t, ms] of inWindow) {
+    const s = Math.floor((t - measuredFrom) / 1000);
+    worst.set(s, Math.max(worst.get(s) ?? 0, ms));
+  }
+  process.stderr.write(
+    `  worst per second: ${[...worst]
+      .sort((a, b) => a[0] - b[0])
+      .map(([, ms]) => ms)
+      .join(' ')}\n`,
+  );
+  const redisPerEvent = [...redis].map(([k, v]) => `${k} ${fmt(v / (result.rate * 2), 2)}`).join(', ');
+  process.stderr.write(
+    `${variant.name}, ${label}: ${fmt(result.rate)}/s, p50 ${fmt(result.p50, 1)} p99 ${fmt(result.p99, 1)} ms, lost ${result.lost}, failed ${result.failed}; ` +
+      `CPU/event ${fmt(result.cpuPerEventMs, 2)} ms (hub ${fmt(result.hubCpuPerEventMs, 2)}); machine ${fmt(100 * cpu.machineBusy)} % busy\n` +
+      `  hops: ${hopRows.map((h) => `${h.name}: ${fmt(h.p50, 1)}/${fmt(h.p99, 1)}`).join('; ')}\n` +
+      `  CPU ms/event: ${[...cpu.processes, ...cpu.infra].map(([k, v]) => `${k} ${fmt(v / events, 3)}`).join(', ')}\n` +
+      `  threads: ${[...cpu.threads]
+        .map(
+          ([p, t]) =>
+            `${p}: ${[...t]
+              .filter(([, v]) => v > 0)
+              .map(([k, v]) => `${k} ${fmt(v / events, 3)}`)
+              .join(', ')}`,
+        )
+        .join(' | ')}\n` +
+      `  per batch: changes ${fmt(result.perBatch.changes, 1)}, deliveries ${fmt(result.perBatch.deliveries, 1)}, processor chunk ${fmt(result.perBatch.processor, 1)}; ` +
+      `PG per event: ${fmt(result.pg.writes, 2)} rows written, ${fmt(result.pg.scans, 2)} scans, ${fmt(result.pg.commits, 2)} commits (database-wide); Redis per event: ${redisPerEvent}\n`,
+  );
+  return result;
+}
+
+// ---- ceilings ---------------------------------------------------------------------------------
+
+async function bareReceiver(receiver: string, rate: number) {
+  const latencies: number[] = [];
+  await atRate(rate, 10, async () => {
+    const t = performance.now();
+    const res = await request(`${receiver}/ok`, { method: 'POST', body: '{"t":"0"}', dispatcher: SENDER });
+    await res.body.dump();
+    latencies.push(performance.now() - t);
+  });
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
+/** A plain kafkajs producer (acks from all replicas) and consumer (answered at the first byte) of
+ * one 12-partition topic at `rate`, each message timed from its send to its consumption. */
+async function plainKafka(rate: number) {
+  const topic = `bench_${Date.now()}-plain`;
+  const kafka = new Kafka({
+    brokers: config.kafkaBrokers,
+    clientId: 'bench-plain',
+    logLevel: logLevel.NOTHING,
+  });
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({
+    waitForLeaders: true,
+    topics: [{ topic, numPartitions: 12, replicationFactor: -1 }],
+  });
+  const producer = kafka.producer();
+  await producer.connect();
+  const consumer = kafka.consumer({ groupId: `${topic}-group`, minBytes: 1, maxWaitTimeInMs: 500 });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  const latencies: number[] = [];
+  await consumer.run({
+    partitionsConsumedConcurrently: 4,
+    eachMessage: async ({ message }) => {
+      latencies.push(performance.timeOrigin + performance.now() - Number(message.value!.toString()));
+    },
+  });
+  await new Promise((r) => setTimeout(r, 3000));
+  await atRate(rate, 10, (n) =>
+    producer.send({
+      topic,
+      acks: -1,
+      messages: [{ key: String(n), value: String(performance.timeOrigin + performance.now()) }],
+    }),
+  );
+  await new Promise((r) => setTimeout(r, 1000));
+  await consumer.disconnect();
+  await producer.disconnect();
+  await admin.deleteTopics({ topics: [topic] });
+  await admin.disconnect();
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies.slice(rate), 50), p99: percentile(latencies.slice(rate), 99) };
+}
+
+/** The issue's targets, and whether this run met them (the median window of each load). */
+function targetsLine(results: RunResult[]): string {
+  const of = (load: string) => results.filter((r) => r.load === load);
+  const median = (load: string, by: (r: RunResult) => number) =>
+    of(load).length > 0 ? medianBy(of(load), by) : undefined;
+  const at500 = median('500 writes/s', (r) => r.p99);
+  const at1000 = median('1,000 writes/s', (r) => r.p99);
+  const saturated = median(`saturation (${SATURATION_CONNECTIONS} in flight)`, (r) => r.rate);
+  const met = (ok: boolean) => (ok ? '**met**' : '**not met**');
+  const parts: string[] = [];
+  if (at500)
+    parts.push(
+      `at 500 writes/s p50 ${fmt(at500.p50, 1)} ms (≤ 8: ${met(at500.p50 <= 8)}), p99 ${fmt(at500.p99, 1)} ms (≤ 25: ${met(at500.p99 <= 25)}), ${fmt(at500.lost)} lost`,
+    );
+  if (at1000)
+    parts.push(
+      `at 1,000 writes/s p99 ${fmt(at1000.p99, 1)} ms (≤ 50: ${met(at1000.p99 <= 50)}), ${fmt(at1000.lost)} lost`,
+    );
+  if (at500 && saturated)
+    parts.push(
+      `CPU per event at 500 writes/s ${fmt(at500.cpuPerEventMs, 2)} ms against ${fmt(saturated.cpuPerEventMs, 2)} at saturation (${fmt(saturated.rate)} events/s): ${fmt(at500.cpuPerEventMs / saturated.cpuPerEventMs, 2)} × (≤ 2 ×: ${met(at500.cpuPerEventMs <= 2 * saturated.cpuPerEventMs)}; the hub's own ${fmt(at500.hubCpuPerEventMs / saturated.hubCpuPerEventMs, 2)} ×)`,
+    );
+  return `Targets (issue 45): at a steady 500 writes/s p50 ≤ 8 ms and p99 ≤ 25 ms, at 1,000 writes/s p99 ≤ 50 ms, nothing lost; CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${parts.join('; ')}.`;
+}
+
+/** What the runs of 2026-11-27 showed (written by hand, kept with the table it explains). */
+const WHERE_THE_TIME_GOES = `### Where the time goes (2026-11-27)
+
+Measured with this bench's variants in one run (\`HUB_BENCH_VARIANTS\`: the tree before, this tree
+with the old fetch settings, this tree), 15-s windows alternating between three hubs set up side by
+side, on the shared 2-core machine while other sessions ran test suites and benchmarks (the machine
+75–100 % busy, its load average 5–20; the fault suite of another session restarted Kafka, Redis and
+PostgreSQL during two of the runs, whose CPU figures for them are then meaningless). The plain
+kafkajs round trip alone had a p99 of 9–74 ms at 50 and 500 messages/s and 1,442 ms once at 1,000.
+
+- **At a low rate (50 writes/s) the two Kafka hops were the fetch wait.** A fetch waited on the
+  broker for 8 KB or 20 ms (\`HUB_KAFKA_FETCH_WAIT_MS\`); at moderate rates 8 KB never gathers, so
+  each hop held a change up to 20 ms. Hop p50s, before: stored 1–2 ms after it was due, relayed
+  3–6 ms later, derived 17–20 ms later, delivered 15–18 ms later; end to end p50 39–54 ms. Now a
+  fetch is answered at the first message (\`HUB_KAFKA_FETCH_MIN_BYTES\` 1, the wait 500 ms only
+  while nothing is there): the Kafka hops 3–6 and 2–3 ms, end to end p50 9–24 ms, p99 47–249 ms.
+- **The dispatcher stored every job of the topic before its attempt** (a Redis script call that
+  the attempt waited for, and the job's row written again at its finish). It now takes the topic's
+  jobs as the embedded hand-off does: delivered first, stored only if they must wait, a chunk's
+  offsets committed once its jobs are finished or stored; one look-up a chunk leaves out the jobs
+  the schedule knows (sent again after a crash). The last hop's p50 went from 15–18 to 12–14 ms at
+  50 writes/s and from 33–38 to 13–17 ms at 500 (old fetch settings on both sides; measured before
+  the look-up was added). In the fault suite (kill -9 of each role at 50 writes/s) 28 duplicate
+  deliveries against 81 before; without the look-up there were 581 and 635.
+- **At 500 writes/s on the busy machine every hop waits for a core**, and the processor's is the
+  longest (p50 48–54 ms): a chunk makes four round trips in turn (the actors' states from Redis, the
+  event log's insert in PostgreSQL, the jobs' produce acknowledged by every replica, the states saved
+  to Redis), and kafkajs sends a partition's next fetch only once every chunk of the last fetch is
+  handled, so a change that arrives meanwhile waits about one and a half chunks. End to end p50
+  97–117 ms, p99 308–458 ms in every variant: no difference beyond the spread.
+- **CPU per event at 500 writes/s: 0.6–1.0 ms in the hub's process** (all roles), about 70 % of it
+  on the main thread, 15–20 % in V8's helper threads (the collector), 5–8 % on the dispatcher's HTTP
+  thread; Kafka 0.2–0.6 ms, Redis 0.2–0.4, PostgreSQL 0.1–0.7 (shared with the other sessions).
+  V8's profiler on the main thread at 500 writes/s: no function over 7 % (the collector 7 %, the
+  \`writev\` of sockets 6.5 %, kafkajs 6.5 %, pg 3 %, ioredis 2.5 %, posting to the HTTP thread 2 %, Koa
+  and HTTP about 5 %); a quarter of the thread idle. The cost is the round trips: per event about 3
+  rows written in PostgreSQL (the event, its log entry, the attempt), 10–18 Redis commands (the read
+  models, the actors' states, the finish script's own), two produces and two fetches, each waking
+  another process. Per record batch at 500 writes/s: 2–7 changes, 10–160 jobs.
+- **At 50 writes/s the hub spent 3.6–4.8 ms of CPU per event**, its fixed costs (fetch loops and
+  heartbeats, checkpoints, the projector's reads, timers) spread over few events; an idle consumer
+  now fetches twice a second instead of 50 times.
+- **Stalls of seconds.** On this machine, windows of both versions had runs of seconds-late
+  deliveries that then drained (the worst latency of each second climbing to 4–16 s and back):
+  in the run above, at 500 writes/s, from the window's second second on, in the dispatcher's hop
+  (p50 946 ms). Not found: a consumer starved of CPU past its 10-s session (a rebalance) fits their
+  length, but the hubs log kafkajs's rebalances below their log level.
+- **1,000 writes/s and saturation were the machine's, not the hub's**: in the first runs no
+  variant kept up with 1,000 writes/s (431–584 delivered a second, latencies of seconds); in the
+  later ones this tree delivered 870–917 a second against 643 before (the same run), and
+  saturation gave 139–762 events/s, the share of the machine left to the hub rather than its
+  ceiling (1,908–2,424 on a quiet machine before these changes).
+
+Before and after in one run (\`HUB_BENCH_VARIANTS\`: the tree before these changes and this one,
+15-s windows alternating, 2026-11-27 19:09, the machine 96–100 % busy; CPU per event in ms, the
+hub's own in brackets, the shared servers' figures unreliable under the other sessions' load):
+
+| Load | Before: delivered/s, p50, p99 ms | After: delivered/s, p50, p99 ms | Before: hop p50s ms | After: hop p50s ms | CPU per event before → after |
+|---|---|---|---|---|---|
+| 50 writes/s | 48, 52, 513 | 50, 15, 213 | 1 / 8 / 23 / 18 | 1 / 5 / 4 / 4 | (6.5) → (7.2) |
+| 500 writes/s | 495, 697, 2,279 | 495, 641, 3,013 | 58 / 65 / 231 / 264 | 56 / 68 / 279 / 221 | (0.95) → 2.14 (0.97) |
+| 1,000 writes/s | 643, 8,789, 16,356 | 870, 2,981, 10,902 | 4,227 / 173 / 574 / 3,498 | 338 / 169 / 433 / 1,222 | 1.80 (0.79) → 1.30 (0.61) |
+| saturation, 64 in flight | 642, 318, 715 | 762, 223, 554 | 34 / 35 / 123 / 98 | 27 / 30 / 101 / 54 | 1.26 (0.74) → 1.31 (0.62) |
+
+Not done, and what would come next: the processor's chunks pipelined per partition (a chunk taken
+in once derived, its log, jobs and states written in order behind it, with the bus's
+\`durable\` answer; it needs a seek back to a failed chunk, or its partition waits for the next
+rebalance); the API on threads of its own in the distributed profile, as the embedded one has them
+(the distributed ingestion figure is the API on the main thread beside every other role); and the
+moderate-rate CPU per event in both profiles (the embedded one is unchanged).`;
+
+// ---- main -------------------------------------------------------------------------------------
+
+async function main() {
+  const rx = await startListening(['-e', RECEIVER], {});
+  try {
+    const ceilings = new Map<
+      number,
+      { bare: { p50: number; p99: number }; kafka: { p50: number; p99: number } }
+    >();
+    for (const rate of RATES)
+      ceilings.set(rate, { bare: await bareReceiver(rx.url, rate), kafka: await plainKafka(rate) });
+    for (const [rate, c] of ceilings)
+      process.stderr.write(
+        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms\n`,
+      );
+    const results: RunResult[] = [];
+    // Every variant's hub set up and warmed first; then their windows alternate, load by load,
+    // so that the machine's drift from minute to minute falls on each alike.
+    const prepared: Prepared[] = [];
+    try {
+      for (const [i, v] of VARIANTS.entries()) {
+        const p = await prepare(v, i, rx.url);
+        prepared.push(p);
+        await atRate(1000, WARMUP_SECONDS, (k) => p.fire(k));
+        p.next = 1_000_000;
+      }
+      const loads: ({ rate: number } | { saturate: true })[] = [
+        ...RATES.map((rate) => ({ rate })),
+        ...(SATURATION ? [{ saturate: true as const }] : []),
+      ];
+      for (let round = 0; round < ROUNDS; round++)
+        for (const load of loads) for (const p of prepared) results.push(await window(p, rx.url, load));
+    } finally {
+      for (const p of prepared) await p.release().catch(() => {});
+    }
+    const row = (r: RunResult) =>
+      `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${r.hops.map((h) => fmt(h.p50, 1)).join(' / ')} | ${fmt(r.cpuPerEventMs, 2)} (${fmt(r.hubCpuPerEventMs, 2)}) | ${fmt(100 * r.cpu.machineBusy)} % |`;
+    const cpuRow = (r: RunResult) => {
+      const events = r.rate * SECONDS;
+      const us = (ms: number | undefined) => fmt((1000 * (ms ?? 0)) / events);
+      const threads = [...r.cpu.threads.values()].flatMap((t) => [...t]);
+      const byThread = (pick: (name: string) => boolean) =>
+        threads.filter(([name]) => pick(name)).reduce((n, [, ms]) => n + ms, 0);
+      const redisCommands = [...r.redis.values()].reduce((a, b) => a + b, 0) / (r.rate * 2);
+      return `| ${r.variant} | ${r.load} | ${us(byThread((n) => n === 'main'))} | ${us(byThread((n) => n.startsWith('V8')))} | ${us(byThread((n) => n !== 'main' && !n.startsWith('V8')))} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} |`;
+    };
+    const body = `## End-to-end latency, distributed
+
+\`node bench/latency.ts ${SECONDS}\` on ${machine()}. ${TOPOLOGY === 'one' ? 'A distributed hub with every role in one process (`hub start`)' : 'A distributed hub, one process per role (`hub api`, `hub projector`, `hub processor`, `hub dispatcher`)'}, on a PostgreSQL schema, Kafka topics and a Redis database of its own, receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription; the receiver times each from when its request was due. Then the same hub at saturation: ${SATURATION_CONNECTIONS} requests in flight, delivered events/s counted at the receiver over the same window. Hops: the change's stored time, the relay's and the processor's produce times (the topics' record timestamps, read by a tap consumer) and the arrival. CPU from \`/proc\` over the window, per event delivered: every process of the hub and the shared infrastructure (Kafka, Redis, PostgreSQL: other users of this machine add to it); the hub's own in brackets.
+
+| Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | Hop p50s ms: stored / relayed / derived / arrived | CPU ms per event (hub's) | Machine busy |
+|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|
+${results.map(row).join('\n')}
+
+| Ceiling | Rate | p50 ms | p99 ms |
+|---|---:|---:|---:|
+${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka.p50, 2)} | ${fmt(c.kafka.p99, 2)} |`]).join('\n')}
+
+${targetsLine(results)}
+
+Per event delivered, the same windows: CPU µs by process (the hub's main thread, V8's helper threads
+(mostly the collector), its other threads (the dispatcher's HTTP thread), then the shared servers),
+messages per record batch on each topic (as produced: the relay's, the processor's), the Redis
+commands of the hub's database (a 2-s MONITOR sample; a Lua script's own commands counted too) and
+the rows written to the hub's PostgreSQL tables.
+
+| Variant | Load | Main | V8 helpers | Other threads | Kafka | Redis | PostgreSQL | Changes / deliveries per batch | Redis commands | PG rows |
+|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|
+${results.map(cpuRow).join('\n')}
+
+${WHERE_THE_TIME_GOES}
+`;
+    process.stdout.write(`${body}\n`);
+    if (!process.env.HUB_BENCH_VARIANTS) {
+      writeSection('latency', body);
+      // The median window of each load (by p99, or by rate at saturation) for the summary.
+      const of = (label: string) => results.filter((r) => r.load === label);
+      const steady = (rate: number) => medianBy(of(`${fmt(rate)} writes/s`), (r) => r.p99);
+      const saturated = SATURATION
+        ? medianBy(of(`saturation (${SATURATION_CONNECTIONS} in flight)`), (r) => r.rate)
+        : undefined;
+      const figures: Figure[] = [];
+      for (const rate of RATES) {
+        const r = steady(rate);
+        const c = ceilings.get(rate)!;
+        if (rate === 500)
+          figures.push({
+            benchmark: `end to end, steady 500 writes/s: p50 latency (${fmt(r.lost)} lost)`,
+            profile: 'distributed',
+            value: r.p50,
+            unit: 'ms',
+            ceiling: c.bare.p50,
+            ceilingName: 'bare receiver round trip p50 at the same rate',
+            target: '≤ 8 ms, nothing lost',
+            met: r.p50 <= 8 && r.lost === 0,
+          });
+        figures.push({
+          benchmark: `end to end, steady ${fmt(rate)} writes/s: p99 latency (${fmt(r.lost)} lost)`,
+          profile: 'distributed',
+          value: r.p99,
+          unit: 'ms',
+          ceiling: c.bare.p99,
+          ceilingName: 'bare receiver round trip p99 at the same rate',
+          target:
+            rate === 500 ? '≤ 25 ms, nothing lost' : rate === 1000 ? '≤ 50 ms, nothing lost' : undefined,
+          met:
+            rate === 500
+              ? r.p99 <= 25 && r.lost === 0
+              : rate === 1000
+                ? r.p99 <= 50 && r.lost === 0
+                : undefined,
+        });
+        if (rate === 500 && saturated)
+          figures.push({
+            benchmark: 'CPU per event at a steady 500 writes/s (every process, the shared ones too)',
+            profile: 'distributed',
+            value: r.cpuPerEventMs,
+            unit: 'ms of CPU',
+            ceiling: saturated.cpuPerEventMs,
+            ceilingName: `at saturation, ${fmt(saturated.rate)} events/s`,
+            target: '≤ 2 × the saturated figure',
+            met: r.cpuPerEventMs <= 2 * saturated.cpuPerEventMs,
+          });
+      }
+      recordFigures('latency', figures);
+    }
+  } finally {
+    rx.child.kill();
+  }
+}
+
+await main();
