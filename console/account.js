@@ -8,6 +8,7 @@ import {
   Field,
   html,
   Note,
+  PAGE,
   Pager,
   SecretOnce,
   SelectField,
@@ -113,7 +114,6 @@ function Password() {
   </section>`;
 }
 
-const PAGE = 20;
 const splitList = (text) =>
   text
     .split(/[\s,]+/)

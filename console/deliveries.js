@@ -10,6 +10,7 @@ import {
   Json,
   MapTable,
   Note,
+  PAGE,
   Pager,
   SelectField,
   Time,
@@ -18,7 +19,6 @@ import {
   useTitle,
 } from './ui.js';
 
-const PAGE = 20;
 const STATUS_BADGE = { succeeded: 'good', failed: 'warn', dead_lettered: 'bad' };
 
 export const StatusBadge = ({ status }) =>

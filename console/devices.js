@@ -13,6 +13,7 @@ import {
   MapEditor,
   MapTable,
   Note,
+  PAGE,
   Pager,
   SecretOnce,
   Time,
@@ -21,8 +22,6 @@ import {
   useResource,
   useTitle,
 } from './ui.js';
-
-const PAGE = 20;
 
 export function Devices() {
   useTitle('Devices');

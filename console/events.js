@@ -9,6 +9,7 @@ import {
   html,
   Json,
   Note,
+  PAGE,
   Pager,
   SelectField,
   Time,
@@ -17,7 +18,6 @@ import {
   useTitle,
 } from './ui.js';
 
-const PAGE = 20;
 const EMPTY = { type: '', resource_prn: '', since: '', until: '' };
 
 export function Events() {

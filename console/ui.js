@@ -81,6 +81,9 @@ export function SelectField({ label, value, onInput, options }) {
 }
 
 /** Previous / next over a list envelope (`total`, `limit`, `skip`). */
+/** Items a list page asks for: one size for every list, so their pagers read alike. */
+export const PAGE = 20;
+
 export function Pager({ page, onSkip, label }) {
   if (!page || page.total <= page.limit) return page ? html`<p class="hint">${page.total} in all.</p>` : null;
   const last = Math.min(page.skip + page.items.length, page.total);

@@ -15,6 +15,7 @@ import {
   MapEditor,
   MapTable,
   Note,
+  PAGE,
   Pager,
   SecretOnce,
   Time,
@@ -23,8 +24,6 @@ import {
   useResource,
   useTitle,
 } from './ui.js';
-
-const PAGE = 20;
 
 /** A subscription's health (the hub's circuit for its endpoint), when the API shows it. */
 export function Health({ sub }) {
