@@ -91,7 +91,7 @@ interface Lane {
  * member, hands at most a second of finished chunks to its next holder again, which the handlers
  * accept (they are idempotent); a stop commits first.
  */
-class OffsetCommits {
+export class OffsetCommits {
   /** Partition → the next offset to read, for chunks finished since the last commit. */
   private readonly finished = new Map<number, string>();
   /** The partitions this member holds (from its last join; undefined before the first). */
@@ -106,6 +106,9 @@ class OffsetCommits {
   private readonly log: Logger;
   /** Partition → its chunks waiting to be durable, chained in order (see finishWhen). */
   private readonly durables = new Map<number, Promise<void>>();
+  /** Partitions with a chunk that was not made durable: nothing more of them is committed until
+   * the next join (a later chunk's offset would commit past the failed one, which is then lost). */
+  private readonly failed = new Set<number>();
   private readonly pending = new Set<Promise<void>>();
   /** Counts joins: a chunk durable after one is not finished from here. */
   private generation = 0;
@@ -122,8 +125,15 @@ class OffsetCommits {
     this.log = o.log;
   }
 
-  /** `offset`: the chunk's last message. */
+  /** `offset`: the chunk's last message. Behind a partition's chunks still waiting to be durable,
+   * it waits for them: its offset covers theirs. */
   finish(partition: number, offset: string): void {
+    if (this.failed.has(partition)) return;
+    if (this.durables.has(partition)) this.finishWhen(partition, offset, Promise.resolve());
+    else this.done(partition, offset);
+  }
+
+  private done(partition: number, offset: string): void {
     this.finished.set(partition, (BigInt(offset) + 1n).toString());
     this.arm();
   }
@@ -135,6 +145,7 @@ class OffsetCommits {
    * once). A chunk durable only after a join is left to the partition's holder, which has it again.
    */
   finishWhen(partition: number, offset: string, durable: Promise<void>): void {
+    if (this.failed.has(partition)) return;
     const generation = this.generation;
     const before = this.durables.get(partition) ?? Promise.resolve();
     const chained = before.then(() => durable);
@@ -142,10 +153,11 @@ class OffsetCommits {
     this.pending.add(chained);
     chained.then(
       () => {
-        if (this.generation === generation) this.finish(partition, offset);
+        if (this.generation === generation && !this.failed.has(partition)) this.done(partition, offset);
       },
       (err: Error) => {
-        if (this.generation !== generation) return;
+        if (this.generation !== generation || this.failed.has(partition)) return;
+        this.failed.add(partition);
         this.log.error(
           { topic: this.topic, partition, offset, err: err.message },
           'a handled chunk was not made durable; its partition commits nothing more until the next join',
@@ -190,6 +202,7 @@ class OffsetCommits {
   keep(partitions: number[]): [number, string][] {
     this.generation++;
     this.durables.clear();
+    this.failed.clear();
     this.held = new Set(partitions);
     for (const p of this.finished.keys()) if (!this.held.has(p)) this.finished.delete(p);
     return [...this.finished];
