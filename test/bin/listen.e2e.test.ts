@@ -29,6 +29,7 @@ json.dump(event, sys.stdout)
 function verifyDelivery(received: Received, secret: string): { id: string; type: string; data: unknown } {
   const out = execFileSync('python3', ['-c', VERIFY_PY], {
     input: JSON.stringify({ body: received.body, headers: received.headers, secret }),
+    stdio: 'pipe', // a refusal's traceback goes in the thrown error, not on the test's output
     env: { ...process.env, PYTHONPATH: join(ROOT, 'receivers/python'), PYTHONDONTWRITEBYTECODE: '1' },
   });
   return JSON.parse(out.toString()) as { id: string; type: string; data: unknown };

@@ -221,8 +221,25 @@ for (const profile of profiles) {
       for (const n of [4, 5]) await meta(d2, { seq: String(n) });
       const resumed = await open(hub!, alice.token, { query: `?devices=${d2.id}`, lastEventId: seen[1]!.id });
       await meta(d2, { seq: '6' });
-      const again = await eventsOf(resumed, 4);
       const seqOf = (e: StreamEvent) => JSON.parse(e.data).data.device_meta.seq;
+      const again = await eventsOf(resumed, 4).catch(async (err: Error) => {
+        // What the first stream sent and what the log holds, to tell a skip from a late append.
+        const log = await hub!.call(
+          'GET',
+          `/webhooks/events?resource_prn=${encodeURIComponent(d2.prn)}&limit=10`,
+          {
+            token: alice.token,
+          },
+        );
+        const sent = seen.map((e) => `${e.id} (seq ${seqOf(e)})`).join(', ');
+        const held = log.body.items?.map(
+          (e: { id: string; data: { device_meta: object } }) =>
+            `${e.id} ${JSON.stringify(e.data.device_meta)}`,
+        );
+        throw new Error(
+          `${err.message}\nresumed after ${seen[1]!.id}; the first stream sent ${sent}; the log: ${held}`,
+        );
+      });
       assert.deepEqual(again.map(seqOf), ['3', '4', '5', '6']);
       assert.equal(again[0]!.id, seen[2]!.id); // the id is the event's place in the log, the same on every read
       // The query parameter does what the header does (for clients that cannot set it).
