@@ -101,6 +101,9 @@ export interface SubscribeOptions {
    * append is read at once.
    */
   lingerMs?: number;
+  /** How long a subscriber that is not woken by an append waits before it reads again anyway (a
+   * missed signal); adapters that are woken by their store choose it (about a second). */
+  pollMs?: number;
 }
 
 export class WrongExpectedRevisionError extends Error {
@@ -234,7 +237,7 @@ export function catchUpSubscription(
   readAll: (after: number, max: number) => Promise<RecordedEvent[]>,
   onAppend: (wake: () => void) => () => void,
   after: number,
-  options: SubscribeOptions & { pollMs?: number } = {},
+  options: SubscribeOptions = {},
 ): Subscription {
   const batchSize = options.batchSize ?? 500;
   const pollMs = options.pollMs ?? 1000;

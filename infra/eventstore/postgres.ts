@@ -421,7 +421,7 @@ export class PostgresEventStore implements EventStore {
         return () => this.wakers.delete(wake);
       },
       after,
-      { ...options, pollMs: 500 },
+      { pollMs: 500, ...options },
     );
   }
 
