@@ -362,7 +362,10 @@ export function eventStoreContract(
         clearTimeout(timer);
         const waited = performance.now() - appended;
         sub.close();
-        assert.ok(woken, `not delivered ${Math.round(waited)} ms after the append: no wake, waiting for the poll`);
+        assert.ok(
+          woken,
+          `not delivered ${Math.round(waited)} ms after the append: no wake, waiting for the poll`,
+        );
       });
 
       it('resumes from a checkpoint after a restart, with nothing missed or repeated', async () => {
