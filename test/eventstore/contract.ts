@@ -332,7 +332,8 @@ export function eventStoreContract(
         const s = stream();
         const before = await store.head();
         await store.append(s, [ev(), ev()]);
-        const sub = store.subscribe(before);
+        // A poll a minute apart: ending within seconds is the close's doing, not the next poll's.
+        const sub = store.subscribe(before, { pollMs: 60_000 });
         let batches = 0;
         let closedAt = 0;
         for await (const _batch of sub) {
@@ -342,8 +343,7 @@ export function eventStoreContract(
         }
         const ended = performance.now() - closedAt;
         assert.equal(batches, 1);
-        // Adapters poll every 500 ms or more.
-        assert.ok(ended < 100, `ended ${Math.round(ended)} ms after the close`);
+        assert.ok(ended < 15_000, `ended ${Math.round(ended)} ms after the close: it waited for the poll`);
       });
 
       it('wakes on an append, well before its fallback poll would', async () => {
