@@ -70,6 +70,9 @@ export interface EventStore {
   /** True when this process is the only one that appends (the embedded SQLite file): states it
    * cached after its own appends are then current without reading the stream's tail. */
   readonly exclusiveWriter?: boolean;
+  /** True when reads answer in this process (the embedded SQLite file, which keeps each stream's
+   * last revision in memory): reading a stream's tail after a cached state costs no round trip. */
+  readonly localReads?: boolean;
   /** Events between snapshots of an aggregate's state (HUB_SNAPSHOT_EVERY); 0 or absent: loads
    * neither read nor write snapshots. */
   readonly snapshotEvery?: number;

@@ -22,6 +22,7 @@ export const SCHEMA_VERSION = 'schema_version';
 export class SchemaCheckedStore implements EventStore {
   readonly kind: string;
   readonly exclusiveWriter: boolean;
+  readonly localReads: boolean;
   readonly snapshotEvery: number;
   private readonly inner: EventStore;
   private readonly registry: SchemaRegistry;
@@ -43,6 +44,7 @@ export class SchemaCheckedStore implements EventStore {
       });
     this.kind = inner.kind;
     this.exclusiveWriter = inner.exclusiveWriter === true;
+    this.localReads = inner.localReads === true;
     this.snapshotEvery = inner.readSnapshot && inner.saveSnapshot ? (inner.snapshotEvery ?? 0) : 0;
     const versions = registry.names().map((name) => `${name}.v${registry.currentVersion(name)}`);
     this.schemasShape = createHash('sha256').update(versions.join('\n')).digest('hex').slice(0, 12);

@@ -112,6 +112,7 @@ type SnapshotsSaved = { saved: number; error?: string };
 export class SqliteEventStore implements EventStore {
   readonly kind = 'sqlite';
   readonly exclusiveWriter: boolean;
+  readonly localReads = true;
   readonly snapshotEvery: number;
   /** Reads (and, without a writer thread, the writes too). */
   private readonly db: DatabaseSync;

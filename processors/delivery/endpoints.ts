@@ -42,17 +42,19 @@ export class Endpoints {
   }
 
   /** The subscription as this dispatcher uses it. The embedded store's aggregate cache is
-   * authoritative and cheap, so a deletion or a pause holds from the next attempt on, and it is
-   * answered without a promise; elsewhere a view at most a second old spares the store a read per
-   * attempt. */
+   * authoritative and cheap, so a deletion, a pause or a new URL holds from the next attempt on,
+   * answered without a promise when no API thread shares the store, and by a read of the stream's
+   * tail that the store answers from memory when one does. Elsewhere a view at most a second old
+   * spares the store a round trip per attempt. */
   get(id: string): Endpoint | undefined | Promise<Endpoint | undefined> {
     const now = Date.now();
     const hit = this.cache.get(id);
-    if (hit && !this.o.store.exclusiveWriter && now - hit.at < 1000) return hit;
+    const { store } = this.o;
+    if (hit && !store.exclusiveWriter && !store.localReads && now - hit.at < 1000) return hit;
     const stream = webhookStream(id);
-    const loaded = loadedNow(this.o.store, stream, subscriptions);
+    const loaded = loadedNow(store, stream, subscriptions);
     if (loaded) return this.cached(id, loaded.state, hit, now);
-    return load(this.o.store, stream, subscriptions).then(({ state }) => this.cached(id, state, hit, now));
+    return load(store, stream, subscriptions).then(({ state }) => this.cached(id, state, hit, now));
   }
 
   private cached(

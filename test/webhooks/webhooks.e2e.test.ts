@@ -510,6 +510,22 @@ describe('webhooks (e2e)', function () {
       );
     });
 
+    it('a test sent right after the URL changed goes to the new URL', async () => {
+      const s = await create('/ok/before-move');
+      await test(s.id);
+      await rx.waitFor('/ok/before-move', 1); // the dispatcher has the subscription in hand
+      for (const n of [1, 2, 3]) {
+        const moved = await hub.call('PATCH', `/webhooks/${s.id}`, {
+          token: alice.token,
+          body: { url: `${rx.url}/ok/moved-${n}` },
+        });
+        assert.equal(moved.status, 200, JSON.stringify(moved.body));
+        await test(s.id);
+        await rx.waitFor(`/ok/moved-${n}`, 1);
+      }
+      assert.equal(rx.at('/ok/before-move').length, 1, 'nothing more went to the old URL');
+    });
+
     it('a paused, a deleted and a filtered subscription receive nothing; resumed, it receives again', async () => {
       await create('/ok/active');
       const paused = await create('/ok/paused', { enabled: false });
