@@ -332,6 +332,18 @@ cached state (every no-op then skipped its read, but the posts per commit woke t
 times a second more: 11,018 against 11,522 requests/s, 140 against 129 µs of CPU a request, four
 alternating runs each), a larger SQLite page cache (no change), and \`synchronous=normal\` (the
 commit 1 ms instead of 2.3 ms, the rate within the runs' spread: the fsync is not the limit).
+
+Since 30 % was first met (de339cc, 2026-11-21), the hub's CPU per request has grown by about a
+third, in both thread modes, with its derived state in memory as on disk (measured 2026-11-27,
+the two versions alternating on this machine, hub CPU per request from \`/proc\`: de339cc 153-197 µs,
+main 207-257 µs on two API threads; 176-197 against 241-245 µs with the API on the main thread).
+\`perf\` over the loaded window puts a third of the difference in the young-generation collector
+(scavenges about three times as costly per request): \`bin/hub.ts\` has started Node with
+\`--max-semi-space-size=8\` since then, for the memory bound of bench/history.ts (RSS after a
+minute of load ≤ 1.5 × ready), and V8's default (16) was 8-15 % cheaper per request in two of
+three alternating sets. The rest is spread thin (the bounded LRU caches, about 1 %; Koa, bodies,
+routes a little each), no one part to remove. Trading the memory bound back for the rate is not
+done: both are acceptance lines of issue 40.
 ${verdict}
 
 ${verdictDurable}
