@@ -177,6 +177,9 @@ for (const profile of profiles) {
             listed: list.body.items?.some((d: { id: string }) => d.id === device.id) ?? false,
             at: Date.now(),
           });
+          // Paced below the account's rate limit (HUB_RATE_LIMIT_PER_SECOND, 500 a second): a tight
+          // loop on a fast hub spent its burst and met 429s, which say nothing of the replay.
+          await new Promise((r) => setTimeout(r, 10));
         }
       })();
 
