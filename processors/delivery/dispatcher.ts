@@ -1,11 +1,11 @@
 // The dispatcher: takes delivery jobs from the `deliveries` topic (or the embedded processor's
 // hand-offs) and delivers them first, storing in the durable schedule only those that must wait
 // (a topic chunk's offsets are committed once each of its jobs is finished or stored), and runs
-// the schedule: claims due jobs, signs and
-// POSTs each to its subscription (attempt.ts), records the attempt, and schedules the retry or
-// dead-letters. A slow or failing endpoint holds only its own subscription's slots: each
-// subscription has a bounded number of attempts in flight and of jobs waiting here; jobs beyond
-// them are left in the schedule until its queue drains. Connections are pooled per origin (undici).
+// the schedule: claims due jobs, signs and POSTs each to its subscription (attempt.ts), records
+// the attempt, and schedules the retry or dead-letters. A slow or failing endpoint holds only its
+// own subscription's slots: each subscription has a bounded number of attempts in flight and of
+// jobs waiting here; jobs beyond them are left in the schedule until its queue drains.
+// Connections are pooled per origin (undici).
 
 import type { Registry } from 'prom-client';
 import type { Bus, Consumer } from '../../infra/bus/port.ts';
@@ -139,11 +139,11 @@ export class Dispatcher {
 
   /**
    * Jobs handed off by the embedded processor or taken from the deliveries topic, delivered first
-   * and stored only if they must be: a
-   * job its subscription's queue here has room for is held in memory and started as a slot frees;
-   * it is stored (leased to this process) only if it is not finished within SPILL_MS, or when the
-   * process stops first. Delivery is at least once, and a job's durable record is then its attempt,
-   * written as it would be anyway: most jobs never touch the schedule. While every slot here is
+   * and stored only if they must be: a job its subscription's queue here has room for is held in
+   * memory and started as a slot frees; it is stored (leased to this process) only if it is not
+   * finished within SPILL_MS, or when the process stops first. Delivery is at least once, and a
+   * job's durable record is then its attempt, written as it would be anyway: most jobs never touch
+   * the schedule. While every slot here is
    * taken the hand-off waits for one (the processor's backpressure); a job whose subscription's
    * queue is full, and every job once no slot freed for ROOM_WAIT_MS, is stored for a claim.
    * Resolves once each job is held here or stored; `durable` once each is finished or stored, and
