@@ -117,15 +117,17 @@ export class PostgresEventLog implements EventLog {
   async tail(owner: string, after: LogPosition, limit: number): Promise<Tail> {
     // `<logged>.<source_position>.<sequence>.<id>`, or `<xid>.` (a head): every row logged from it on.
     const [xid, sourcePosition = '-1', sequence = '-1', id = ''] = after.split('.');
+    // The text forms go by names of their own: ORDER BY takes an output column before a table's,
+    // and '100000' sorts before '99999' (a read in that order sent events twice, or skipped one).
     const rows = await this.logs.read<{
-      logged: string;
-      source_position: string;
+      logged_text: string;
+      source_position_text: string;
       sequence: number;
       id: string;
       body: string;
     }>(
       'hub-evlog-tail',
-      `SELECT logged::text AS logged, source_position::text AS source_position, sequence, id, body FROM hub_event_log
+      `SELECT logged::text AS logged_text, source_position::text AS source_position_text, sequence, id, body FROM hub_event_log
        WHERE owner = $1 AND (logged, source_position, sequence, id) > ($2::xid8, $3::bigint, $4::int, $5)
          AND logged < pg_snapshot_xmin(pg_current_snapshot()) AND at >= $6
        ORDER BY logged, source_position, sequence, id LIMIT $7`,
@@ -142,7 +144,7 @@ export class PostgresEventLog implements EventLog {
     const more = rows.length > limit;
     const items = rows.slice(0, limit).map((r) => ({
       event: JSON.parse(r.body) as WebhookEvent,
-      position: `${r.logged}.${r.source_position}.${r.sequence}.${r.id}`,
+      position: `${r.logged_text}.${r.source_position_text}.${r.sequence}.${r.id}`,
     }));
     // Nothing new: on from where the last item was (an empty read says nothing of the xmin's rows).
     return { items, position: items.at(-1)?.position ?? after, more };

@@ -112,6 +112,44 @@ describe('event log tail on PostgreSQL: appends that commit late', () => {
       await client.end();
     }
   });
+
+  it('reads in the order of the numbers, not of their text: across 9 → 10 and 999 → 1000, each row once', async () => {
+    const log = new PostgresEventLog(tailLogs);
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const t = Math.floor(Date.now() / 1000);
+    // The day's partition made, by another account's append (which this tail does not read).
+    await log.append([event(`${owner}x`, 'device.created', 'a', t)]);
+    // Rows as transactions 9, 10 and 11 would have logged them (long finished on any server):
+    // as text, '10' sorts before '9', and source position '1000' before '999'.
+    const rows = [
+      { logged: 9, sourcePosition: 5 },
+      { logged: 10, sourcePosition: 6 },
+      { logged: 11, sourcePosition: 999 },
+      { logged: 11, sourcePosition: 1000 },
+    ].map((r) => ({ ...r, event: event(owner, 'device.updated', 'b', t) }));
+    const client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+    try {
+      for (const { logged, sourcePosition, event: e } of rows)
+        await client.query(
+          `INSERT INTO ${tailSchema}.hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body, logged)
+           VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8)`,
+          [e.id, t * 1000, owner, e.type, e.resource_prn, sourcePosition, JSON.stringify(e), logged],
+        );
+    } finally {
+      await client.end();
+    }
+    const expected = rows.map((r) => r.event.id);
+    // Page by page and all at once: a page's last row is where the next one starts.
+    for (const limit of [1, 2, 10]) {
+      const { seen } = await readAll(log, owner, '0.', limit);
+      assert.deepEqual(
+        seen.map((s) => s.id),
+        expected,
+        `pages of ${limit}`,
+      );
+    }
+  });
 });
 
 describe('memory event log: the per-owner cap', () => {
