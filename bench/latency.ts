@@ -17,6 +17,8 @@
 //   HUB_BENCH_ROUNDS=2                         rounds of the variants, alternated
 //   HUB_BENCH_SATURATION=0                     leave out the saturation runs
 //   HUB_BENCH_PRINT_ONLY=1                     printed, docs untouched
+//   HUB_BENCH_PROFILE=embedded                 the embedded hub (`hub start`, no Kafka, Redis or
+//                                              PostgreSQL): latency and CPU per event only, no hops
 import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { connect } from 'node:net';
@@ -52,6 +54,8 @@ const RATES = (process.env.HUB_BENCH_RATES ?? '500,1000').split(',').map(Number)
 const TOPOLOGY = process.env.HUB_BENCH_TOPOLOGY === 'split' ? 'split' : 'one';
 const ROUNDS = Number(process.env.HUB_BENCH_ROUNDS ?? 1);
 const SATURATION = process.env.HUB_BENCH_SATURATION !== '0';
+/** The embedded profile has no topics to tap nor servers to count: its hub's CPU and latency only. */
+const EMBEDDED = process.env.HUB_BENCH_PROFILE === 'embedded';
 /** Requests in flight at saturation: enough to keep every stage busy, as a client's pool would. */
 const SATURATION_CONNECTIONS = 64;
 const DEVICES = 500;
@@ -313,16 +317,19 @@ interface Hops {
   messages: { changes: number; deliveries: number };
 }
 
+const noHops = (): Hops => ({
+  stored: new Map(),
+  relayed: new Map(),
+  derived: new Map(),
+  batches: { changes: new Set(), deliveries: new Set() },
+  messages: { changes: 0, deliveries: 0 },
+});
+
 /** Reads both topics from their start, noting each change's stored time and each topic's
- * record timestamp, by the change's number `n`. */
+ * record timestamp, by the change's number `n`. (Embedded: no topics, nothing noted.) */
 async function tap(prefix: string): Promise<{ hops: Hops; stop(): Promise<void> }> {
-  const hops: Hops = {
-    stored: new Map(),
-    relayed: new Map(),
-    derived: new Map(),
-    batches: { changes: new Set(), deliveries: new Set() },
-    messages: { changes: 0, deliveries: 0 },
-  };
+  const hops = noHops();
+  if (EMBEDDED) return { hops, stop: async () => {} };
   const kafka = new Kafka({
     brokers: config.kafkaBrokers,
     clientId: 'bench-tap',
@@ -381,6 +388,7 @@ async function tap(prefix: string): Promise<{ hops: Hops; stop(): Promise<void> 
 /** Redis commands of the hub's database over `ms`, by command: MONITOR on a plain socket for a
  * sample (it slows Redis while it runs). */
 async function redisCommands(redisUrl: string, ms: number): Promise<Map<string, number>> {
+  if (EMBEDDED) return new Map();
   const url = new URL(redisUrl);
   const db = Number(url.pathname.slice(1) || 0);
   const counts = new Map<string, number>();
@@ -406,6 +414,7 @@ async function redisCommands(redisUrl: string, ms: number): Promise<Map<string, 
 
 /** Rows written and statements scanning the hub's schema's tables, and the database's commits. */
 async function pgCounters(postgresUrl: string): Promise<{ writes: number; scans: number; commits: number }> {
+  if (EMBEDDED) return { writes: 0, scans: 0, commits: 0 };
   const schema = /[?&]schema=(\w+)/.exec(postgresUrl)?.[1];
   const client = new pg.Client({ connectionString: config.postgresUrl });
   await client.connect();
@@ -484,7 +493,7 @@ async function collect(receiver: string): Promise<void> {
 }
 
 async function prepare(variant: Variant, index: number, receiver: string): Promise<Prepared> {
-  const env = await isolatedDistributed(REDIS_DB + index);
+  const env = EMBEDDED ? {} : await isolatedDistributed(REDIS_DB + index);
   process.stderr.write(`${variant.name}: starting\n`);
   const hub = await startHub(variant, env);
   const taps = await tap(env.HUB_KAFKA_PREFIX!);
@@ -517,7 +526,7 @@ async function prepare(variant: Variant, index: number, receiver: string): Promi
     async release() {
       await taps.stop().catch(() => {});
       await hub.stop();
-      await releaseDistributed(env, REDIS_DB + index);
+      if (!EMBEDDED) await releaseDistributed(env, REDIS_DB + index);
     },
   };
   return p;
@@ -595,31 +604,34 @@ async function window(
     return { name, p50: percentile(xs, 50), p99: percentile(xs, 99) };
   };
   const { hops } = taps;
-  const hopRows = [
-    hop(
-      'due → stored (sender, HTTP, API, append)',
-      (a) => a[0],
-      (a) => hops.stored.get(a[2]),
-    ),
-    hop(
-      'stored → relay produce (notify, read)',
-      (a) => hops.stored.get(a[2]),
-      (a) => hops.relayed.get(a[2]),
-    ),
-    hop(
-      'relay produce → processor produce (Kafka hop, derive, log)',
-      (a) => hops.relayed.get(a[2]),
-      (a) => hops.derived.get(a[2]),
-    ),
-    hop(
-      'processor produce → arrival (Kafka hop, schedule, HTTP)',
-      (a) => hops.derived.get(a[2]),
-      (a) => a[0] + a[1],
-    ),
-  ];
+  const hopRows = EMBEDDED
+    ? []
+    : [
+        hop(
+          'due → stored (sender, HTTP, API, append)',
+          (a) => a[0],
+          (a) => hops.stored.get(a[2]),
+        ),
+        hop(
+          'stored → relay produce (notify, read)',
+          (a) => hops.stored.get(a[2]),
+          (a) => hops.relayed.get(a[2]),
+        ),
+        hop(
+          'relay produce → processor produce (Kafka hop, derive, log)',
+          (a) => hops.relayed.get(a[2]),
+          (a) => hops.derived.get(a[2]),
+        ),
+        hop(
+          'processor produce → arrival (Kafka hop, schedule, HTTP)',
+          (a) => hops.derived.get(a[2]),
+          (a) => a[0] + a[1],
+        ),
+      ];
   const sum = (ms: Map<string, number>) => [...ms.values()].reduce((a, b) => a + b, 0);
   const hubMs = sum(cpu.processes);
-  const all = hubMs + sum(cpu.infra);
+  // Embedded: the shared servers serve other users of this machine, not this hub.
+  const all = hubMs + (EMBEDDED ? 0 : sum(cpu.infra));
   const delta = (name: string) =>
     metrics1.reduce((n, m) => n + (m.get(name) ?? 0), 0) -
     metrics0.reduce((n, m) => n + (m.get(name) ?? 0), 0);
@@ -772,6 +784,73 @@ function targetsLine(results: RunResult[]): string {
   return `Targets (issue 45): at a steady 500 writes/s p50 ≤ 8 ms and p99 ≤ 25 ms, at 1,000 writes/s p99 ≤ 50 ms, nothing lost; CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${parts.join('; ')}.`;
 }
 
+/** What a profile of the 500 writes/s window showed (written by hand, kept with its table). */
+const EMBEDDED_WHERE = `### Where the time goes at 500 writes/s (2026-11-27)
+
+\`perf record -e cpu-clock\` over 10 s of the 500 writes/s window (Node's \`--perf-basic-prof\`), and the CPU profiler per thread: the cost per event is not one function's but every stage's fixed cost, paid once per event when events come one at a time and once per batch of about 17 at saturation.
+- The main thread spends about 1.0 ms per event at 500 writes/s against 0.25 ms at saturation. Its largest parts: the read models' SQLite transaction per batch (about 190 µs an event), the processor's read of the owner's subscriptions per batch (about 90 µs: the embedded profile reads them at once, with no cache, so that a change holds at once), the thread channel's messages (each event wakes an API thread with the append's answer and the other API thread with the appended event, the SQLite writer and the dispatcher's HTTP thread), the relay, the actors' state save and the event log insert. No function is above 2 % of the process.
+- The API threads spend about twice their saturated CPU per request: each request wakes an idle thread, and its append crosses to the main thread and back.
+- Lingering to gather batches at low rates is the known remedy, at the cost of latency in every stage; \`HUB_PROJECTOR_LINGER_MS=5\` alone changed the figure by less than the run-to-run spread (2.54 → 2.48 ms per event).`;
+
+/** The embedded profile's section: latency and CPU per event by load, beside the bare receiver,
+ * and #45's CPU line (the steady rate's CPU per event at most twice the saturated one's). */
+function embeddedReport(
+  results: RunResult[],
+  ceilings: Map<number, { bare: { p50: number; p99: number } }>,
+): void {
+  const of = (load: string) => results.filter((r) => r.load === load);
+  const at500 = of('500 writes/s').length > 0 ? medianBy(of('500 writes/s'), (r) => r.p99) : undefined;
+  const saturated = SATURATION
+    ? medianBy(of(`saturation (${SATURATION_CONNECTIONS} in flight)`), (r) => r.rate)
+    : undefined;
+  const threadsUs = (r: RunResult, pick: (name: string) => boolean) => {
+    const events = r.rate * SECONDS;
+    const ms = [...r.cpu.threads.values()]
+      .flatMap((t) => [...t])
+      .filter(([name]) => pick(name))
+      .reduce((n, [, v]) => n + v, 0);
+    return fmt((1000 * ms) / events);
+  };
+  const row = (r: RunResult) =>
+    `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${fmt(1000 * r.hubCpuPerEventMs)} | ${threadsUs(r, (n) => n === 'main')} | ${threadsUs(r, (n) => n.startsWith('V8'))} | ${threadsUs(r, (n) => n !== 'main' && !n.startsWith('V8'))} | ${fmt(100 * r.cpu.machineBusy)} % |`;
+  const cpuLine =
+    at500 && saturated
+      ? `CPU per event at 500 writes/s ${fmt(1000 * at500.hubCpuPerEventMs)} µs against ${fmt(1000 * saturated.hubCpuPerEventMs)} µs at saturation (${fmt(saturated.rate)} events/s): ${fmt(at500.hubCpuPerEventMs / saturated.hubCpuPerEventMs, 2)} × (≤ 2 ×: ${at500.hubCpuPerEventMs <= 2 * saturated.hubCpuPerEventMs ? '**met**' : '**not met**'})`
+      : 'CPU per event at 500 writes/s against saturation: not measured in this run';
+  const body = `## End-to-end latency and CPU per event, embedded
+
+\`HUB_BENCH_PROFILE=embedded node bench/latency.ts ${SECONDS}\` on ${machine()}. The embedded hub as it starts (\`hub start\`: one process, API threads, SQLite) receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription at the same receiver as the distributed run's; the receiver times each from when its request was due. Then the same hub at saturation (${SATURATION_CONNECTIONS} requests in flight), delivered events/s counted at the receiver over the same window. CPU from \`/proc\` over the window, per event delivered: the hub's process, by thread (the main thread, V8's helpers, the others: API threads, SQLite writers, the dispatcher's HTTP thread). The shared servers (Kafka, Redis, PostgreSQL) serve other users of this machine, not this hub, and are not counted.
+
+| Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | CPU µs per event | Main | V8 helpers | Other threads | Machine busy |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+${results.map(row).join('\n')}
+
+| Ceiling | Rate | p50 ms | p99 ms |
+|---|---:|---:|---:|
+${[...ceilings].map(([rate, c]) => `| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`).join('\n')}
+
+Target (issue 45, both profiles): CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${cpuLine}.
+
+${EMBEDDED_WHERE}
+`;
+  process.stdout.write(`${body}\n`);
+  if (process.env.HUB_BENCH_VARIANTS) return;
+  writeSection('latency-embedded', body);
+  if (at500 && saturated)
+    recordFigures('latency-embedded', [
+      {
+        benchmark: 'CPU per event at a steady 500 writes/s (the hub process)',
+        profile: 'embedded',
+        value: 1000 * at500.hubCpuPerEventMs,
+        unit: 'µs of CPU',
+        ceiling: 1000 * saturated.hubCpuPerEventMs,
+        ceilingName: `at saturation, ${fmt(saturated.rate)} events/s`,
+        target: '≤ 2 × the saturated figure',
+        met: at500.hubCpuPerEventMs <= 2 * saturated.hubCpuPerEventMs,
+      },
+    ]);
+}
+
 /** What the runs of 2026-11-27 showed (written by hand, kept with the table it explains). */
 const WHERE_THE_TIME_GOES = `### Where the time goes (2026-11-27)
 
@@ -850,13 +929,16 @@ async function main() {
   try {
     const ceilings = new Map<
       number,
-      { bare: { p50: number; p99: number }; kafka: { p50: number; p99: number } }
+      { bare: { p50: number; p99: number }; kafka: { p50: number; p99: number } | undefined }
     >();
     for (const rate of RATES)
-      ceilings.set(rate, { bare: await bareReceiver(rx.url, rate), kafka: await plainKafka(rate) });
+      ceilings.set(rate, {
+        bare: await bareReceiver(rx.url, rate),
+        kafka: EMBEDDED ? undefined : await plainKafka(rate),
+      });
     for (const [rate, c] of ceilings)
       process.stderr.write(
-        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms\n`,
+        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms` : ''}\n`,
       );
     const results: RunResult[] = [];
     // Every variant's hub set up and warmed first; then their windows alternate, load by load,
@@ -877,6 +959,10 @@ async function main() {
         for (const load of loads) for (const p of prepared) results.push(await window(p, rx.url, load));
     } finally {
       for (const p of prepared) await p.release().catch(() => {});
+    }
+    if (EMBEDDED) {
+      embeddedReport(results, ceilings);
+      return;
     }
     const row = (r: RunResult) =>
       `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${r.hops.map((h) => fmt(h.p50, 1)).join(' / ')} | ${fmt(r.cpuPerEventMs, 2)} (${fmt(r.hubCpuPerEventMs, 2)}) | ${fmt(100 * r.cpu.machineBusy)} % |`;
@@ -899,7 +985,7 @@ ${results.map(row).join('\n')}
 
 | Ceiling | Rate | p50 ms | p99 ms |
 |---|---:|---:|---:|
-${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka.p50, 2)} | ${fmt(c.kafka.p99, 2)} |`]).join('\n')}
+${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} |`]).join('\n')}
 
 ${targetsLine(results)}
 
