@@ -146,8 +146,13 @@ export async function startProcessor(
     states: stores.actorStates,
     log: stores.eventLog,
     // Distributed: an owner's subscriptions are read from Redis at most once a second, so a
-    // change takes effect within a second of being projected (embedded: at once).
-    subscriptions: projectedSubscriptions(readStore, embedded ? 0 : 1000, config.stateCacheEntries),
+    // change takes effect within a second of being projected; embedded: at once (read again
+    // once the projector here writes the model).
+    subscriptions: projectedSubscriptions(
+      readStore,
+      embedded ? 'until-written' : 1000,
+      config.stateCacheEntries,
+    ),
     logger,
     metrics: new ProcessorMetrics(metrics.registry),
     concurrency: config.processorConcurrency,

@@ -2,7 +2,15 @@
 // checkpoint are atomic by construction. Nothing is persisted: at start the projection runner
 // rebuilds every read model from the event store.
 import { EventEmitter } from 'node:events';
-import type { ApplyOutcome, Checkpoint, Doc, RangeOptions, ReadStore, Write } from './port.ts';
+import type {
+  ApplyOutcome,
+  Checkpoint,
+  CheckpointListener,
+  Doc,
+  RangeOptions,
+  ReadStore,
+  Write,
+} from './port.ts';
 
 type Value = Map<string, string> | SortedIndex;
 
@@ -39,7 +47,7 @@ export abstract class InProcessReadStore {
     return held && held.until > Date.now() ? held.owner : undefined;
   }
 
-  onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
+  onCheckpoint(listener: CheckpointListener): () => void {
     this.events.on('checkpoint', listener);
     return () => this.events.off('checkpoint', listener);
   }
@@ -90,7 +98,7 @@ export class MemoryReadStore extends InProcessReadStore implements ReadStore {
     if (g.checkpoint.position !== from) return 'moved';
     for (const w of writes) applyWrite(g.data, w);
     g.checkpoint = { ...to };
-    this.events.emit('checkpoint', projection, generation, to.position);
+    this.events.emit('checkpoint', projection, generation, to.position, writes.length > 0);
     return 'ok';
   }
 

@@ -37,6 +37,13 @@ export interface RangeOptions {
   max?: number;
 }
 
+export type CheckpointListener = (
+  projection: string,
+  generation: number,
+  position: number,
+  wrote?: boolean,
+) => void;
+
 export interface ReadStore {
   readonly kind: string;
 
@@ -79,8 +86,9 @@ export interface ReadStore {
   /** Who holds the lease now, if anyone (an operator's view: a replay running in another process). */
   lockHolder(name: string): Promise<string | undefined>;
 
-  /** Called after every applied batch (in any process sharing the store). */
-  onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void;
+  /** Called after every applied batch (in any process sharing the store); `wrote` is false for a
+   * batch that only moved the checkpoint (said by the in-process stores; undefined: not known). */
+  onCheckpoint(listener: CheckpointListener): () => void;
 
   close(): Promise<void>;
 }

@@ -7,7 +7,15 @@
 // :g<N>:d:<key> (documents are hashes of JSON values; indexes are sorted sets).
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import type { ApplyOutcome, Checkpoint, Doc, RangeOptions, ReadStore, Write } from './port.ts';
+import type {
+  ApplyOutcome,
+  Checkpoint,
+  CheckpointListener,
+  Doc,
+  RangeOptions,
+  ReadStore,
+  Write,
+} from './port.ts';
 
 // Pub/sub channels belong to the server, not to a database: each name carries the database index,
 // so that hubs in other databases of one Redis (a replay there included) are not heard.
@@ -292,7 +300,7 @@ export class RedisReadStore implements ReadStore {
    * dispatcher had each taken them all. A notice missed while the subscription starts is made up
    * by the waits' own re-checks (waitForPosition).
    */
-  onCheckpoint(listener: (projection: string, generation: number, position: number) => void): () => void {
+  onCheckpoint(listener: CheckpointListener): () => void {
     if (!this.checkpointsHeard && this.subscriber) {
       this.checkpointsHeard = true;
       void this.subscriber.subscribe(this.channels.checkpoints).catch(() => {

@@ -209,7 +209,8 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
             for (const w of writes) this.write(gen, w);
             return 'ok';
           });
-    if (outcome === 'ok') this.events.emit('checkpoint', projection, generation, to.position);
+    if (outcome === 'ok')
+      this.events.emit('checkpoint', projection, generation, to.position, writes.length > 0);
     return outcome;
   }
 

@@ -10,7 +10,7 @@ import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import type { CheckpointStore } from '../../infra/checkpoints.ts';
 import type { ReadStore } from '../../infra/readstore/port.ts';
 import type { Logger } from '../../infra/telemetry.ts';
-import { webhookKeys } from '../../projections/webhooks.ts';
+import { webhookKeys, webhookList } from '../../projections/webhooks.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
 import type { Job } from '../delivery/port.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
@@ -46,32 +46,49 @@ export interface Subscriptions {
   of(owner: string): Promise<SubscriptionFilter[]>;
 }
 
+const WEBHOOKS = webhookList.name;
+
 /**
- * The subscriptions of the `webhooks` read model. With `cacheMs`, an owner's list is reused for
- * that long (the processor: a subscription created or changed takes effect within it).
+ * The subscriptions of the `webhooks` read model, read at each call, or an owner's list cached:
+ * - `cacheMs` (distributed): reused for that long, so a subscription created or changed takes
+ *   effect within it (the model is in Redis, written by another process);
+ * - `until-written` (embedded, whose projector writes the model in this process): reused until the
+ *   model is written or its generation switched, so a change takes effect at once. Read at every
+ *   batch, the lists cost a tenth of the main thread's time per event at 500 events/s.
  */
-export function projectedSubscriptions(readStore: ReadStore, cacheMs = 0, owners = 10_000): Subscriptions {
-  const cache = new LRUCache<string, Promise<SubscriptionFilter[]>>({
+export function projectedSubscriptions(
+  readStore: ReadStore,
+  cacheMs: number | 'until-written' = 0,
+  owners = 10_000,
+): Subscriptions {
+  const untilWritten = cacheMs === 'until-written';
+  const cache = new LRUCache<string, { lists: Promise<SubscriptionFilter[]>; generation: number }>({
     max: owners,
-    ttl: Math.max(1, cacheMs),
+    ...(untilWritten ? {} : { ttl: Math.max(1, cacheMs) }),
   });
-  const read = async (owner: string) => {
-    const generation = await readStore.activeGeneration('webhooks');
-    const ids = await readStore.range('webhooks', generation, webhookKeys.ofOwner(owner));
+  // A write to the model ends every list read before it, those still being read too (a list is
+  // cached as its read starts).
+  if (untilWritten)
+    readStore.onCheckpoint((projection, _generation, _position, wrote) => {
+      if (projection === WEBHOOKS && wrote !== false) cache.clear();
+    });
+  const read = async (owner: string, generation: number) => {
+    const ids = await readStore.range(WEBHOOKS, generation, webhookKeys.ofOwner(owner));
     const docs = await Promise.all(
-      ids.map((id) => readStore.get('webhooks', generation, webhookKeys.record(id))),
+      ids.map((id) => readStore.get(WEBHOOKS, generation, webhookKeys.record(id))),
     );
     return docs.filter((d) => d !== undefined) as unknown as SubscriptionFilter[];
   };
   return {
-    of(owner) {
-      if (cacheMs === 0) return read(owner);
+    async of(owner) {
+      const generation = await readStore.activeGeneration(WEBHOOKS);
+      if (cacheMs === 0) return read(owner, generation);
       const hit = cache.get(owner);
-      if (hit) return hit;
-      const subs = read(owner);
-      subs.catch(() => cache.delete(owner));
-      cache.set(owner, subs);
-      return subs;
+      if (hit && hit.generation === generation) return hit.lists;
+      const lists = read(owner, generation);
+      lists.catch(() => cache.delete(owner));
+      cache.set(owner, { lists, generation });
+      return lists;
     },
   };
 }
