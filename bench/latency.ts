@@ -493,7 +493,7 @@ async function collect(receiver: string): Promise<void> {
 }
 
 async function prepare(variant: Variant, index: number, receiver: string): Promise<Prepared> {
-  const env = EMBEDDED ? {} : await isolatedDistributed(REDIS_DB + index);
+  const env = EMBEDDED ? { HUB_PROFILE: 'embedded' } : await isolatedDistributed(REDIS_DB + index);
   process.stderr.write(`${variant.name}: starting\n`);
   const hub = await startHub(variant, env);
   const taps = await tap(env.HUB_KAFKA_PREFIX!);

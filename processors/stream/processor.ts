@@ -72,23 +72,27 @@ export function projectedSubscriptions(
     readStore.onCheckpoint((projection, _generation, _position, wrote) => {
       if (projection === WEBHOOKS && wrote !== false) cache.clear();
     });
-  const read = async (owner: string, generation: number) => {
-    const ids = await readStore.range(WEBHOOKS, generation, webhookKeys.ofOwner(owner));
-    const docs = await Promise.all(
-      ids.map((id) => readStore.get(WEBHOOKS, generation, webhookKeys.record(id))),
-    );
+  const read = async (owner: string, generation?: number) => {
+    const g = generation ?? (await readStore.activeGeneration(WEBHOOKS));
+    const ids = await readStore.range(WEBHOOKS, g, webhookKeys.ofOwner(owner));
+    const docs = await Promise.all(ids.map((id) => readStore.get(WEBHOOKS, g, webhookKeys.record(id))));
     return docs.filter((d) => d !== undefined) as unknown as SubscriptionFilter[];
+  };
+  /** The list cached from now on (as its read starts: a write meanwhile clears it). */
+  const kept = (owner: string, lists: Promise<SubscriptionFilter[]>, generation: number) => {
+    lists.catch(() => cache.delete(owner));
+    cache.set(owner, { lists, generation });
+    return lists;
   };
   return {
     async of(owner) {
+      if (cacheMs === 0) return read(owner);
+      if (!untilWritten) return cache.get(owner)?.lists ?? kept(owner, read(owner), 0);
+      // Until written, a list also ends with its generation (a replay switched it).
       const generation = await readStore.activeGeneration(WEBHOOKS);
-      if (cacheMs === 0) return read(owner, generation);
       const hit = cache.get(owner);
       if (hit && hit.generation === generation) return hit.lists;
-      const lists = read(owner, generation);
-      lists.catch(() => cache.delete(owner));
-      cache.set(owner, { lists, generation });
-      return lists;
+      return kept(owner, read(owner, generation), generation);
     },
   };
 }

@@ -103,7 +103,7 @@ profiles.push({ name: 'embedded', env: async () => ({}), cleanup: async () => {}
       await client.connect();
       try {
         const { rows } = await client.query(
-          `SELECT logged::text, source_position, sequence, id, at FROM ${schema}.hub_event_log WHERE resource_prn = $1 ORDER BY logged, source_position, sequence, id`,
+          `SELECT logged::text AS logged_text, source_position, sequence, id, at FROM ${schema}.hub_event_log WHERE resource_prn = $1 ORDER BY logged, source_position, sequence, id`,
           [prn],
         );
         return rows.map((r) => Object.values(r).join(' ')).join('; ');

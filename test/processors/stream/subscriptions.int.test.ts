@@ -99,12 +99,19 @@ for (const [name, open] of [
         { position: 9, created: 9 },
         false,
       );
-      assert.equal(reads(), 2);
+      // Its writes ended the list; read again from generation 1, still the active one…
+      assert.deepEqual(
+        (await subs.of(OWNER)).map((s) => `${s.id} ${s.enabled}`),
+        ['w1 false'],
+      );
+      assert.equal(reads(), 3);
       await store.activate('webhooks', 2);
+      // …the switch, with no write after it, ends that list too.
       assert.deepEqual(
         (await subs.of(OWNER)).map((s) => `${s.id} ${s.enabled}`),
         ['w2 true'],
       );
+      assert.equal(reads(), 4);
       await store.close();
     });
 
