@@ -793,6 +793,20 @@ const EMBEDDED_WHERE = `### Where the time goes at 500 writes/s (2026-11-27)
 - The API threads spend about twice their saturated CPU per request: each request wakes an idle thread, and its append crosses to the main thread and back.
 - Lingering to gather batches at low rates is the known remedy, at the cost of latency in every stage; \`HUB_PROJECTOR_LINGER_MS=5\` alone changed the figure by less than the run-to-run spread (2.54 → 2.48 ms per event).`;
 
+/** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
+ * as table cells (both profiles' tables). */
+function threadCells(r: RunResult): string {
+  const events = r.rate * SECONDS;
+  const threads = [...r.cpu.threads.values()].flatMap((t) => [...t]);
+  const us = (pick: (name: string) => boolean) =>
+    fmt((1000 * threads.filter(([name]) => pick(name)).reduce((n, [, ms]) => n + ms, 0)) / events);
+  return [
+    us((n) => n === 'main'),
+    us((n) => n.startsWith('V8')),
+    us((n) => n !== 'main' && !n.startsWith('V8')),
+  ].join(' | ');
+}
+
 /** The embedded profile's section: latency and CPU per event by load, beside the bare receiver,
  * and #45's CPU line (the steady rate's CPU per event at most twice the saturated one's). */
 function embeddedReport(
@@ -804,16 +818,8 @@ function embeddedReport(
   const saturated = SATURATION
     ? medianBy(of(`saturation (${SATURATION_CONNECTIONS} in flight)`), (r) => r.rate)
     : undefined;
-  const threadsUs = (r: RunResult, pick: (name: string) => boolean) => {
-    const events = r.rate * SECONDS;
-    const ms = [...r.cpu.threads.values()]
-      .flatMap((t) => [...t])
-      .filter(([name]) => pick(name))
-      .reduce((n, [, v]) => n + v, 0);
-    return fmt((1000 * ms) / events);
-  };
   const row = (r: RunResult) =>
-    `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${fmt(1000 * r.hubCpuPerEventMs)} | ${threadsUs(r, (n) => n === 'main')} | ${threadsUs(r, (n) => n.startsWith('V8'))} | ${threadsUs(r, (n) => n !== 'main' && !n.startsWith('V8'))} | ${fmt(100 * r.cpu.machineBusy)} % |`;
+    `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${fmt(1000 * r.hubCpuPerEventMs)} | ${threadCells(r)} | ${fmt(100 * r.cpu.machineBusy)} % |`;
   const cpuLine =
     at500 && saturated
       ? `CPU per event at 500 writes/s ${fmt(1000 * at500.hubCpuPerEventMs)} µs against ${fmt(1000 * saturated.hubCpuPerEventMs)} µs at saturation (${fmt(saturated.rate)} events/s): ${fmt(at500.hubCpuPerEventMs / saturated.hubCpuPerEventMs, 2)} × (≤ 2 ×: ${at500.hubCpuPerEventMs <= 2 * saturated.hubCpuPerEventMs ? '**met**' : '**not met**'})`
@@ -970,11 +976,8 @@ async function main() {
     const cpuRow = (r: RunResult) => {
       const events = r.rate * SECONDS;
       const us = (ms: number | undefined) => fmt((1000 * (ms ?? 0)) / events);
-      const threads = [...r.cpu.threads.values()].flatMap((t) => [...t]);
-      const byThread = (pick: (name: string) => boolean) =>
-        threads.filter(([name]) => pick(name)).reduce((n, [, ms]) => n + ms, 0);
       const redisCommands = [...r.redis.values()].reduce((a, b) => a + b, 0) / (r.rate * 2);
-      return `| ${r.variant} | ${r.load} | ${us(byThread((n) => n === 'main'))} | ${us(byThread((n) => n.startsWith('V8')))} | ${us(byThread((n) => n !== 'main' && !n.startsWith('V8')))} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} |`;
+      return `| ${r.variant} | ${r.load} | ${threadCells(r)} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} |`;
     };
     const body = `## End-to-end latency, distributed
 

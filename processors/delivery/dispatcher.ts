@@ -143,11 +143,11 @@ export class Dispatcher {
    * memory and started as a slot frees; it is stored (leased to this process) only if it is not
    * finished within SPILL_MS, or when the process stops first. Delivery is at least once, and a
    * job's durable record is then its attempt, written as it would be anyway: most jobs never touch
-   * the schedule. While every slot here is
-   * taken the hand-off waits for one (the processor's backpressure); a job whose subscription's
-   * queue is full, and every job once no slot freed for ROOM_WAIT_MS, is stored for a claim.
-   * Resolves once each job is held here or stored; `durable` once each is finished or stored, and
-   * only then may the processor's hand-off checkpoint move past them.
+   * the schedule. While every slot here is taken the hand-off waits for one (the processor's
+   * backpressure); a job whose subscription's queue is full, and every job once no slot freed for
+   * ROOM_WAIT_MS, is stored for a claim. Resolves once each job is held here or stored; `durable`
+   * once each is finished or stored, and only then may the processor's hand-off checkpoint move
+   * past them.
    */
   async handOff(jobs: Job[]): Promise<{ durable: Promise<void> }> {
     const durability = new Durability();
