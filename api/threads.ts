@@ -1,11 +1,14 @@
-// The HTTP API on worker threads (embedded profile, HUB_API_THREADS > 0). Every thread serves every
-// route on the same port (the kernel spreads connections among them: SO_REUSEPORT), while the
-// main thread keeps what must be one: the event store's writer and its authoritative revisions,
-// the read models, the event log and the delivery store. A thread reaches them through a
-// ThreadChannel, as an API process of the distributed profile reaches Redis and PostgreSQL: the
-// same routes and aggregate code, with the store "not written by this thread alone" (each append
-// checks the stream's revision, see infra/eventstore/aggregate.ts). Read-your-writes needs no
-// record of each write here: a read waits for the store's head (StoreHeadLastWrites).
+// The HTTP API on worker threads (HUB_API_THREADS > 0, a process with the api role). Every thread
+// serves every route on the same port (the kernel spreads connections among them: SO_REUSEPORT),
+// while the main thread keeps the stores: embedded, what must be one (the event store's writer
+// and its authoritative revisions, the read models, the event log and the delivery store);
+// distributed, the process's connections to PostgreSQL, Redis and Kafka. A thread reaches them
+// through a ThreadChannel, as an API process of the distributed profile reaches Redis and
+// PostgreSQL: the same routes and aggregate code, with the store "not written by this thread
+// alone" (each append checks the stream's revision, see infra/eventstore/aggregate.ts). The keys
+// are the ones the main thread resolved (a file, Redis or the configuration). Embedded,
+// read-your-writes needs no record of each write: a read waits for the store's head
+// (StoreHeadLastWrites); distributed, each write is recorded where every API process reads it.
 //
 // Why: HTTP parsing, Koa, tokens, bodies and answers are most of a request's CPU; on one thread
 // they bound the hub to one core. This file is both sides: the main thread's (startApiThreads)
@@ -40,11 +43,11 @@ import { adminRoutes } from './admin/routes.ts';
 import { type AppDeps, closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';
 import { appRoutes } from './apps/routes.ts';
 import { captchaCheck } from './auth/captcha.ts';
-import { loadKeys } from './auth/keys.ts';
+import { fromPem } from './auth/keys.ts';
 import { authenticate } from './auth/middleware.ts';
 import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
-import { consistency, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
+import { consistency, type LastWrites, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
 import { consoleRoutes } from './console.ts';
 import type { HubContext } from './context.ts';
 import { loadDeviceCa } from './devices/ca.ts';
@@ -91,6 +94,7 @@ const SERVED = {
   store: ['append', 'readStream', 'readAll', 'head', 'readSnapshot', 'saveSnapshot'],
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
+  lastWrites: ['get', 'record'],
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get', 'head', 'tail'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent', 'health'],
@@ -102,6 +106,8 @@ export interface Owned {
   store: EventStore;
   readStore: ReadStore;
   waitFor: WaitForPosition;
+  /** Each caller's last write, where the profile shares it between processes (Redis). */
+  lastWrites: LastWrites;
   fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
@@ -124,7 +130,7 @@ export interface ApiThreads {
 
 /**
  * Starts `config.apiThreads` API threads, one after the other (the first one picks the port when
- * HUB_PORT is 0, and creates the keys a fresh data directory lacks; the others follow it).
+ * HUB_PORT is 0; the others follow it), each given the keys the main thread resolved.
  * The main thread's own metrics are then served by the threads, the HTTP histogram summed over them.
  */
 export async function startApiThreads(o: {
@@ -133,6 +139,7 @@ export async function startApiThreads(o: {
   metrics: Metrics;
   owned: Owned;
   readiness: Record<string, ReadinessCheck>;
+  secrets: Pick<Config, 'jwtPrivateKey' | 'deviceCaCert' | 'deviceCaKey'>;
 }): Promise<ApiThreads> {
   const { config, logger, metrics, owned } = o;
   // Every thread's requests are counted by that thread; scrape() sums them.
@@ -185,7 +192,7 @@ export async function startApiThreads(o: {
   try {
     for (let i = 0; i < config.apiThreads; i++) {
       const data: ThreadData = {
-        config,
+        config: { ...config, ...o.secrets },
         level: logger.level,
         port,
         readiness: Object.keys(o.readiness),
@@ -365,8 +372,15 @@ async function runApiThread(data: ThreadData): Promise<void> {
     logger,
     store,
     readStore,
-    consistency: consistency(new StoreHeadLastWrites(store), waitFor),
-    keys: await loadKeys({ configured: config.jwtPrivateKey, dataDir: config.dataDir }, logger),
+    // Embedded, the store's head stands for each caller's last write (StoreHeadLastWrites); the
+    // distributed profile's are shared with the other API processes, so they are kept there.
+    consistency: consistency(
+      config.profile === 'embedded'
+        ? new StoreHeadLastWrites(store)
+        : remote<LastWrites>('lastWrites', { remote: true }),
+      waitFor,
+    ),
+    keys: await fromPem(config.jwtPrivateKey),
     fixedWindows: remote<FixedWindows>('fixedWindows'),
     eventLog: remote<EventLog>('eventLog'),
     deliveries: remote<DeliveryStore>('deliveries'),
@@ -377,11 +391,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
       give: (owner: string) => channel.call('streamSlots', 'give', [owner]) as Promise<void>,
     },
     captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
-    deviceCa: await loadDeviceCa({
-      certPem: config.deviceCaCert,
-      keyPem: config.deviceCaKey,
-      dataDir: config.dataDir,
-    }),
+    deviceCa: await loadDeviceCa({ certPem: config.deviceCaCert, keyPem: config.deviceCaKey }),
     publicUrl: () => config.publicUrl || url,
   };
   const readiness = Object.fromEntries(

@@ -97,13 +97,13 @@ async function assertPortFree(host: string, port: number): Promise<void> {
 
 /**
  * The configuration as a process with these roles uses it: API threads only where it serves the
- * API in the embedded profile. Elsewhere (other roles, CLI commands) the event store stays the
- * thread's alone, its aggregate caches authoritative.
+ * API. Elsewhere (other roles, CLI commands) the event store stays the thread's alone, its
+ * aggregate caches authoritative where the profile allows it (embedded).
  */
 export function forRoles(config: Config, roles: Role[]): Config {
   return {
     ...config,
-    apiThreads: roles.includes('api') && config.profile === 'embedded' ? config.apiThreads : 0,
+    apiThreads: roles.includes('api') ? config.apiThreads : 0,
   };
 }
 

@@ -17,7 +17,7 @@ import { captchaCheck } from '../api/auth/captcha.ts';
 import type { Keys } from '../api/auth/keys.ts';
 import type { Consistency, WaitForPosition } from '../api/consistency.ts';
 import type { HubContext } from '../api/context.ts';
-import { loadDeviceCa } from '../api/devices/ca.ts';
+import { deviceCaPems, loadDeviceCa } from '../api/devices/ca.ts';
 import { apiServer } from '../api/http.ts';
 import { serviceRoutes, startApiThreads } from '../api/threads.ts';
 import { type Bus, TOPICS } from '../infra/bus/port.ts';
@@ -259,7 +259,16 @@ export async function startApi(
     dropGraceMs: config.replayDropGraceMs,
   });
   hub.onStop(() => replays.stop()); // before the stores close: an interrupted replay resumes later
-  if (config.apiThreads > 0) {
+  // The device CA as this profile keeps it (made at the first start), for this thread or the API's.
+  const deviceCa = options.routes
+    ? await deviceCaPems({
+        certPem: config.deviceCaCert,
+        keyPem: config.deviceCaKey,
+        dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
+        redis: stores.redis,
+      })
+    : undefined;
+  if (config.apiThreads > 0 && deviceCa) {
     // The API threads serve all of it, the main thread keeping what they share (api/threads.ts).
     const threads = await startApiThreads({
       config,
@@ -267,6 +276,12 @@ export async function startApi(
       metrics,
       owned: { ...stores, waitFor: options.waitFor, projections: replays },
       readiness,
+      // The keys as this process resolved them (a file, Redis or the configuration): a thread reads none.
+      secrets: {
+        jwtPrivateKey: options.keys.privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+        deviceCaCert: deviceCa.cert,
+        deviceCaKey: deviceCa.key,
+      },
     });
     hub.onStop(() => threads.stop());
     return threads.url;
@@ -285,12 +300,7 @@ export async function startApi(
       deliveries: stores.deliveries,
       projections: replays,
       captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
-      deviceCa: await loadDeviceCa({
-        certPem: config.deviceCaCert,
-        keyPem: config.deviceCaKey,
-        dataDir: config.profile === 'embedded' ? config.dataDir : undefined,
-        redis: stores.redis,
-      }),
+      deviceCa: await loadDeviceCa({ certPem: deviceCa!.cert, keyPem: deviceCa!.key }),
       publicUrl: hub.publicUrl,
     };
     services = serviceRoutes(context);

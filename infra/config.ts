@@ -155,7 +155,7 @@ export const knobs = {
   apiThreads: knob(
     'HUB_API_THREADS',
     'auto',
-    'Embedded profile: worker threads serving the HTTP API, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the event store, the read models and the change pipeline. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4; 0 on a single core, and off Linux and FreeBSD (the threads share the port with SO_REUSEPORT).',
+    'Worker threads serving the HTTP API of a process with the api role, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the stores and the other roles. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4; 0 on a single core, and off Linux and FreeBSD (the threads share the port with SO_REUSEPORT).',
     threadCount,
   ),
   dataDir: knob(

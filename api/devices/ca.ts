@@ -89,33 +89,42 @@ async function generate(): Promise<{ cert: string; key: string }> {
 /** Where the embedded profile keeps the CA certificate it generated (its key beside it). */
 export const deviceCaFile = (dataDir: string) => join(dataDir, 'keys', 'device-ca.pem');
 
-export async function loadDeviceCa(o: {
+export interface DeviceCaSource {
   certPem: string;
   keyPem: string;
   dataDir?: string;
   redis?: Redis;
-}): Promise<DeviceCa> {
-  if (o.certPem && o.keyPem) return fromPem(o.certPem, o.keyPem);
+}
+
+/** The CA's certificate and key in PEM: configured, else kept in the data dir (embedded) or shared
+ * through Redis (distributed), made at the first start. */
+export async function deviceCaPems(o: DeviceCaSource): Promise<{ cert: string; key: string }> {
+  if (o.certPem && o.keyPem) return { cert: o.certPem, key: o.keyPem };
   if (o.dataDir) {
     const dir = join(o.dataDir, 'keys');
     try {
-      return await fromPem(
-        readFileSync(deviceCaFile(o.dataDir), 'utf8'),
-        readFileSync(join(dir, 'device-ca.key'), 'utf8'),
-      );
+      return {
+        cert: readFileSync(deviceCaFile(o.dataDir), 'utf8'),
+        key: readFileSync(join(dir, 'device-ca.key'), 'utf8'),
+      };
     } catch {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
       const { cert, key } = await generate();
       writeFileSync(join(dir, 'device-ca.key'), key, { mode: 0o600 });
       writeFileSync(deviceCaFile(o.dataDir), cert);
-      return fromPem(cert, key);
+      return { cert, key };
     }
   }
   if (o.redis) {
     const { cert, key } = await generate();
     await o.redis.set('hub:keys:device-ca', JSON.stringify({ cert, key }), 'NX');
     const stored = JSON.parse((await o.redis.get('hub:keys:device-ca'))!);
-    return fromPem(stored.cert, stored.key);
+    return { cert: stored.cert, key: stored.key };
   }
   throw new Error('no device CA: set HUB_DEVICE_CA_CERT and HUB_DEVICE_CA_KEY');
+}
+
+export async function loadDeviceCa(o: DeviceCaSource): Promise<DeviceCa> {
+  const { cert, key } = await deviceCaPems(o);
+  return fromPem(cert, key);
 }

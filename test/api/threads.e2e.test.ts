@@ -1,10 +1,15 @@
-// The embedded hub with its API on two threads (HUB_API_THREADS=2): what the threads share through
-// the main thread. Every connection here is a new one, so the kernel spreads them over both
-// threads. (CI also runs the whole e2e suite a second time this way.)
+// A hub with its API on two threads (HUB_API_THREADS=2): what the threads share through the main
+// thread, in the embedded profile and in a distributed API process beside another. Every
+// connection here is a new one, so the kernel spreads them over both threads. (CI also runs the
+// whole e2e suite a second time this way.)
+import 'reflect-metadata';
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
+import { randomBytes, webcrypto } from 'node:crypto';
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import * as x509 from '@peculiar/x509';
+import { Redis } from 'ioredis';
 import { forRoles, type Role } from '../../hub/node.ts';
-import { type JsonResponse, testConfig } from '../harness.ts';
+import { dropSchema, type JsonResponse, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 /** One request on a connection of its own. */
@@ -13,7 +18,7 @@ function fresh(
   method: string,
   path: string,
   o: { token?: string; body?: unknown } = {},
-): Promise<{ status: number; body: JsonResponse['body']; text: string }> {
+): Promise<{ status: number; body: JsonResponse['body']; text: string; headers: IncomingHttpHeaders }> {
   return new Promise((resolve, reject) => {
     const body = o.body === undefined ? undefined : JSON.stringify(o.body);
     const req = httpRequest(
@@ -33,7 +38,7 @@ function fresh(
         res.on('end', () => {
           const json =
             (res.headers['content-type'] ?? '').includes('json') && text ? JSON.parse(text) : undefined;
-          resolve({ status: res.statusCode!, body: json, text });
+          resolve({ status: res.statusCode!, body: json, text, headers: res.headers });
         });
       },
     );
@@ -59,6 +64,28 @@ async function onHub(
   }
 }
 
+/** A hundred reports at once for one device, each on a connection of its own: every one is
+ * answered 200 and kept. */
+async function hundredReportsOn(on: TestHub, owner: User, d: Device): Promise<void> {
+  const reports = await Promise.all(
+    Array.from({ length: 100 }, (_, i) =>
+      fresh(on.url, 'PATCH', `/devices/${d.id}/device-meta`, {
+        token: d.token,
+        body: { [`k${i}`]: String(i) },
+      }),
+    ),
+  );
+  assert.deepEqual(
+    reports.map((r) => r.status),
+    reports.map(() => 200),
+  );
+  const read = await fresh(on.url, 'GET', `/devices/${d.id}`, { token: owner.token });
+  assert.deepEqual(
+    read.body['device-meta'],
+    Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`k${i}`, String(i)])),
+  );
+}
+
 describe('API threads (e2e)', () => {
   let hub: TestHub;
   let alice: User;
@@ -71,36 +98,14 @@ describe('API threads (e2e)', () => {
   });
   after(() => hub.stop());
 
-  /** A hundred reports at once for one device, each on a connection of its own: every one is
-   * answered 200 and kept. */
-  async function hundredReports(on: TestHub, owner: User, d: Device): Promise<void> {
-    const reports = await Promise.all(
-      Array.from({ length: 100 }, (_, i) =>
-        fresh(on.url, 'PATCH', `/devices/${d.id}/device-meta`, {
-          token: d.token,
-          body: { [`k${i}`]: String(i) },
-        }),
-      ),
-    );
-    assert.deepEqual(
-      reports.map((r) => r.status),
-      reports.map(() => 200),
-    );
-    const read = await fresh(on.url, 'GET', `/devices/${d.id}`, { token: owner.token });
-    assert.deepEqual(
-      read.body['device-meta'],
-      Object.fromEntries(Array.from({ length: 100 }, (_, i) => [`k${i}`, String(i)])),
-    );
-  }
-
   it('a hundred concurrent reports for one device on many connections all succeed and lose nothing (each append checks the revision; a thread that loses a race gets the turn)', async () => {
-    await hundredReports(hub, alice, device);
+    await hundredReportsOn(hub, alice, device);
   });
 
   it('so they do on four threads, where several threads lose at once and wait in line for the turn', async () => {
     await onHub({ HUB_API_THREADS: '4', ...BURSTS }, async (four) => {
       const bob = await signup(four, 'bob');
-      await hundredReports(four, bob, await createDevice(four, bob));
+      await hundredReportsOn(four, bob, await createDevice(four, bob));
     });
   });
 
@@ -156,12 +161,12 @@ describe('API threads (e2e)', () => {
 
   it('a process without the API role starts no threads: its event store stays its own', async () => {
     assert.equal(hub.node.store.exclusiveWriter, false); // the hub above: threads append too
-    // The rule startNode and the CLI share: threads for the API role of an embedded process only.
+    // The rule startNode and the CLI share: threads for a process with the API role only.
     const two = testConfig({ HUB_API_THREADS: '2' });
     assert.equal(forRoles(two, ['api', 'projector']).apiThreads, 2);
     assert.equal(forRoles(two, []).apiThreads, 0);
     assert.equal(
-      forRoles(testConfig({ HUB_API_THREADS: '2', HUB_PROFILE: 'distributed' }), ['api']).apiThreads,
+      forRoles(testConfig({ HUB_API_THREADS: '2', HUB_PROFILE: 'distributed' }), ['processor']).apiThreads,
       0,
     );
     await onHub(
@@ -178,5 +183,98 @@ describe('API threads (e2e)', () => {
     const ready = await fresh(hub.url, 'GET', '/readyz');
     assert.equal(ready.status, 200);
     assert.deepEqual(Object.keys(ready.body.checks).sort(), ['eventstore', 'projections', 'schedule']);
+  });
+});
+
+x509.cryptoProvider.set(webcrypto as never);
+const CSR_ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+/** A Redis database no other test file uses: emptied, then shared by the two API processes. */
+const REDIS_DB = 12;
+
+describe('a distributed API process on two threads, beside another on its main thread (e2e)', function () {
+  this.timeout(120_000);
+  const { postgresUrl, redisUrl } = testConfig();
+  const id = randomBytes(4).toString('hex');
+  const schema = `threads_${id}`;
+  const redis = new Redis(`${redisUrl.replace(/\/\d*$/, '')}/${REDIS_DB}`);
+  let threaded: TestHub;
+  let plain: TestHub;
+  let alice: User;
+
+  before(async () => {
+    await redis.flushdb();
+    const env = {
+      HUB_PROFILE: 'distributed',
+      HUB_REDIS_URL: `${redisUrl.replace(/\/\d*$/, '')}/${REDIS_DB}`,
+      HUB_POSTGRES_URL: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+      HUB_KAFKA_PREFIX: `threads-${id}-`,
+      ...BURSTS,
+    };
+    // The API on two threads and the projector (the mailer) in one process; the API alone on its
+    // main thread in the other. No HUB_JWT_PRIVATE_KEY: the key is the one shared through Redis.
+    threaded = await startHub({ ...env, HUB_API_THREADS: '2' }, ['api', 'projector']);
+    plain = await startHub({ ...env, HUB_API_THREADS: '0' }, ['api']);
+    alice = await signup(threaded, 'alice'); // the emailed link, signed by the mailer, verified on a thread
+  });
+  after(async () => {
+    await plain?.stop();
+    await threaded?.stop();
+    redis.disconnect();
+    await dropSchema(postgresUrl, schema);
+  });
+
+  it('the threads sign and seal with the key the processes share: tokens and device secrets work in either process', async () => {
+    assert.equal(threaded.node.store.exclusiveWriter, false);
+    const device = await createDevice(threaded, alice); // its secret sealed on a thread
+    const login = await fresh(plain.url, 'POST', '/auth/login', {
+      body: { username: device.prn, password: device.secret },
+    });
+    assert.equal(login.status, 200, login.text);
+    const fromPlain = await fresh(threaded.url, 'GET', `/devices/${device.id}`, { token: login.body.token });
+    assert.equal(fromPlain.status, 200, fromPlain.text);
+    assert.equal((await fresh(plain.url, 'GET', '/devices', { token: alice.token })).status, 200);
+  });
+
+  it('a thread issues device certificates with the CA the processes share (Redis), not one of its own', async () => {
+    const keys = (await webcrypto.subtle.generateKey(CSR_ALG, true, [
+      'sign',
+      'verify',
+    ])) as webcrypto.CryptoKeyPair;
+    const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+      name: 'CN=sensor',
+      keys: keys as never,
+      signingAlgorithm: CSR_ALG,
+    });
+    const r = await fresh(threaded.url, 'POST', '/devices/register', {
+      token: alice.token,
+      body: { csr: csr.toString('pem'), 'device-name': 'sensor' },
+    });
+    assert.equal(r.status, 200, r.text);
+    const shared = JSON.parse((await redis.get('hub:keys:device-ca'))!) as { cert: string };
+    const ca = new x509.X509Certificate(shared.cert);
+    const cert = new x509.X509Certificate(r.body.certificate);
+    assert.ok(await cert.verify({ publicKey: await ca.publicKey.export() }));
+  });
+
+  it('a write answered on a thread is remembered where every API process reads it (read-your-writes)', async () => {
+    const device = await createDevice(threaded, alice);
+    for (let i = 0; i < 5; i++) {
+      const put = await fresh(threaded.url, 'PATCH', `/devices/${device.id}/device-meta`, {
+        token: device.token,
+        body: { round: String(i) },
+      });
+      assert.equal(put.status, 200, put.text);
+      const recorded = await redis.keys('hub:rw:*');
+      const own = recorded.find((k) => k.includes(device.id));
+      assert.ok(own, `no last write of the device among ${recorded.join(', ')}`);
+      const position = Number(put.headers['x-hub-position']);
+      assert.ok(position > 0 && Number(await redis.get(own)) >= position);
+      const read = await fresh(plain.url, 'GET', `/devices/${device.id}`, { token: device.token });
+      assert.deepEqual(read.body['device-meta'], { round: String(i) });
+    }
+  });
+
+  it('a hundred concurrent reports for one device on many connections all succeed and lose nothing', async () => {
+    await hundredReportsOn(threaded, alice, await createDevice(threaded, alice));
   });
 });

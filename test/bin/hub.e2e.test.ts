@@ -223,10 +223,27 @@ describe('embedded profile start (e2e)', () => {
     }
   });
 
+  /** The distributed profile on a PostgreSQL schema of its own (an empty event store: the default
+   * one holds whatever other suites and checkouts wrote, perhaps without the key shared in Redis). */
+  const distributedEnv = async (env: Record<string, string> = {}) => {
+    const { testConfig } = await import('../harness.ts');
+    const { postgresUrl } = testConfig();
+    const schema = `ready_${Date.now().toString(36)}_${process.pid}`;
+    return {
+      schema,
+      config: testConfig({
+        HUB_PROFILE: 'distributed',
+        HUB_POSTGRES_URL: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+        ...env,
+      }),
+    };
+  };
+
   it('the distributed profile reports PostgreSQL readiness', async () => {
     const { startNode } = await import('../../hub/node.ts');
-    const { testConfig } = await import('../harness.ts');
-    const node = await startNode(testConfig({ HUB_PROFILE: 'distributed' }), ['api']);
+    const { dropSchema } = await import('../harness.ts');
+    const { schema, config } = await distributedEnv();
+    const node = await startNode(config, ['api']);
     try {
       const ready = await request(`${node.url}/readyz`);
       assert.equal(ready.status, 200);
@@ -234,23 +251,23 @@ describe('embedded profile start (e2e)', () => {
       assert.equal(ready.body.checks.logs, 'ok', 'the PostgreSQL of the event log and the delivery records');
     } finally {
       await node.stop();
+      await dropSchema(config.postgresUrl, schema);
     }
   });
 
   it('a distributed processor and dispatcher report Kafka readiness', async () => {
     const { startNode } = await import('../../hub/node.ts');
-    const { testConfig } = await import('../harness.ts');
+    const { dropSchema } = await import('../harness.ts');
     const prefix = `ready-${Date.now().toString(36)}-`;
-    const node = await startNode(testConfig({ HUB_PROFILE: 'distributed', HUB_KAFKA_PREFIX: prefix }), [
-      'processor',
-      'dispatcher',
-    ]);
+    const { schema, config } = await distributedEnv({ HUB_KAFKA_PREFIX: prefix });
+    const node = await startNode(config, ['processor', 'dispatcher']);
     try {
       const ready = await request(`${node.url}/readyz`);
       assert.equal(ready.status, 200);
       assert.equal(ready.body.checks.kafka, 'ok');
     } finally {
       await node.stop();
+      await dropSchema(config.postgresUrl, schema);
     }
   });
 });
