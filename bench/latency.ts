@@ -76,12 +76,14 @@ const VARIANTS: Variant[] = JSON.parse(process.env.HUB_BENCH_VARIANTS ?? '[{"nam
 
 const TICK_MS = 10; // USER_HZ 100
 
-/** utime + stime of a process or thread, ms; 0 once it is gone. */
-function cpuMs(statPath: string): number {
+/** utime + stime of a process or thread, ms; 0 once it is gone. With `reaped`, also its children's
+ * that ended (cutime + cstime): a PostgreSQL backend's time moves to its postmaster's when it exits. */
+function cpuMs(statPath: string, reaped = false): number {
   try {
     const stat = readFileSync(statPath, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+    const own = Number(fields[11]) + Number(fields[12]);
+    return (reaped ? own + Number(fields[13]) + Number(fields[14]) : own) * TICK_MS;
   } catch {
     return 0;
   }
@@ -139,27 +141,32 @@ function listening(port: number): number | undefined {
 }
 
 /** The shared infrastructure's processes: the Kafka broker and Redis of the hub's URLs, and
- * PostgreSQL's server with every backend (children of its postmaster). */
-function infraPids(): Map<string, number[]> {
+ * PostgreSQL's postmaster. */
+function infraPids(): Map<string, number | undefined> {
   const port = (hostPort: string) => Number(hostPort.split(':').pop());
-  const kafka = listening(port(config.kafkaBrokers[0]!));
-  const redis = listening(Number(new URL(config.redisUrl).port || 6379));
-  const postmaster = listening(Number(new URL(config.postgresUrl).port || 5432));
-  const backends: number[] = [];
-  if (postmaster)
-    for (const entry of readdirSync('/proc')) {
-      if (!/^\d+$/.test(entry)) continue;
-      try {
-        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-        if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === postmaster)
-          backends.push(Number(entry));
-      } catch {}
-    }
   return new Map([
-    ['Kafka', kafka ? [kafka] : []],
-    ['Redis', redis ? [redis] : []],
-    ['PostgreSQL', postmaster ? [postmaster, ...backends] : []],
+    ['Kafka', listening(port(config.kafkaBrokers[0]!))],
+    ['Redis', listening(Number(new URL(config.redisUrl).port || 6379))],
+    ['PostgreSQL', listening(Number(new URL(config.postgresUrl).port || 5432))],
   ]);
+}
+
+/** CPU ms of a server so far: PostgreSQL's is its postmaster's, the backends that ended (reaped
+ * into the postmaster's children's time) and those alive now (backends come and go in a window:
+ * those counted at its start alone made the figure negative). */
+function serverMs(name: string, pid: number | undefined): number {
+  if (!pid) return 0;
+  if (name !== 'PostgreSQL') return cpuMs(`/proc/${pid}/stat`);
+  let ms = cpuMs(`/proc/${pid}/stat`, true);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid)
+        ms += cpuMs(`/proc/${entry}/stat`);
+    } catch {}
+  }
+  return ms;
 }
 
 /** The machine's busy share of all its cores, from /proc/stat. */
@@ -181,8 +188,7 @@ interface CpuWindow {
 /** Starts counting CPU for `hub` (label → pid) and the infrastructure; call the result to end it. */
 function cpuWindow(hub: Map<string, number>): () => CpuWindow {
   const infra = infraPids();
-  const infraMs = () =>
-    new Map([...infra].map(([k, pids]) => [k, pids.reduce((n, p) => n + cpuMs(`/proc/${p}/stat`), 0)]));
+  const infraMs = () => new Map([...infra].map(([k, pid]) => [k, serverMs(k, pid)]));
   const t0 = performance.now();
   const m0 = machineTicks();
   const p0 = new Map([...hub].map(([k, pid]) => [k, cpuMs(`/proc/${pid}/stat`)]));

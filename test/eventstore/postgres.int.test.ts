@@ -40,19 +40,19 @@ describe('PostgreSQL event store: reads of the log', () => {
     await dropSchema(postgresUrl, schema);
   });
 
-  it('reads of one page asked for in one turn share one query; a read asked for once it was sent has its own', async () => {
+  it('reads asked for in one turn share one query, each answered its own page; a read asked for once it was sent has its own', async () => {
     await store.append('s-1', [ev()]);
     queries = 0;
     const pages = await Promise.all([
       store.readAll(0, 10),
       store.readAll(0, 10),
-      store.readAll(0, 10),
+      store.readAll(0, 1),
       store.readAll(1, 10),
     ]);
-    assert.equal(queries, 2, 'one query per distinct page');
+    assert.equal(queries, 1, 'one query from the lowest position');
     assert.deepEqual(
-      pages.map((p) => p.length),
-      [1, 1, 1, 0],
+      pages.map((p) => p.map((e) => e.position)),
+      [[1], [1], [1], []],
     );
     const first = store.readAll(0, 10);
     await new Promise((resolve) => setImmediate(resolve)); // first's query is on its way
@@ -60,7 +60,38 @@ describe('PostgreSQL event store: reads of the log', () => {
     const second = await store.readAll(0, 10);
     assert.equal(second.length, 2, 'the later read sees what was appended before it was asked for');
     await first;
-    assert.equal(queries, 4);
+    assert.equal(queries, 3);
+  });
+
+  it('a read whose page the shared query cut short gets a query of its own', async () => {
+    const head = (await store.readAll(0, 1000)).length;
+    await store.append(
+      's-2',
+      Array.from({ length: 10 }, () => ev()),
+    );
+    queries = 0;
+    const [low, high, end] = await Promise.all([
+      store.readAll(0, 3),
+      store.readAll(head + 5, 3),
+      store.readAll(head + 9, 3),
+    ]);
+    assert.deepEqual(
+      low.map((e) => e.position),
+      [1, 2, 3],
+    );
+    assert.deepEqual(
+      high.map((e) => e.position),
+      [head + 6, head + 7, head + 8],
+    );
+    assert.deepEqual(
+      end.map((e) => e.position),
+      [head + 10],
+    );
+    assert.equal(
+      queries,
+      3,
+      'the shared one (three rows from the start), then one for each page it cut short',
+    );
   });
 });
 
