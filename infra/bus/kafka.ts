@@ -113,16 +113,21 @@ export class OffsetCommits {
   /** Counts joins: a chunk durable after one is not finished from here. */
   private generation = 0;
 
+  /** Told of a partition whose chunk was not made durable (the member then joins again). */
+  private readonly failedOne: (partition: number) => void;
+
   constructor(o: {
     topic: string;
     intervalMs: number;
     commit: (offsets: { topic: string; partition: number; offset: string }[]) => Promise<void>;
     log: Logger;
+    failed?: (partition: number) => void;
   }) {
     this.topic = o.topic;
     this.intervalMs = o.intervalMs;
     this.commit = o.commit;
     this.log = o.log;
+    this.failedOne = o.failed ?? (() => {});
   }
 
   /** `offset`: the chunk's last message. Behind a partition's chunks still waiting to be durable,
@@ -141,8 +146,9 @@ export class OffsetCommits {
   /**
    * A chunk handled and made durable later (`durable`): finished once it and every earlier such
    * chunk of its partition are durable, in order. One that never is holds its partition's commits
-   * back until the next join, whose holder reads from the last committed offset again (at least
-   * once). A chunk durable only after a join is left to the partition's holder, which has it again.
+   * back until the next join (which the bus then asks for at once: `failed`), whose holder reads
+   * from the last committed offset again (at least once). A chunk durable only after a join is
+   * left to the partition's holder, which has it again.
    */
   finishWhen(partition: number, offset: string, durable: Promise<void>): void {
     if (this.failed.has(partition)) return;
@@ -162,6 +168,7 @@ export class OffsetCommits {
           { topic: this.topic, partition, offset, err: err.message },
           'a handled chunk was not made durable; its partition commits nothing more until the next join',
         );
+        this.failedOne(partition);
       },
     );
     void chained
@@ -418,8 +425,37 @@ export class KafkaBus implements Bus {
   async consume(o: ConsumeOptions): Promise<Consumer> {
     let current: GroupMember | undefined;
     let stopped = false;
+    /** A member that crashed, or whose chunk was not made durable, is replaced by a new one
+     * (after `leave`), which joins the group and reads each partition from its committed offset. */
+    const replace = (member: GroupMember, leave: () => Promise<void>) =>
+      setTimeout(async () => {
+        if (stopped || current !== member) return;
+        await leave().catch(() => {});
+        while (!stopped && current === member) {
+          try {
+            await start();
+          } catch (err) {
+            this.log.warn(
+              { group: o.group, err: (err as Error).message },
+              'consumer restart failed; retrying',
+            );
+            await new Promise((r) => setTimeout(r, 2000));
+          }
+        }
+      }, 1000);
     const start = async (): Promise<void> => {
-      const member = await this.startMember(o);
+      let self: GroupMember | undefined;
+      let replacing = false;
+      const member = await this.startMember(o, () => {
+        // A partition's chunk was not made durable: its later chunks are not committed, and its
+        // next holder reads it again from the committed offset. That holder is this process's
+        // next member, at once, rather than whoever holds the partition after the next rebalance.
+        if (!self || replacing) return;
+        replacing = true;
+        this.log.warn({ group: o.group }, 'a chunk was not made durable; joining the group again');
+        replace(self, () => self!.stop());
+      });
+      self = member;
       if (stopped) {
         // Stopped while this restart was connecting: stop() stopped the crashed one only.
         await member.stop();
@@ -430,26 +466,16 @@ export class KafkaBus implements Bus {
       // kafkajs restarts a consumer after retriable failures only. After any other crash (seen
       // after a broker restart) it would sit idle while the process looks healthy: start it anew.
       consumer.on(consumer.events.CRASH, (e) => {
-        if (e.payload.restart || stopped || current !== member) return;
+        if (e.payload.restart || stopped || current !== member || replacing) return;
+        replacing = true;
         this.log.error(
           { group: o.group, err: e.payload.error?.message },
           'consumer crashed; starting it again',
         );
-        setTimeout(async () => {
+        replace(member, async () => {
           member.commits.stop(); // a crashed consumer commits nothing more
-          await consumer.disconnect().catch(() => {});
-          while (!stopped && current === member) {
-            try {
-              await start();
-            } catch (err) {
-              this.log.warn(
-                { group: o.group, err: (err as Error).message },
-                'consumer restart failed; retrying',
-              );
-              await new Promise((r) => setTimeout(r, 2000));
-            }
-          }
-        }, 1000);
+          await consumer.disconnect();
+        });
       });
     };
     await start();
@@ -464,7 +490,7 @@ export class KafkaBus implements Bus {
     return handle;
   }
 
-  private async startMember(o: ConsumeOptions): Promise<GroupMember> {
+  private async startMember(o: ConsumeOptions, failed: () => void): Promise<GroupMember> {
     const topic = this.prefix + o.topic;
     const consumer = this.kafka.consumer({
       groupId: this.prefix + o.group,
@@ -484,6 +510,7 @@ export class KafkaBus implements Bus {
       intervalMs: this.commitIntervalMs,
       commit: (offsets) => consumer.commitOffsets(offsets),
       log: this.log,
+      failed,
     });
     /** Chunks being handled: a stop lets them finish, then commits. */
     const running = new Set<Promise<void>>();

@@ -37,8 +37,9 @@ export interface ConsumeOptions {
   /** Handles one partition's batch, in order. Its offsets are committed only when it resolves,
    * or, when it resolves to `{ durable }`, once that resolves too (the next batch comes at once:
    * a handler may take a batch in and make it durable later); when it throws, the batch comes
-   * again. A batch whose `durable` rejects is never committed here: the partition's next holder
-   * (after a restart or a rebalance) has it again. */
+   * again. A batch whose `durable` rejects is never committed, nor any later one of its partition:
+   * the batch comes again (Kafka: the member joins the group anew and reads the partition from
+   * its committed offset; in memory: the next batch waits for `durable`, and the batch is retried). */
   // biome-ignore lint/suspicious/noConfusingVoidType: most handlers answer nothing (their batch is done)
   handle(messages: InMessage[], info: BatchInfo): Promise<void | Handled>;
   /** Partitions handled at once by this member. */
