@@ -7,6 +7,7 @@ import type { Redis } from 'ioredis';
 import type { Context } from 'koa';
 import { LRUCache } from 'lru-cache';
 import { withTimeout } from '../infra/deadline.ts';
+import type { Logger } from '../infra/telemetry.ts';
 import { badRequest } from './errors.ts';
 
 export interface LastWrites {
@@ -104,6 +105,17 @@ export interface Consistency {
 
 /** Waits until the projections have applied `position` (see waitForPosition). */
 export type WaitForPosition = (projections: string[], position: number) => Promise<void>;
+
+/** What a process does when a write was not remembered (Redis failed or hung): a warning at most
+ * every 10 s, since at ingestion rates an outage would be a line per write. */
+export function warnUnremembered(logger: Logger): (err: unknown) => void {
+  let warned = 0;
+  return (err) => {
+    if (Date.now() - warned < 10_000) return;
+    warned = Date.now();
+    logger.warn({ error: (err as Error).message }, 'writes are not remembered for read-your-writes');
+  };
+}
 
 /** How long a command's answer waits for its write to be remembered, ms. */
 const RECORD_WAIT_MS = 1000;

@@ -47,7 +47,13 @@ import { fromPem } from './auth/keys.ts';
 import { authenticate } from './auth/middleware.ts';
 import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
-import { consistency, type LastWrites, StoreHeadLastWrites, type WaitForPosition } from './consistency.ts';
+import {
+  consistency,
+  type LastWrites,
+  StoreHeadLastWrites,
+  type WaitForPosition,
+  warnUnremembered,
+} from './consistency.ts';
 import { consoleRoutes } from './console.ts';
 import type { HubContext } from './context.ts';
 import { loadDeviceCa } from './devices/ca.ts';
@@ -116,6 +122,8 @@ export interface Owned {
 
 interface ThreadData {
   config: Config;
+  /** The keys as the main thread resolved them (PEM), apart from the configuration the routes get. */
+  secrets: Pick<Config, 'jwtPrivateKey' | 'deviceCaCert' | 'deviceCaKey'>;
   level: string;
   port: number;
   readiness: string[];
@@ -192,7 +200,8 @@ export async function startApiThreads(o: {
   try {
     for (let i = 0; i < config.apiThreads; i++) {
       const data: ThreadData = {
-        config: { ...config, ...o.secrets },
+        config,
+        secrets: o.secrets,
         level: logger.level,
         port,
         readiness: Object.keys(o.readiness),
@@ -379,8 +388,9 @@ async function runApiThread(data: ThreadData): Promise<void> {
         ? new StoreHeadLastWrites(store)
         : remote<LastWrites>('lastWrites', { remote: true }),
       waitFor,
+      warnUnremembered(logger),
     ),
-    keys: await fromPem(config.jwtPrivateKey),
+    keys: await fromPem(data.secrets.jwtPrivateKey),
     fixedWindows: remote<FixedWindows>('fixedWindows'),
     eventLog: remote<EventLog>('eventLog'),
     deliveries: remote<DeliveryStore>('deliveries'),
@@ -391,7 +401,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
       give: (owner: string) => channel.call('streamSlots', 'give', [owner]) as Promise<void>,
     },
     captcha: captchaCheck(config.captchaVerifyUrl, config.captchaSecret),
-    deviceCa: await loadDeviceCa({ certPem: config.deviceCaCert, keyPem: config.deviceCaKey }),
+    deviceCa: await loadDeviceCa({ certPem: data.secrets.deviceCaCert, keyPem: data.secrets.deviceCaKey }),
     publicUrl: () => config.publicUrl || url,
   };
   const readiness = Object.fromEntries(

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import type { ReadinessCheck } from '../api/app.ts';
 import { loadKeys } from '../api/auth/keys.ts';
-import { type Consistency, consistency, type WaitForPosition } from '../api/consistency.ts';
+import { type Consistency, consistency, type WaitForPosition, warnUnremembered } from '../api/consistency.ts';
 import type { Bus } from '../infra/bus/port.ts';
 import { type Config, ConfigError } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
@@ -151,12 +151,7 @@ export async function startNode(
 
     const waitFor: WaitForPosition = (names, position) =>
       waitForPosition(readStore, names, position, config.readWaitMs);
-    let warned = 0; // once per 10 s: at ingestion rates an outage would be a line per write
-    const reads = consistency(stores.lastWrites, waitFor, (err) => {
-      if (Date.now() - warned < 10_000) return;
-      warned = Date.now();
-      logger.warn({ error: (err as Error).message }, 'writes are not remembered for read-your-writes');
-    });
+    const reads = consistency(stores.lastWrites, waitFor, warnUnremembered(logger));
     const keys = await loadKeys(
       {
         configured: config.jwtPrivateKey,

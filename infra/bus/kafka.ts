@@ -425,33 +425,49 @@ export class KafkaBus implements Bus {
   async consume(o: ConsumeOptions): Promise<Consumer> {
     let current: GroupMember | undefined;
     let stopped = false;
+    /** The replacement under way (its timer, then its start), for stop() to end or wait for. */
+    let timer: NodeJS.Timeout | undefined;
+    let replacing: Promise<void> = Promise.resolve();
+    /** Replacements in a row of members that lived less than a minute: each waits twice as long
+     * as the last (1 s to 30 s), so a store that keeps failing does not rebalance the group
+     * every second. */
+    let inARow = 0;
+    let startedAt = 0;
     /** A member that crashed, or whose chunk was not made durable, is replaced by a new one
      * (after `leave`), which joins the group and reads each partition from its committed offset. */
-    const replace = (member: GroupMember, leave: () => Promise<void>) =>
-      setTimeout(async () => {
-        if (stopped || current !== member) return;
-        await leave().catch(() => {});
-        while (!stopped && current === member) {
-          try {
-            await start();
-          } catch (err) {
-            this.log.warn(
-              { group: o.group, err: (err as Error).message },
-              'consumer restart failed; retrying',
-            );
-            await new Promise((r) => setTimeout(r, 2000));
-          }
-        }
-      }, 1000);
+    const replace = (member: GroupMember, leave: () => Promise<void>) => {
+      inARow = Date.now() - startedAt < 60_000 ? inARow + 1 : 1;
+      timer = setTimeout(
+        () => {
+          timer = undefined;
+          replacing = (async () => {
+            if (stopped || current !== member) return;
+            await leave().catch(() => {});
+            while (!stopped && current === member) {
+              try {
+                await start();
+              } catch (err) {
+                this.log.warn(
+                  { group: o.group, err: (err as Error).message },
+                  'consumer restart failed; retrying',
+                );
+                await new Promise((r) => setTimeout(r, 2000));
+              }
+            }
+          })();
+        },
+        Math.min(30_000, 1000 * 2 ** (inARow - 1)),
+      );
+    };
     const start = async (): Promise<void> => {
       let self: GroupMember | undefined;
-      let replacing = false;
+      let leaving = false;
       const member = await this.startMember(o, () => {
         // A partition's chunk was not made durable: its later chunks are not committed, and its
         // next holder reads it again from the committed offset. That holder is this process's
-        // next member, at once, rather than whoever holds the partition after the next rebalance.
-        if (!self || replacing) return;
-        replacing = true;
+        // next member, soon, rather than whoever holds the partition after the next rebalance.
+        if (!self || leaving || stopped) return;
+        leaving = true;
         this.log.warn({ group: o.group }, 'a chunk was not made durable; joining the group again');
         replace(self, () => self!.stop());
       });
@@ -462,12 +478,13 @@ export class KafkaBus implements Bus {
         return;
       }
       current = member;
+      startedAt = Date.now();
       const { consumer } = member;
       // kafkajs restarts a consumer after retriable failures only. After any other crash (seen
       // after a broker restart) it would sit idle while the process looks healthy: start it anew.
       consumer.on(consumer.events.CRASH, (e) => {
-        if (e.payload.restart || stopped || current !== member || replacing) return;
-        replacing = true;
+        if (e.payload.restart || stopped || current !== member || leaving) return;
+        leaving = true;
         this.log.error(
           { group: o.group, err: e.payload.error?.message },
           'consumer crashed; starting it again',
@@ -483,6 +500,12 @@ export class KafkaBus implements Bus {
       stop: async () => {
         stopped = true;
         this.consumers.delete(handle);
+        clearTimeout(timer);
+        // A replacement under way ends with the member it started stopped (see start); a broker
+        // that does not answer bounds the wait.
+        let bounded: NodeJS.Timeout | undefined;
+        await Promise.race([replacing, new Promise((r) => (bounded = setTimeout(r, STOP_COMMIT_MS)))]);
+        clearTimeout(bounded);
         await current?.stop();
       },
     };
