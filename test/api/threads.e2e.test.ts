@@ -189,7 +189,7 @@ describe('API threads (e2e)', () => {
 x509.cryptoProvider.set(webcrypto as never);
 const CSR_ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 /** A Redis database no other test file uses: emptied, then shared by the two API processes. */
-const REDIS_DB = 12;
+const REDIS_DB = 7;
 
 describe('a distributed API process on two threads, beside another on its main thread (e2e)', function () {
   this.timeout(120_000);

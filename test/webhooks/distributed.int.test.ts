@@ -65,18 +65,22 @@ describe('webhooks: distributed, two dispatchers (int)', function () {
       await rx.waitFor('/ok/warm', sent);
     }
     const limited = await create('/ok/limited', { rate_limit: 8 });
-    await burst(limited, 32);
-    const got = await rx.waitFor('/ok/limited', 32, 30_000);
-    assert.equal(got.length, 32);
-    assertKeepsRate(
-      got.map((r) => r.at),
-      8,
-    );
-    // Both took part.
+    // Bursts of 32, each kept to 8/s, until both dispatchers took part in one (which one claims the
+    // due jobs is a race: on a loaded machine one may win every claim of a burst).
     const byProcess = new Map<string, number>();
-    for (const r of got) {
-      const p = processOf(r.headers['webhook-id']);
-      byProcess.set(p, (byProcess.get(p) ?? 0) + 1);
+    for (let round = 1; round <= 3 && byProcess.size < 2; round++) {
+      byProcess.clear();
+      await burst(limited, 32);
+      const got = (await rx.waitFor('/ok/limited', 32 * round, 30_000)).slice(32 * (round - 1));
+      assert.equal(got.length, 32);
+      assertKeepsRate(
+        got.map((r) => r.at),
+        8,
+      );
+      for (const r of got) {
+        const p = processOf(r.headers['webhook-id']);
+        byProcess.set(p, (byProcess.get(p) ?? 0) + 1);
+      }
     }
     assert.equal(byProcess.size, 2, `deliveries by process: ${JSON.stringify([...byProcess])}`);
   });
