@@ -38,6 +38,13 @@ function pick(env: NodeJS.ProcessEnv, re: RegExp): Record<string, string> {
   >;
 }
 
+/** The PostgreSQL URL with the store's tables in `schema` (a test's own, dropped by dropSchema). */
+export const inSchema = (postgresUrl: string, schema: string): string =>
+  `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`;
+
+/** The Redis URL of database `db` (a test file's own: each file uses one no other file does). */
+export const redisDb = (redisUrl: string, db: number): string => `${redisUrl.replace(/\/\d*$/, '')}/${db}`;
+
 /** Drops a PostgreSQL schema a test made for its event store (a connection of its own: the store
  * may be closed). */
 export async function dropSchema(postgresUrl: string, schema: string): Promise<void> {

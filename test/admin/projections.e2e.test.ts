@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from '../faults/cluster.ts';
-import { dropSchema, testConfig } from '../harness.ts';
+import { dropSchema, inSchema, redisDb, testConfig } from '../harness.ts';
 import {
   createDevice,
   type Device,
@@ -49,7 +49,7 @@ const profiles: Profile[] = [
       const { postgresUrl, redisUrl } = testConfig();
       const id = randomBytes(4).toString('hex');
       const schema = `admin_${id}`;
-      const isolatedRedis = `${redisUrl.replace(/\/\d*$/, '')}/${REDIS_DB}`;
+      const isolatedRedis = redisDb(redisUrl, REDIS_DB);
       const redis = new Redis(isolatedRedis);
       await redis.flushdb();
       redis.disconnect();
@@ -58,7 +58,7 @@ const profiles: Profile[] = [
         ...hubEnv,
         HUB_PROFILE: 'distributed',
         HUB_REDIS_URL: isolatedRedis,
-        HUB_POSTGRES_URL: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+        HUB_POSTGRES_URL: inSchema(postgresUrl, schema),
         HUB_KAFKA_PREFIX: `admin-${id}-`,
         HUB_DATA_DIR: mkdtempSync(join(tmpdir(), 'hub-admin-')),
         HUB_PUBLIC_URL: `http://127.0.0.1:${port}`,

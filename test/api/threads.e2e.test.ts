@@ -9,7 +9,7 @@ import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import * as x509 from '@peculiar/x509';
 import { Redis } from 'ioredis';
 import { forRoles, type Role } from '../../hub/node.ts';
-import { dropSchema, type JsonResponse, testConfig } from '../harness.ts';
+import { dropSchema, inSchema, type JsonResponse, redisDb, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 /** One request on a connection of its own. */
@@ -196,7 +196,7 @@ describe('a distributed API process on two threads, beside another on its main t
   const { postgresUrl, redisUrl } = testConfig();
   const id = randomBytes(4).toString('hex');
   const schema = `threads_${id}`;
-  const redis = new Redis(`${redisUrl.replace(/\/\d*$/, '')}/${REDIS_DB}`);
+  const redis = new Redis(redisDb(redisUrl, REDIS_DB));
   let threaded: TestHub;
   let plain: TestHub;
   let alice: User;
@@ -205,8 +205,8 @@ describe('a distributed API process on two threads, beside another on its main t
     await redis.flushdb();
     const env = {
       HUB_PROFILE: 'distributed',
-      HUB_REDIS_URL: `${redisUrl.replace(/\/\d*$/, '')}/${REDIS_DB}`,
-      HUB_POSTGRES_URL: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+      HUB_REDIS_URL: redisDb(redisUrl, REDIS_DB),
+      HUB_POSTGRES_URL: inSchema(postgresUrl, schema),
       HUB_KAFKA_PREFIX: `threads-${id}-`,
       ...BURSTS,
     };

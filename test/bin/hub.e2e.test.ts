@@ -4,7 +4,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from '../harness.ts';
+import { inSchema, request } from '../harness.ts';
 
 const HUB = new URL('../../bin/hub.ts', import.meta.url).pathname;
 
@@ -233,7 +233,7 @@ describe('embedded profile start (e2e)', () => {
       schema,
       config: testConfig({
         HUB_PROFILE: 'distributed',
-        HUB_POSTGRES_URL: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+        HUB_POSTGRES_URL: inSchema(postgresUrl, schema),
         ...env,
       }),
     };

@@ -15,7 +15,7 @@ import type { ReadStore } from '../../infra/readstore/port.ts';
 import { createLogger } from '../../infra/telemetry.ts';
 import { projections } from '../../projections/index.ts';
 import { replayProjection } from '../../projections/replay.ts';
-import { request, testConfig } from '../harness.ts';
+import { inSchema, redisDb, request, testConfig } from '../harness.ts';
 import { endProcess, type RoleProcess, remoteHub, spawnRole, type TestHub, type User } from '../hub.ts';
 import type { Receiver } from '../webhooks/receiver.ts';
 
@@ -42,12 +42,13 @@ export interface Cluster {
 
 export async function startCluster(
   name: string,
-  redisDb: number,
+  /** The Redis database of this cluster (flushed at its start). */
+  database: number,
   extra: Record<string, string> = {},
 ): Promise<Cluster> {
   const base = testConfig();
   const id = randomBytes(4).toString('hex');
-  const redisUrl = `${base.redisUrl.replace(/\/\d*$/, '')}/${redisDb}`;
+  const redisUrl = redisDb(base.redisUrl, database);
   const redis = new Redis(redisUrl);
   await redis.flushdb();
   redis.disconnect();
@@ -55,7 +56,7 @@ export async function startCluster(
   const env = {
     HUB_PROFILE: 'distributed',
     HUB_REDIS_URL: redisUrl,
-    HUB_POSTGRES_URL: `${base.postgresUrl}${base.postgresUrl.includes('?') ? '&' : '?'}schema=${name}_${id}`,
+    HUB_POSTGRES_URL: inSchema(base.postgresUrl, `${name}_${id}`),
     HUB_KAFKA_PREFIX: `${name}-${id}-`,
     HUB_DATA_DIR: mkdtempSync(join(tmpdir(), `hub-${name}-`)),
     HUB_WEBHOOK_ALLOW_HTTP: 'true',

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { readEventStream, type StreamEvent } from '../../bin/listen.ts';
-import { dropSchema, testConfig } from '../harness.ts';
+import { dropSchema, inSchema, redisDb, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 export interface OpenStream {
@@ -83,7 +83,7 @@ profiles.push({ name: 'embedded', env: async () => ({}), cleanup: async () => {}
   const id = randomBytes(4).toString('hex');
   const schema = `stream_${id}`;
   // A Redis database of its own, emptied: the projections' checkpoints there start with the store.
-  const isolatedRedis = `${redisUrl.replace(/\/\d*$/, '')}/9`;
+  const isolatedRedis = redisDb(redisUrl, 9);
   profiles.push({
     name: 'distributed',
     env: async () => {
@@ -93,7 +93,7 @@ profiles.push({ name: 'embedded', env: async () => ({}), cleanup: async () => {}
       return {
         HUB_PROFILE: 'distributed',
         HUB_REDIS_URL: isolatedRedis,
-        HUB_POSTGRES_URL: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+        HUB_POSTGRES_URL: inSchema(postgresUrl, schema),
         HUB_KAFKA_PREFIX: `stream-${id}-`,
       };
     },

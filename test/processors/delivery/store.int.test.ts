@@ -13,7 +13,7 @@ import { RedisDeliveryStore } from '../../../processors/delivery/redis.ts';
 import { SqliteDeliveryStore } from '../../../processors/delivery/sqlite.ts';
 import { ThreadedDeliveryStore } from '../../../processors/delivery/threaded.ts';
 import { PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
-import { dropSchema, testConfig } from '../../harness.ts';
+import { dropSchema, inSchema, redisDb, testConfig } from '../../harness.ts';
 import { attemptOf, deliveryStoreContract, job } from './contract.ts';
 
 const RETENTION_MS = 86_400_000;
@@ -22,7 +22,7 @@ const RETENTION_MS = 86_400_000;
 const freshPath = () => join(mkdtempSync(join(tmpdir(), 'hub-deliveries-')), 'deliveries.db');
 
 // A database of its own: the schedule's keys are global to a Redis database.
-const redis = new Redis(`${testConfig().redisUrl.replace(/\/\d*$/, '')}/11`);
+const redis = new Redis(redisDb(testConfig().redisUrl, 11));
 after(() => redis.disconnect());
 
 // The attempt records' schema of its own, kept for the whole file (ids are random, and every list
@@ -30,7 +30,7 @@ after(() => redis.disconnect());
 const { postgresUrl } = testConfig();
 const schema = `test_attlog_${randomBytes(4).toString('hex')}`;
 const logs = new PostgresLogs({
-  url: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+  url: inSchema(postgresUrl, schema),
   retentionMs: RETENTION_MS,
 });
 after(async () => {

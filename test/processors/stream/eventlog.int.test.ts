@@ -13,7 +13,7 @@ import { MemoryEventLog, RedisEventLog } from '../../../processors/stream/eventl
 import { PostgresEventLog } from '../../../processors/stream/eventlog-postgres.ts';
 import { SqliteEventLog } from '../../../processors/stream/eventlog-sqlite.ts';
 import { PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
-import { dropSchema, testConfig } from '../../harness.ts';
+import { dropSchema, inSchema, testConfig } from '../../harness.ts';
 import { event, eventLogContract, eventLogTailContract, readAll } from './eventlog.ts';
 
 eventLogContract('memory', async (retentionMs) => ({ log: new MemoryEventLog({ retentionMs }) }));
@@ -37,7 +37,7 @@ after(async () => {
 });
 eventLogContract('PostgreSQL', async (retentionMs) => {
   const logs = new PostgresLogs({
-    url: `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`,
+    url: inSchema(postgresUrl, schema),
     retentionMs,
     partitionMs: 1000,
   });
@@ -65,7 +65,7 @@ eventLogContract('PostgreSQL', async (retentionMs) => {
 
 // The tail on PostgreSQL, in a schema of its own with partitions of a day.
 const tailSchema = `test_evtail_${randomBytes(4).toString('hex')}`;
-const tailUrl = `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${tailSchema}`;
+const tailUrl = inSchema(postgresUrl, tailSchema);
 const tailLogs = new PostgresLogs({ url: tailUrl, retentionMs: 86_400_000 });
 after(async () => {
   await tailLogs.close();

@@ -13,19 +13,18 @@ import { RedisEventLog } from '../../../processors/stream/eventlog.ts';
 import { PostgresEventLog } from '../../../processors/stream/eventlog-postgres.ts';
 import { PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
 import { MOVED_KEY, moveLogsFromRedis } from '../../../processors/stream/postgres-logs-move.ts';
-import { dropSchema, memoryLogger, testConfig } from '../../harness.ts';
+import { dropSchema, inSchema, memoryLogger, redisDb, testConfig } from '../../harness.ts';
 import { attemptOf, job } from '../delivery/contract.ts';
 import { event } from './eventlog.ts';
 
 const DAY = 86_400_000;
 const { postgresUrl, redisUrl } = testConfig();
-const inSchema = (schema: string) => `${postgresUrl}${postgresUrl.includes('?') ? '&' : '?'}schema=${schema}`;
 
 describe('PostgreSQL logs: partitions', () => {
   const schema = `test_parts_${randomBytes(4).toString('hex')}`;
   const opened: PostgresLogs[] = [];
   const open = () => {
-    const logs = new PostgresLogs({ url: inSchema(schema), retentionMs: 3 * DAY });
+    const logs = new PostgresLogs({ url: inSchema(postgresUrl, schema), retentionMs: 3 * DAY });
     opened.push(logs);
     return logs;
   };
@@ -108,7 +107,7 @@ describe('PostgreSQL logs: totals', () => {
   const schema = `test_totals_${randomBytes(4).toString('hex')}`;
   let logs: PostgresLogs;
   before(() => {
-    logs = new PostgresLogs({ url: inSchema(schema), retentionMs: 3 * DAY });
+    logs = new PostgresLogs({ url: inSchema(postgresUrl, schema), retentionMs: 3 * DAY });
   });
   after(async () => {
     await logs.close();
@@ -180,7 +179,7 @@ describe('PostgreSQL logs: totals', () => {
 describe('PostgreSQL logs: the upgrade from a Redis set of an earlier version', () => {
   const schema = `test_move_${randomBytes(4).toString('hex')}`;
   // A database of its own: the move scans the whole keyspace.
-  const redis = new Redis(`${redisUrl.replace(/\/\d*$/, '')}/13`);
+  const redis = new Redis(redisDb(redisUrl, 13));
   let logs: PostgresLogs;
   after(async () => {
     await logs?.close();
@@ -210,7 +209,7 @@ describe('PostgreSQL logs: the upgrade from a Redis set of an earlier version', 
     await redis.set('hub:evt:evt_torn', '{"id":"evt_torn",');
     await redis.set('hub:rm:devices:keep', 'a read model');
 
-    logs = new PostgresLogs({ url: inSchema(schema), retentionMs });
+    logs = new PostgresLogs({ url: inSchema(postgresUrl, schema), retentionMs });
     const log = new PostgresEventLog(logs);
     const records = new PostgresAttemptLog(logs);
     const { logger, lines } = memoryLogger();
