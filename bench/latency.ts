@@ -13,6 +13,7 @@
 //   HUB_BENCH_RATES=500,1000                   the steady rates (writes/s)
 //   HUB_BENCH_TOPOLOGY=one|split               all roles in one process (default), or one each
 //   HUB_BENCH_VARIANTS='[{"name":"before","root":"/tmp/base","env":{}},{"name":"after"}]'
+//                                              (a variant's "nodeFlags": Node's flags instead of bin/hub.ts's)
 //                                              hubs to alternate (another tree, other settings)
 //   HUB_BENCH_ROUNDS=2                         rounds of the variants, alternated
 //   HUB_BENCH_SATURATION=0                     leave out the saturation runs
@@ -69,6 +70,8 @@ interface Variant {
   /** Another tree's root (its bin/hub.ts is run); this one by default. */
   root?: string;
   env?: Record<string, string>;
+  /** Node's flags for the hub's processes, instead of bin/hub.ts's (V8 flags NODE_OPTIONS refuses). */
+  nodeFlags?: string[];
 }
 const VARIANTS: Variant[] = JSON.parse(process.env.HUB_BENCH_VARIANTS ?? '[{"name":"this tree"}]');
 
@@ -236,7 +239,7 @@ async function startHub(variant: Variant, env: Record<string, string>): Promise<
     ...env,
     ...variant.env,
   };
-  const args = (role: string) => [...HUB_NODE_FLAGS, join(root, 'bin/hub.ts'), role];
+  const args = (role: string) => [...(variant.nodeFlags ?? HUB_NODE_FLAGS), join(root, 'bin/hub.ts'), role];
   const children = new Map<string, ChildProcess>();
   process.once('exit', () => {
     for (const child of children.values()) child.kill('SIGKILL'); // the bench failed: none left

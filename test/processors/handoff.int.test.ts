@@ -7,18 +7,50 @@ import { MemoryBus } from '../../infra/bus/memory.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
 import type { Job } from '../../processors/delivery/port.ts';
-import { MemoryActorStates } from '../../processors/stream/actors.ts';
-import type { DeviceActor } from '../../processors/stream/derive.ts';
+import { MemoryActorStates, type StatesCheckpoint } from '../../processors/stream/actors.ts';
+import type { DeviceActor, WebhookEvent } from '../../processors/stream/derive.ts';
 import { MemoryEventLog } from '../../processors/stream/eventlog.ts';
 import { ProcessorMetrics, StreamProcessor } from '../../processors/stream/processor.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import { memoryLogger } from '../harness.ts';
 
 const OWNER = 'prn:::accounts:/handoff';
+const registry = SchemaRegistry.load();
+const subscriptions = {
+  of: async () => [
+    {
+      id: 'whk_handoff',
+      owner: OWNER,
+      enabled: true,
+      event_types: ['device.created'],
+      devices: [],
+      user_meta_keys: [],
+      device_meta_keys: [],
+    },
+  ],
+};
+/** The change of device d<position>'s creation, as the relay puts it on the changes topic. */
+const created = (position: number) => ({
+  key: `d${position}`,
+  value: registry.encode('ChangeRecord', {
+    id: `00000000-0000-4000-8000-${String(position).padStart(12, '0')}`,
+    type: 'DeviceCreated',
+    stream: `device-d${position}`,
+    revision: 0,
+    schema_version: 1,
+    position,
+    created: Date.now(),
+    data: JSON.stringify({ prn: `prn:::devices:/d${position}`, owner_prn: OWNER, nick: 'n' }),
+  }),
+  headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
+});
+const until = async (what: () => boolean | Promise<boolean>) => {
+  for (let i = 0; i < 200 && !(await what()); i++) await new Promise((r) => setTimeout(r, 10));
+  assert.ok(await what());
+};
 
 describe('processor hand-off checkpoint (int)', () => {
   it('moves past a batch once its jobs are durable, in order; stays before jobs that could not be', async () => {
-    const registry = SchemaRegistry.load();
     const { logger, lines } = memoryLogger();
     const bus = new MemoryBus({ logger });
     await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
@@ -29,19 +61,7 @@ describe('processor hand-off checkpoint (int)', () => {
       registry,
       states: new MemoryActorStates<DeviceActor>(),
       log: new MemoryEventLog({ retentionMs: 86_400_000 }),
-      subscriptions: {
-        of: async () => [
-          {
-            id: 'whk_handoff',
-            owner: OWNER,
-            enabled: true,
-            event_types: ['device.created'],
-            devices: [],
-            user_meta_keys: [],
-            device_meta_keys: [],
-          },
-        ],
-      },
+      subscriptions,
       logger,
       metrics: new ProcessorMetrics(new Registry()),
       partitionsConcurrently: 1,
@@ -55,25 +75,7 @@ describe('processor hand-off checkpoint (int)', () => {
       },
       handOffCheckpoint: { checkpoints, name: 'processor-handoff' },
     });
-    const created = (position: number) => ({
-      key: `d${position}`,
-      value: registry.encode('ChangeRecord', {
-        id: `00000000-0000-4000-8000-${String(position).padStart(12, '0')}`,
-        type: 'DeviceCreated',
-        stream: `device-d${position}`,
-        revision: 0,
-        schema_version: 1,
-        position,
-        created: Date.now(),
-        data: JSON.stringify({ prn: `prn:::devices:/d${position}`, owner_prn: OWNER, nick: 'n' }),
-      }),
-      headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
-    });
     const checkpoint = () => checkpoints.get('processor-handoff');
-    const until = async (what: () => boolean | Promise<boolean>) => {
-      for (let i = 0; i < 200 && !(await what()); i++) await new Promise((r) => setTimeout(r, 10));
-      assert.ok(await what());
-    };
     await processor.start();
     try {
       await bus.send(TOPICS.changes, [created(1)]);
@@ -99,6 +101,68 @@ describe('processor hand-off checkpoint (int)', () => {
       assert.equal(await checkpoint(), 2);
       assert.ok(lines().some((l) => /hand-off checkpoint stays before them/.test(l)));
     } finally {
+      await processor.stop();
+      await bus.close();
+    }
+  });
+
+  it("hands a chunk's jobs off while its event log is written, and saves its states once both are done", async () => {
+    // The log's write held: with the two in turn, nothing would be handed off until it is done.
+    let releaseLog!: () => void;
+    const logHeld = new Promise<void>((r) => {
+      releaseLog = r;
+    });
+    class HeldLog extends MemoryEventLog {
+      override async append(events: WebhookEvent[]): Promise<void> {
+        await logHeld;
+        return super.append(events);
+      }
+    }
+    class CountedStates extends MemoryActorStates<DeviceActor> {
+      saves = 0;
+      override async save(states: Map<string, DeviceActor>, checkpoint?: StatesCheckpoint): Promise<void> {
+        this.saves++;
+        return super.save(states, checkpoint);
+      }
+    }
+    const { logger } = memoryLogger();
+    const bus = new MemoryBus({ logger });
+    await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+    const log = new HeldLog({ retentionMs: 86_400_000 });
+    const states = new CountedStates();
+    const handed: Job[][] = [];
+    const processor = new StreamProcessor({
+      bus,
+      registry,
+      states,
+      log,
+      subscriptions,
+      logger,
+      metrics: new ProcessorMetrics(new Registry()),
+      partitionsConcurrently: 1,
+      // As the deliveries topic: durable once the call resolves.
+      handOff: async (jobs) => {
+        handed.push(jobs);
+        return undefined;
+      },
+    });
+    await processor.start();
+    try {
+      await bus.send(TOPICS.changes, [created(1)]);
+      await until(() => handed.length === 1);
+      assert.equal(handed[0]!.length, 1);
+      assert.equal(
+        (await log.list(OWNER, { limit: 10, skip: 0 })).total,
+        0,
+        'the log is still being written',
+      );
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(states.saves, 0, 'the states wait for the log');
+      releaseLog();
+      await until(() => states.saves === 1);
+      assert.equal((await log.list(OWNER, { limit: 10, skip: 0 })).items[0]?.id, handed[0]![0]!.event.id);
+    } finally {
+      releaseLog();
       await processor.stop();
       await bus.close();
     }
