@@ -179,7 +179,8 @@ export async function startApiThreads(o: {
       const result = await turns.run(stream, self, () => owned.store.append(stream, events, expected));
       const recorded = appendedEvents(stream, events, result);
       for (const t of threads)
-        if (t.channel !== self) t.channel.send('appended', 'apply', [stream, recorded]);
+        if (t.channel !== self)
+          t.channel.sendSoon('appended', 'apply', [stream, recorded], APPENDED_WITHIN_MS);
       return result;
     },
     readStream: owned.store.readStream.bind(owned.store),
@@ -252,6 +253,13 @@ export async function startApiThreads(o: {
 /** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an
  * append); a turn its holder does not use ends then. */
 const TURN_MS = 100;
+/**
+ * How long the news of a thread's append may wait to reach the other threads (their cached states
+ * kept current): under load it goes at the end of the turn with the rest, at a moderate rate with
+ * the next message or after this long, one wake-up for several appends. A request that meets its
+ * stream's state before the news decides on it anyway; the append's revision check catches that.
+ */
+const APPENDED_WITHIN_MS = 20;
 
 interface Turn<Who> {
   holder: Who;

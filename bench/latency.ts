@@ -800,7 +800,8 @@ const EMBEDDED_WHERE = `### Where the time goes at 500 writes/s (2026-11-27)
 - The main thread spends about 1.0 ms per event at 500 writes/s against 0.25 ms at saturation. Its largest parts: the read models' SQLite transaction per batch (about 190 µs an event), the thread channel's messages (each event wakes an API thread with the append's answer and the other API thread with the appended event, the SQLite writer and the dispatcher's HTTP thread), the relay, the actors' state save and the event log insert. No function is above 2 % of the process.
 - The processor read the owner's subscriptions at every batch (so that a change held at once): about 60 µs of the main thread per event. They are now kept until the projector writes the webhooks model (1.00 → 0.94 ms per event on the main thread, two alternated rounds; the process's total moved within the runs' spread).
 - The API threads spend about twice their saturated CPU per request: each request wakes an idle thread, and its append crosses to the main thread and back.
-- Lingering to gather batches at low rates is the known remedy, at the cost of latency in every stage; \`HUB_PROJECTOR_LINGER_MS=5\` alone changed the figure by less than the run-to-run spread (2.54 → 2.48 ms per event).`;
+- Lingering to gather batches at low rates is the known remedy, at the cost of latency in every stage; \`HUB_PROJECTOR_LINGER_MS=5\` alone changed the figure by less than the run-to-run spread (2.54 → 2.48 ms per event).
+- 2026-11-28: the news of an append to the other API thread (which keeps its cached states current) waits up to 20 ms for the next message to that thread instead of waking it once per append (\`sendSoon\` in \`infra/threads.ts\`). Three alternated rounds against the tree before: CPU per event at 500 writes/s 1.72, 1.58, 1.55 → 1.56, 1.54, 1.50 ms; at saturation 3,911, 4,001, 3,988 → 4,130, 3,958, 4,095 events/s; device-meta ingestion the same (medians of three, 10,538 → 10,686 requests/s). With the API on the main thread (\`HUB_API_THREADS=0\`, one run) 1.40 ms per event, and with the dispatcher's HTTP thread off as well 1.25: the threads' hops are a fifth of the figure, the rest is every stage's fixed cost once per event.`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -958,6 +959,17 @@ tree before each change:
 - **Kept from that work:** a Kafka group member whose chunk was not made durable joins the group
   again a second later, so the partition is read again from its last commit at once (before, at the
   next rebalance or restart).
+- **The processor's log and hand-off at once** (later the same day). Timed inside the processor at
+  500 writes/s, a chunk (1.3 changes) took 0.13 ms to derive, 2.6 ms for the event log's insert
+  in PostgreSQL, 2.9 ms for the jobs' produce and 1.8 ms to save the states, in turn. The log and
+  the jobs need nothing of each other, so they are now written together, the states still saved
+  once both are done. Two alternated rounds against the tree before: the processor's hop p50 at 500
+  writes/s 13 and 12 → 10 and 9 ms, end to end p50 28 and 26 → 25 and 24 ms; at saturation the
+  hop 29 and 31 → 21 and 21 ms, end to end p50 68 and 72 → 59 and 59 ms, 1,905 and 1,735 → 1,822 and
+  1,861 events/s (the same within the spread). The relay, timed the same way: 250 sends a second of
+  2 changes, each read 5.1 ms after it was stored and sent in 2.7 ms; a send is in flight two
+  thirds of the time, so a stored change mostly waits for the one before (its producer keeps one
+  request in flight, which keeps a device's changes in order across retries).
 
 What it would take to meet the targets here: the hub's CPU per event, not its waits. At 500 writes/s
 each event costs about 2.2–3.1 ms of CPU over every process (the hub 1.8–1.9 ms, Kafka, Redis and

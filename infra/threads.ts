@@ -60,6 +60,10 @@ export class ThreadChannel {
   private readonly waiting = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   private nextId = 1;
   private outbox: Message[] = [];
+  /** A flush is scheduled at the end of this turn. */
+  private flushing = false;
+  /** The timer of sends that may wait (sendSoon), while some do. */
+  private soon: NodeJS.Timeout | undefined;
   private closed: Error | undefined;
 
   constructor(endpoint: Endpoint) {
@@ -89,6 +93,18 @@ export class ThreadChannel {
   }
 
   /**
+   * A send that may wait up to `withinMs` for the next message to the other end and go with it:
+   * a busy channel carries it at the end of the turn as any other; a quiet one wakes the other
+   * thread once for all that gathered meanwhile instead of once each. For news the other end is
+   * better off knowing soon but need not (a cache kept current, whose misses are checked anyway).
+   */
+  sendSoon(target: string, method: string, args: unknown[], withinMs: number): void {
+    if (this.closed) return;
+    this.outbox.push([0, target, method, args]);
+    this.soon ??= setTimeout(() => this.flush(), withinMs).unref();
+  }
+
+  /**
    * The other end's `name` as an object of this end: each listed method calls across; `fixed`
    * adds what is known here without asking (a store's kind, its flags).
    */
@@ -106,13 +122,21 @@ export class ThreadChannel {
   }
 
   private post(message: Message): void {
-    if (this.outbox.push(message) === 1) setImmediate(() => this.flush());
-    else if (this.outbox.length >= 64) this.flush();
+    if (!this.flushing) {
+      this.flushing = true;
+      setImmediate(() => this.flush());
+    }
+    if (this.outbox.push(message) >= 64) this.flush();
   }
 
   /** Sends what waits now rather than at the end of the turn (a caller that gathered a turn's
    * worth itself). */
   flush(): void {
+    this.flushing = false;
+    if (this.soon) {
+      clearTimeout(this.soon);
+      this.soon = undefined;
+    }
     if (this.outbox.length === 0) return;
     const batch = this.outbox;
     this.outbox = [];

@@ -88,6 +88,31 @@ describe('ThreadChannel (unit)', () => {
     close();
   });
 
+  it('a send that may wait goes with the next message, or alone once its time is up', async () => {
+    const { a, b, posted, close } = pair();
+    const heard: number[] = [];
+    a.serve('news', { tell: (n: number) => heard.push(n) }, ['tell']);
+    a.serve('echo', { echo: (x: number) => x }, ['echo']);
+    // Three news items then a call, in different turns: the call's message carries them all.
+    for (const n of [1, 2, 3]) {
+      b.sendSoon('news', 'tell', [n], 1000);
+      await new Promise((r) => setImmediate(r));
+    }
+    assert.equal(posted.b, 0, 'nothing posted for news alone within its time');
+    assert.equal(await b.call('echo', 'echo', [7]), 7);
+    assert.deepEqual(heard, [1, 2, 3]);
+    assert.equal(posted.b, 1);
+    // Nothing else to go: the news goes by itself after its wait, once for both.
+    b.sendSoon('news', 'tell', [4], 30);
+    b.sendSoon('news', 'tell', [5], 30);
+    await new Promise((r) => setTimeout(r, 10));
+    assert.deepEqual(heard, [1, 2, 3]);
+    await new Promise((r) => setTimeout(r, 60));
+    assert.deepEqual(heard, [1, 2, 3, 4, 5]);
+    assert.equal(posted.b, 2);
+    close();
+  });
+
   it('a call whose value cannot be copied fails alone', async () => {
     const { a, b, close } = pair();
     a.serve('echo', { echo: (x: unknown) => x }, ['echo']);
