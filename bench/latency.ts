@@ -976,7 +976,8 @@ each event costs about 2.2–3.1 ms of CPU over every process (the hub 1.8–1.9
 PostgreSQL the rest): about 1.2 of the machine's 2 cores, so every stage queues. The fixed cost of
 each round trip (a write to a socket, the server woken, the answer read) is paid once per event at
 moderate rates and once per batch of 3–20 at saturation, which is also why CPU per event at 500
-writes/s is 2–3 × the saturated figure.`;
+writes/s is 2–4 × the saturated figure (2.4 × on 2026-11-27; 3.9 × on 2026-11-28, on a machine
+where the saturated run was faster: 1,913 events/s at 0.80 ms against 1,142 at 1.34).`;
 
 // ---- main -------------------------------------------------------------------------------------
 
