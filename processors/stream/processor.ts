@@ -5,7 +5,7 @@
 // replays the batch into the same events (same ids) and nothing is lost.
 import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import type { Bus, Consumer, InMessage } from '../../infra/bus/port.ts';
+import type { Bus, Consumer, Handled, InMessage } from '../../infra/bus/port.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import type { CheckpointStore } from '../../infra/checkpoints.ts';
 import type { ReadStore } from '../../infra/readstore/port.ts';
@@ -256,8 +256,9 @@ export class StreamProcessor {
       onAssignment: () => this.runtimes.clear(),
       handle: async (messages, info) => {
         const timer = this.o.metrics.duration.startTimer();
+        let handled: Handled | undefined;
         try {
-          await this.handle(messages, info.partition);
+          handled = await this.handle(messages, info.partition);
         } catch (err) {
           // Actors may have moved past changes whose outputs were not written: forget them,
           // the stored states are behind this batch and the retry derives it again.
@@ -266,6 +267,7 @@ export class StreamProcessor {
         }
         timer();
         this.o.metrics.lag.set({ partition: info.partition }, info.lag);
+        return handled;
       },
     });
   }
@@ -297,7 +299,7 @@ export class StreamProcessor {
     return r;
   }
 
-  private async handle(messages: InMessage[], partition: number): Promise<void> {
+  private async handle(messages: InMessage[], partition: number): Promise<Handled | undefined> {
     const { registry, metrics } = this.o;
     let last = 0; // the position of the batch's last change, whatever its stream
     const batch = messages.flatMap((m) => {
@@ -333,8 +335,12 @@ export class StreamProcessor {
     const [{ jobs, handed }] = await Promise.all([handing, this.o.log.append(events)]);
     metrics.jobs.inc(jobs.length);
     const { resume } = this.o;
-    // Saved last: a crash before this derives the batch again, into the same ids.
-    if (!resume) await this.o.states.save(changed);
+    // Saved last: a crash before this derives the batch again, into the same ids. The next batch
+    // need not wait for it (its actors' states are in memory, and a load of one evicted since
+    // follows this save on the same connection): the batch's offsets are committed only once it
+    // is done, and should it fail the partition is read again from before the batch.
+    let saved: Promise<void> | undefined;
+    if (!resume) saved = this.o.states.save(changed);
     else this.unsaved.push(changed);
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
@@ -376,6 +382,7 @@ export class StreamProcessor {
         });
       });
     }
+    return saved && { durable: saved };
   }
 
   private async jobsFor(events: WebhookEvent[]): Promise<Job[]> {

@@ -1,11 +1,18 @@
-// The embedded processor's hand-off checkpoint: the dispatcher may deliver jobs before it stores
-// them, so the checkpoint moves past a batch only once its jobs are durable, in order, and never
-// past jobs that could not be made so. The in-process bus and a stub dispatcher, with real derivation.
+// How the processor writes a batch's outputs. The embedded hand-off checkpoint: the dispatcher may
+// deliver jobs before it stores them, so the checkpoint moves past a batch only once its jobs are
+// durable, in order, and never past jobs that could not be made so. The log and the hand-off go at
+// once, the states after both; on Kafka the next batch does not wait for the states, whose batch
+// is committed once they are saved. The in-process bus or the real broker, a stub dispatcher, with
+// real derivation.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { Kafka, logLevel } from 'kafkajs';
 import { Registry } from 'prom-client';
+import { KafkaBus } from '../../infra/bus/kafka.ts';
 import { MemoryBus } from '../../infra/bus/memory.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
+import { createLogger } from '../../infra/telemetry.ts';
 import type { Job } from '../../processors/delivery/port.ts';
 import { MemoryActorStates, type StatesCheckpoint } from '../../processors/stream/actors.ts';
 import type { DeviceActor, WebhookEvent } from '../../processors/stream/derive.ts';
@@ -15,6 +22,7 @@ import { SchemaRegistry } from '../../schemas/registry.ts';
 import { memoryLogger } from '../harness.ts';
 
 const OWNER = 'prn:::accounts:/handoff';
+const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 const registry = SchemaRegistry.load();
 const subscriptions = {
   of: async () => [
@@ -165,6 +173,88 @@ describe('processor hand-off checkpoint (int)', () => {
       releaseLog();
       await processor.stop();
       await bus.close();
+    }
+  });
+});
+
+describe('processor on Kafka: a batch saved behind it (int)', function () {
+  this.timeout(60_000);
+
+  it("hands the next batch off while the last one's actor states are being saved; commits a batch once they are", async () => {
+    const prefix = `handoff-${randomBytes(4).toString('hex')}-`;
+    const bus = new KafkaBus({
+      brokers: BROKERS,
+      clientId: 'handoff-test',
+      logger: createLogger('warn'),
+      prefix,
+    });
+    const admin = new Kafka({
+      clientId: 'handoff-test',
+      brokers: BROKERS,
+      logLevel: logLevel.NOTHING,
+    }).admin();
+    await admin.connect();
+    await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+    /** Saves held until released, in the order asked. */
+    class HeldStates extends MemoryActorStates<DeviceActor> {
+      readonly held: (() => void)[] = [];
+      override async save(states: Map<string, DeviceActor>, checkpoint?: StatesCheckpoint): Promise<void> {
+        await new Promise<void>((r) => this.held.push(r));
+        return super.save(states, checkpoint);
+      }
+    }
+    const states = new HeldStates();
+    const handed: Job[][] = [];
+    const processor = new StreamProcessor({
+      bus,
+      registry,
+      states,
+      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      subscriptions,
+      logger: createLogger('warn'),
+      metrics: new ProcessorMetrics(new Registry()),
+      handOff: async (jobs) => {
+        handed.push(jobs);
+        return undefined;
+      },
+    });
+    /** The group's committed offset of the one partition (-1: none). */
+    const committed = async () => {
+      const [t] = await admin.fetchOffsets({
+        groupId: `${prefix}hub-processor`,
+        topics: [prefix + TOPICS.changes],
+      });
+      return Number(t!.partitions[0]!.offset);
+    };
+    const waitFor = async (what: () => boolean | Promise<boolean>, label: string) => {
+      for (const end = Date.now() + 20_000; !(await what()) && Date.now() < end; )
+        await new Promise((r) => setTimeout(r, 20));
+      assert.ok(
+        await what(),
+        `${label}: held ${states.held.length}, handed ${handed.length}, committed ${await committed()}`,
+      );
+    };
+    await processor.start();
+    try {
+      await bus.send(TOPICS.changes, [created(1)]);
+      await waitFor(() => states.held.length === 1, 'first save');
+      assert.equal(handed.length, 1);
+      // The first batch's states not saved yet: the second batch is handed off all the same.
+      await bus.send(TOPICS.changes, [created(2)]);
+      await waitFor(() => handed.length === 2, 'second hand-off');
+      await waitFor(() => states.held.length === 2, 'second save');
+      await new Promise((r) => setTimeout(r, 1500)); // past the bus's commit interval (1 s)
+      assert.ok((await committed()) < 1, 'nothing committed while the first states wait');
+      // Saved in order, each batch committed once its own states are.
+      states.held.shift()!();
+      await waitFor(async () => (await committed()) === 1, 'first commit');
+      states.held.shift()!();
+      await waitFor(async () => (await committed()) === 2, 'second commit');
+    } finally {
+      for (const release of states.held.splice(0)) release();
+      await processor.stop();
+      await bus.close();
+      await admin.disconnect();
     }
   });
 });
