@@ -151,7 +151,11 @@ export class OffsetCommits {
    * left to the partition's holder, which has it again.
    */
   finishWhen(partition: number, offset: string, durable: Promise<void>): void {
-    if (this.failed.has(partition)) return;
+    if (this.failed.has(partition)) {
+      // Read again after the join: nothing waits for it, and its failure is not news.
+      durable.catch(() => {});
+      return;
+    }
     const generation = this.generation;
     const before = this.durables.get(partition) ?? Promise.resolve();
     const chained = before.then(() => durable);

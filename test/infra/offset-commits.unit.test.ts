@@ -71,4 +71,26 @@ describe('Kafka offset commits (unit)', () => {
     assert.deepEqual(sent, ['0:2', '0:4']);
     c.stop();
   });
+
+  it('a chunk handed in after its partition failed may fail too: its failure is taken, not left unhandled', async () => {
+    const { c } = commits();
+    const unhandled: unknown[] = [];
+    const listener = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', listener);
+    try {
+      const failing = later();
+      c.finishWhen(0, '4', failing.promise);
+      failing.reject(new Error('not stored'));
+      await sleep(0);
+      // The next chunk's durable part, as the processor answers (its states' save), failing later.
+      let reject!: (err: Error) => void;
+      c.finishWhen(0, '6', new Promise<void>((_, rej) => (reject = rej)));
+      reject(new Error('Redis went away'));
+      await sleep(10);
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', listener);
+      c.stop();
+    }
+  });
 });
