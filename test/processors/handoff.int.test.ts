@@ -17,7 +17,11 @@ import type { Job } from '../../processors/delivery/port.ts';
 import { MemoryActorStates, type StatesCheckpoint } from '../../processors/stream/actors.ts';
 import type { DeviceActor, WebhookEvent } from '../../processors/stream/derive.ts';
 import { MemoryEventLog } from '../../processors/stream/eventlog.ts';
-import { ProcessorMetrics, StreamProcessor } from '../../processors/stream/processor.ts';
+import {
+  ProcessorMetrics,
+  type ProcessorOptions,
+  StreamProcessor,
+} from '../../processors/stream/processor.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
 import { memoryLogger } from '../harness.ts';
 
@@ -52,10 +56,33 @@ const created = (position: number) => ({
   }),
   headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
 });
-const until = async (what: () => boolean | Promise<boolean>) => {
-  for (let i = 0; i < 200 && !(await what()); i++) await new Promise((r) => setTimeout(r, 10));
-  assert.ok(await what());
+/** Waits until `what()` holds, polling, at most `ms`; fails with `why()` when it does not. */
+const until = async (
+  what: () => boolean | Promise<boolean>,
+  o: { ms?: number; why?: () => string | Promise<string> } = {},
+) => {
+  for (const end = Date.now() + (o.ms ?? 2000); !(await what()) && Date.now() < end; )
+    await new Promise((r) => setTimeout(r, 10));
+  assert.ok(await what(), await o.why?.());
 };
+
+/** A processor that hands its jobs off as onto the deliveries topic (durable once the call
+ * resolves), each hand-off recorded in `handed`. */
+function recordingProcessor(o: Pick<ProcessorOptions, 'bus' | 'states' | 'log' | 'logger'>) {
+  const handed: Job[][] = [];
+  const processor = new StreamProcessor({
+    ...o,
+    registry,
+    subscriptions,
+    metrics: new ProcessorMetrics(new Registry()),
+    partitionsConcurrently: 1,
+    handOff: async (jobs) => {
+      handed.push(jobs);
+      return undefined;
+    },
+  });
+  return { processor, handed };
+}
 
 describe('processor hand-off checkpoint (int)', () => {
   it('moves past a batch once its jobs are durable, in order; stays before jobs that could not be', async () => {
@@ -138,22 +165,7 @@ describe('processor hand-off checkpoint (int)', () => {
     await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
     const log = new HeldLog({ retentionMs: 86_400_000 });
     const states = new CountedStates();
-    const handed: Job[][] = [];
-    const processor = new StreamProcessor({
-      bus,
-      registry,
-      states,
-      log,
-      subscriptions,
-      logger,
-      metrics: new ProcessorMetrics(new Registry()),
-      partitionsConcurrently: 1,
-      // As the deliveries topic: durable once the call resolves.
-      handOff: async (jobs) => {
-        handed.push(jobs);
-        return undefined;
-      },
-    });
+    const { processor, handed } = recordingProcessor({ bus, states, log, logger });
     await processor.start();
     try {
       await bus.send(TOPICS.changes, [created(1)]);
@@ -204,19 +216,11 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       }
     }
     const states = new HeldStates();
-    const handed: Job[][] = [];
-    const processor = new StreamProcessor({
+    const { processor, handed } = recordingProcessor({
       bus,
-      registry,
       states,
       log: new MemoryEventLog({ retentionMs: 86_400_000 }),
-      subscriptions,
       logger: createLogger('warn'),
-      metrics: new ProcessorMetrics(new Registry()),
-      handOff: async (jobs) => {
-        handed.push(jobs);
-        return undefined;
-      },
     });
     /** The group's committed offset of the one partition (-1: none). */
     const committed = async () => {
@@ -226,14 +230,12 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       });
       return Number(t!.partitions[0]!.offset);
     };
-    const waitFor = async (what: () => boolean | Promise<boolean>, label: string) => {
-      for (const end = Date.now() + 20_000; !(await what()) && Date.now() < end; )
-        await new Promise((r) => setTimeout(r, 20));
-      assert.ok(
-        await what(),
-        `${label}: held ${states.held.length}, handed ${handed.length}, committed ${await committed()}`,
-      );
-    };
+    const waitFor = (what: () => boolean | Promise<boolean>, label: string) =>
+      until(what, {
+        ms: 20_000,
+        why: async () =>
+          `${label}: held ${states.held.length}, handed ${handed.length}, committed ${await committed()}`,
+      });
     await processor.start();
     try {
       await bus.send(TOPICS.changes, [created(1)]);
