@@ -166,6 +166,35 @@ for (const httpThreads of [1, 0])
       }
     });
 
+    it('a hand-off beyond its subscription’s queue waits while the queue drains instead of storing the rest', async () => {
+      // A backlog (a topic read after an outage, a burst of one account's changes) is durable where
+      // it is: stored instead, each job cost the schedule a write, a claim and a finish of its own.
+      const { store, file, rx, sealKey, dispatcher, close } = await rig({ httpThreads, timeoutMs: 5000 });
+      const owner = 'prn:::accounts:/backlog';
+      try {
+        const sub = await benchSubscription(store, {
+          owner,
+          url: `${rx.url}/ok`,
+          eventType: 'device.created',
+          sealKey,
+        });
+        await dispatcher.start();
+        await dispatcher.handOff(jobsFor(owner, sub, 1)); // the HTTP side started, as above
+        await rx.waitFor('/ok', 1);
+        // 60 jobs of one subscription: 2 in flight and 16 waiting at a time.
+        await dispatcher.handOff(jobsFor(owner, sub, 60));
+        assert.equal(
+          scheduleRows(file),
+          0,
+          'every job was held or finished when the hand-off resolved, none stored',
+        );
+        await rx.waitFor('/ok', 61);
+        assert.equal(scheduleRows(file), 0);
+      } finally {
+        await close();
+      }
+    });
+
     it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
       const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
         httpThreads,
@@ -250,7 +279,8 @@ for (const httpThreads of [1, 0])
         eventType: 'device.created',
         sealKey,
       });
-      // Two in flight and sixteen waiting are held; the last two have no room and are stored.
+      // Two in flight and sixteen waiting are held; the last two find no room freeing (the
+      // receiver hangs) and are stored, each hand-off a quarter of a second later.
       const batch = jobsFor(owner, hanging, 20);
       const enqueue = deliveries.enqueue;
       try {
@@ -265,7 +295,8 @@ for (const httpThreads of [1, 0])
         void durable.then(() => {
           durableAt = Date.now();
         });
-        await new Promise((r) => setTimeout(r, SPILL_MS / 2));
+        // Well before the held jobs have stayed SPILL_MS (the two hand-offs took about half of it).
+        await new Promise((r) => setTimeout(r, 100));
         assert.equal(durableAt, 0, 'eighteen jobs are held in memory only: not durable yet');
         assert.equal(scheduleRows(file), 2);
         await durable; // once they are stored, as jobs that stayed too long
