@@ -213,6 +213,15 @@ export function benchJob(i: number, subs: string[], owner: string): Job {
   };
 }
 
+/** The commands Redis has run since its start, scripts' commands each (INFO commandstats). */
+async function redisCommands(redis: Redis): Promise<number> {
+  const info = await redis.info('commandstats');
+  let n = 0;
+  for (const m of info.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm))
+    if (m[1] !== 'evalsha' && m[1] !== 'info') n += Number(m[2]);
+  return n;
+}
+
 export async function dispatchRun(
   target: string,
   receiver: string,
@@ -223,6 +232,9 @@ export async function dispatchRun(
     /** How jobs reach the dispatcher: on the deliveries topic, prefilled (the distributed runs), or
      * handed off as the embedded processor hands them (the embedded runs). */
     route: 'topic' | 'handOff';
+    /** The Redis of the schedule: its commands per delivery are counted (the server's, scripts'
+     * commands each: nothing else uses it meanwhile). */
+    redis?: Redis;
   },
 ): Promise<{ target: string; rate: number; p50: number; p99: number; cpu: string }> {
   const sealKey = randomBytes(32);
@@ -279,6 +291,7 @@ export async function dispatchRun(
   const started = performance.now();
   const cpu = process.cpuUsage();
   const mainCpu = process.threadCpuUsage();
+  const commandsBefore = o.redis && (await redisCommands(o.redis));
   if (o.route === 'handOff') await send(WARMUP_JOBS, jobs.length);
   // With Kafka a few measured jobs may be delivered before the warm-up's end is seen: the rate
   // counts what was delivered after it.
@@ -286,7 +299,11 @@ export async function dispatchRun(
   await Promise.all(durables);
   const seconds = (performance.now() - started) / 1000;
   const perJob = (u: { user: number; system: number }) => fmt((u.user + u.system) / measured);
-  const cpuFigure = `${perJob(process.cpuUsage(cpu))} µs of CPU per delivery in the dispatcher's process, ${perJob(process.threadCpuUsage(mainCpu))} of them on its main thread.`;
+  const commands =
+    commandsBefore === undefined
+      ? ''
+      : ` Redis: ${fmt(((await redisCommands(o.redis!)) - commandsBefore) / measured, 1)} commands per delivery.`;
+  const cpuFigure = `${perJob(process.cpuUsage(cpu))} µs of CPU per delivery in the dispatcher's process, ${perJob(process.threadCpuUsage(mainCpu))} of them on its main thread.${commands}`;
   process.stderr.write(`${target}: ${cpuFigure}\n`);
   const hist = (await metrics.getSingleMetric('hub_webhook_attempt_duration_seconds')!.get()).values;
   await dispatcher.stop();
@@ -471,6 +488,7 @@ async function main() {
             records: new PostgresAttemptLog(logs),
           }),
           route: 'topic',
+          redis,
         });
       } finally {
         await kafka.close();

@@ -26,6 +26,8 @@ interface FinishedJob {
   job: Job;
   attempt: Attempt | null;
   next: number | null;
+  /** Delivered before it was ever stored here (see DeliveryStore.finish). */
+  fresh: boolean;
   done: (err?: Error) => void;
 }
 
@@ -102,10 +104,12 @@ return out
 
 // One call for a batch of finished jobs: ARGV now, retention, the finisher, how long a done job's
 // id is kept (its body goes at once: a done job is sized by traffic, kept only to know one sent
-// twice, which happens within minutes of it: a consumer or a processor that restarts), then per job ten
-// fields: job id, job body, next due ('' when done), attempt id ('' when none), attempt body,
+// twice, which happens within minutes of it: a consumer or a processor that restarts), then per job
+// eleven fields: job id, job body, next due ('' when done), attempt id ('' when none), attempt body,
 // started ms, the attempt's index keys (space-separated), then for the endpoint health the
-// attempt's subscription ('' without an attempt), '1' if it succeeded, and its end (ms). Each
+// attempt's subscription ('' without an attempt), '1' if it succeeded, and its end (ms); last, '1'
+// if the job was delivered before it was ever stored. Such a job, done and still unknown here, is
+// only marked done: one command instead of the schedule's six (a topic's jobs mostly go this way). Each
 // subscription's health (hub:health:<sub>) follows health.ts's afterAttempt, is read and written
 // once a call, and its probe lease ends. The attempt is recorded in any case; the
 // job's state changes only if the finisher holds its lease: a dispatcher that lost its lease (it
@@ -115,7 +119,7 @@ const FINISH = `
 local now, ttl, finisher, doneTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local indexes, seen = {}, {}
 local health, subs = {}, {}
-for i = 5, #ARGV, 10 do
+for i = 5, #ARGV, 11 do
   local job, next, att, hsub = ARGV[i], ARGV[i + 2], ARGV[i + 3], ARGV[i + 7]
   if hsub ~= '' then
     local h = health[hsub]
@@ -150,9 +154,12 @@ for i = 5, #ARGV, 10 do
       end
     end
   end
-  local holder = redis.call('HGET', 'hub:jobs:holder', job)
-  local mine = holder == finisher
-  if not holder then
+  -- Delivered before it was ever stored, done, and unknown here: marked done, nothing else to change.
+  local marked = ARGV[i + 10] == '1' and next == ''
+    and redis.call('SET', 'hub:job:' .. job, '', 'PX', doneTtl, 'NX')
+  local holder = not marked and redis.call('HGET', 'hub:jobs:holder', job)
+  local mine = not marked and holder == finisher
+  if not marked and not holder then
     -- Unnamed: an older version's lease, a job due and never claimed, or one not known here (a
     -- job delivered before it was stored) may change; a done one (known, in neither set) not.
     mine = redis.call('EXISTS', 'hub:job:' .. job) == 0 or redis.call('ZSCORE', 'hub:jobs:leased', job)
@@ -222,7 +229,7 @@ return 0
  * record, start and index keys (empty without an attempt, or when it is recorded elsewhere), and
  * what the endpoint health takes of it (empty without an attempt). */
 function redisFinish(
-  { job, attempt, next }: FinishedJob,
+  { job, attempt, next, fresh }: FinishedJob,
   offset: number,
   record: boolean,
 ): (string | number)[] {
@@ -245,6 +252,7 @@ function redisFinish(
   if (attempt)
     values.push(attempt.subscription_id, attempt.status === 'succeeded' ? '1' : '', attempt.finished);
   else values.push('', '', 0);
+  values.push(fresh ? '1' : '');
   return values;
 }
 
@@ -392,9 +400,9 @@ export class RedisDeliveryStore implements DeliveryStore {
   }
 
   /** Group-committed: the jobs finished within one turn of the event loop share one script call. */
-  finish(job: Job, attempt: Attempt | null, next: number | null): Promise<void> {
+  finish(job: Job, attempt: Attempt | null, next: number | null, fresh = false): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.finishing.push({ job, attempt, next, done: (err) => (err ? reject(err) : resolve()) });
+      this.finishing.push({ job, attempt, next, fresh, done: (err) => (err ? reject(err) : resolve()) });
       if (this.finishing.length === 1)
         setImmediate(() => {
           this.flushing = this.flushFinished();
