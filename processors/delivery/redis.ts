@@ -202,6 +202,15 @@ end
 return 0
 `;
 
+// The jobs of ARGV the schedule knows (pending, or done within HUB_DONE_JOBS_KEPT_S): their ids.
+const KNOWN = `
+local out = {}
+for i = 1, #ARGV do
+  if redis.call('EXISTS', 'hub:job:' .. ARGV[i]) == 1 then out[#out + 1] = ARGV[i] end
+end
+return out
+`;
+
 // The probe of a half-open circuit: ARGV the subscription, now and the lease's end (Redis's
 // clock). Taken when the subscription has a health and no lease in force (a finish ends it).
 const PROBE = `
@@ -266,6 +275,7 @@ type Scripted = Redis & {
   hubJobsClaim(...args: (string | number)[]): Promise<string[]>;
   hubJobsFinish(...args: (string | number)[]): Promise<number>;
   hubJobsRenew(...args: (string | number)[]): Promise<number>;
+  hubJobsKnown(...ids: string[]): Promise<string[]>;
   hubHealthProbe(...args: (string | number)[]): Promise<number>;
 };
 
@@ -330,6 +340,7 @@ export class RedisDeliveryStore implements DeliveryStore {
       redis.defineCommand('hubJobsClaim', { numberOfKeys: 0, lua: CLAIM });
       redis.defineCommand('hubJobsFinish', { numberOfKeys: 0, lua: FINISH });
       redis.defineCommand('hubJobsRenew', { numberOfKeys: 0, lua: RENEW });
+      redis.defineCommand('hubJobsKnown', { numberOfKeys: 0, lua: KNOWN });
       redis.defineCommand('hubHealthProbe', { numberOfKeys: 0, lua: PROBE });
     }
     this.retentionMs = o.retentionMs;
@@ -387,9 +398,9 @@ export class RedisDeliveryStore implements DeliveryStore {
 
   async known(jobIds: string[]): Promise<Set<string>> {
     if (jobIds.length === 0) return new Set();
-    // Pending or done, a job's key is there (a done one's for doneJobsMs): one write, one reply each.
-    const replies = await this.redis.pipeline(jobIds.map((id) => ['exists', `hub:job:${id}`])).exec();
-    return new Set(jobIds.filter((_, i) => replies?.[i]?.[1] === 1));
+    // Pending or done, a job's key is there (a done one's for doneJobsMs). One call for the chunk:
+    // a pipeline of an EXISTS per job cost the dispatcher a command's object, promise and reply each.
+    return new Set(await this.redis.hubJobsKnown(...jobIds));
   }
 
   /** Only jobs still leased, and to this store's holder: see RENEW. */
