@@ -6,6 +6,7 @@ import {
   END_OF_TIME,
   GroupedInserts,
   type PostgresLogs,
+  unnestLines,
 } from '../stream/postgres-logs.ts';
 import type { Attempt, AttemptLog, AttemptRecord, StatusFilter } from './port.ts';
 import { recordOf } from './port.ts';
@@ -17,7 +18,7 @@ type AttemptRow = [string, number, string, string, string, string, string];
 /** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
 const ATTEMPT_INSERT = `WITH added AS (
   INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
-  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], string_to_array($7, E'\\n'))
+  SELECT * FROM ${unnestLines(['text', 'bigint', 'text', 'text', 'text', 'text', 'text'])}
   ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
   ${countAdded(
     `ARRAY['a:' || subscription_id,

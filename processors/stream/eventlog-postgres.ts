@@ -8,7 +8,14 @@
 // A transaction left open anywhere on the server holds the tail back until it ends.
 import type { WebhookEvent } from './derive.ts';
 import type { EventLog, EventQuery, LogPosition, Tail } from './eventlog.ts';
-import { columns, countAdded, END_OF_TIME, GroupedInserts, type PostgresLogs } from './postgres-logs.ts';
+import {
+  columns,
+  countAdded,
+  END_OF_TIME,
+  GroupedInserts,
+  type PostgresLogs,
+  unnestLines,
+} from './postgres-logs.ts';
 
 /** The log's time of an event: its `created`, in ms (whole seconds). */
 const timeOf = (e: WebhookEvent) => e.created * 1000;
@@ -18,7 +25,7 @@ type EventRow = [string, number, string, string, string, number, number, string]
 
 const EVENT_INSERT = `WITH added AS (
   INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
-  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::int[], string_to_array($8, E'\\n'))
+  SELECT * FROM ${unnestLines(['text', 'bigint', 'text', 'text', 'text', 'bigint', 'int', 'text'])}
   ON CONFLICT DO NOTHING RETURNING owner, type, at)
   ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`;
 

@@ -447,28 +447,33 @@ export class GroupedInserts<Row> {
 }
 
 /**
- * The rows' values by column, as an INSERT … FROM unnest(…) takes them: an array per column, but
- * the last (the row's JSON) one text of them all, a newline apart, split by the statement
- * (`string_to_array(…, E'\n')`): JSON.stringify writes no newline, and an array's text escapes
- * every quote and backslash of a JSON body, which cost the dispatcher more than the rest of a
- * record's write.
+ * The rows' values by column, as an INSERT … FROM unnest(…) takes them: each column one text, a
+ * newline before each value, split by the statement (`unnestLines`). Arrays of values cost the
+ * driver an escape of every element (an array's text quotes each one, and every quote and
+ * backslash of a JSON body), which cost the dispatcher more than the rest of a record's write;
+ * ids, names, numbers and JSON.stringify's output hold no newline (a value that does is refused).
  */
-export function columns(rows: unknown[][], width: number): unknown[] {
+export function columns(rows: unknown[][], width: number): string[] {
   // In id order (the first column): statements that add the same ids (a batch derived again by
   // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
   // their counts' keys are taken in one order too (countAdded).
   rows.sort((a, b) =>
     (a[0] as string) < (b[0] as string) ? -1 : (a[0] as string) > (b[0] as string) ? 1 : 0,
   );
-  const out = Array.from({ length: width - 1 }, () => new Array<unknown>(rows.length));
-  const json = new Array<string>(rows.length);
-  for (let i = 0; i < rows.length; i++) {
-    const row = rows[i]!;
-    for (let c = 0; c < width - 1; c++) out[c]![i] = row[c];
-    json[i] = row[width - 1] as string;
+  const out = new Array<string>(width).fill('');
+  for (const row of rows) {
+    for (let c = 0; c < width; c++) {
+      const value = String(row[c]);
+      if (value.includes('\n')) throw new Error(`a log row's value holds a newline (column ${c + 1})`);
+      out[c] += `\n${value}`;
+    }
   }
-  return [...out, json.join('\n')];
+  return out;
 }
+
+/** `unnest(…)` of the columns that `columns` made, as parameters $1… of the given types. */
+export const unnestLines = (types: string[]) =>
+  `unnest(${types.map((t, i) => `(string_to_array($${i + 1}, E'\\n'))[2:]::${t}[]`).join(', ')})`;
 
 /** The rows added to a log, counted into hub_log_counts by key and bucket ($n: the bucket's width),
  * in the order of their keys: statements that count into the same keys lock them in one order. */

@@ -114,6 +114,27 @@ describe('PostgreSQL logs: totals', () => {
     await dropSchema(postgresUrl, schema);
   });
 
+  it('rows come back as they went in: one alone, an empty value, quotes and backslashes; a value with a newline is refused', async () => {
+    // Each column crosses as one text, a newline before each value (columns, unnestLines).
+    const log = new PostgresEventLog(logs);
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const s = Math.floor(Date.now() / 1000);
+    const alone = { ...event(owner, 'device.created', 'a', s), resource_prn: '' };
+    await log.append([alone]);
+    assert.deepEqual(await log.get(owner, alone.id), alone);
+    const odd = {
+      ...event(owner, 'device.updated', 'b', s),
+      data: { quote: 'say "hi"', backslash: 'C:\\dir\\', newline: 'two\nlines', braces: '{a,b}' },
+    };
+    const plain = event(owner, 'device.updated', 'c', s);
+    await log.append([odd, plain]);
+    assert.deepEqual(await log.get(owner, odd.id), odd);
+    assert.deepEqual(await log.get(owner, plain.id), plain);
+    const bad = { ...event(owner, 'device.updated', 'd', s), resource_prn: 'prn:::devices:/d\nx' };
+    await assert.rejects(log.append([bad]), /newline/);
+    assert.equal(await log.get(owner, bad.id), undefined);
+  });
+
   it('equal the rows matched, whatever the range: whole hours from the counts, the ends row by row; a row appended twice counts once', async () => {
     const log = new PostgresEventLog(logs);
     const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
