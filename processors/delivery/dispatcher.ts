@@ -7,6 +7,7 @@
 // jobs waiting here; jobs beyond them are left in the schedule until its queue drains.
 // Connections are pooled per origin (undici).
 
+import { LRUCache } from 'lru-cache';
 import type { Registry } from 'prom-client';
 import type { Bus, Consumer } from '../../infra/bus/port.ts';
 import { TOPICS } from '../../infra/bus/port.ts';
@@ -36,6 +37,9 @@ export const SPILL_MS = 1000;
 /** The share of a process's jobs (HUB_DISPATCHER_MAX_IN_FLIGHT) that may be waiting for their
  * subscription's slot: the rest is kept for jobs that start at once. */
 const WAIT_SHARE = 0.75;
+/** Handed-off jobs remembered once durable (finished or stored), so that a batch handed off again
+ * skips them: about a megabyte. */
+const DURABLE_JOBS_KEPT = 10_000;
 /** How long a hand-off waits for room to free before it stores its remaining jobs for a claim. */
 const ROOM_WAIT_MS = 250;
 /** How long a hand-off waits for room in all, however steadily it frees. Stored instead, a backlog
@@ -84,6 +88,11 @@ export class Dispatcher {
   /** Set as a stop begins: takes and hand-offs store what they hold no room for, instead of waiting. */
   private draining = false;
   private readonly holding = new Map<string, Held>(); // job id → the job, running or waiting here
+  /** Subscriptions whose queue here a hand-off's wait saw full until it gave up: their jobs are
+   * stored at once until the queue has drained by a chunk (see handOff). */
+  private readonly slow = new Set<string>();
+  /** Ids of the handed-off jobs that became durable here lately (see handOff's heldAlready). */
+  private readonly durableJobs = new LRUCache<string, true>({ max: DURABLE_JOBS_KEPT });
   /** Jobs handed off and not stored, in the order they came. */
   private readonly fresh = new Set<Held>();
   /** Hand-offs and takes waiting for slots to free, each woken once its `enough` holds. */
@@ -160,26 +169,36 @@ export class Dispatcher {
     const stored: Job[] = [];
     const waitUntil = Date.now() + HANDOFF_WAIT_MS;
     let patient = true;
-    for (const job of jobs) {
+    /** Whether the job was handed off here already (its batch handed off again after a failed
+     * write, maybe while the first hand-off still waits for room): held, this hand-off too is
+     * durable only once that job is, or the checkpoint could pass a job held only in memory;
+     * durable already (finished or stored lately), there is nothing more to do for it. */
+    const heldAlready = (job: Job): boolean => {
       const here = this.holding.get(job.job_id);
-      if (here) {
-        // Handed off again (its batch retried after a failed store write): this hand-off too is
-        // durable only once that job is, or the checkpoint could pass a job held only in memory.
-        const earlier = here.fresh;
-        if (earlier) {
-          durability.add();
-          earlier.done.then(
-            () => durability.settle(),
-            (err: Error) => durability.fail(err),
-          );
-        }
-        continue;
+      if (!here) return this.durableJobs.has(job.job_id);
+      const earlier = here.fresh;
+      if (earlier) {
+        durability.add();
+        earlier.done.then(
+          () => durability.settle(),
+          (err: Error) => durability.fail(err),
+        );
       }
+      return true;
+    };
+    for (const job of jobs) {
+      if (heldAlready(job)) continue;
       const sub = job.subscription_id;
-      // Woken once a chunk of this subscription's jobs would fit, not at every slot that frees.
-      while (patient && this.running && !this.admits(sub))
+      // Woken once a chunk of this subscription's jobs would fit, not at every slot that frees. A
+      // subscription whose queue a wait saw full to the end is slow: its jobs are stored at once
+      // until its queue has drained by a chunk, rather than each hand-off waiting for it again.
+      while (patient && this.running && !this.admits(sub) && !this.slow.has(sub)) {
         patient =
           Date.now() < waitUntil && (await this.waitForRoom(() => this.roomFor(sub) >= this.subChunk));
+        if (!patient && this.queueLimit - this.queued(sub) < this.subChunk) this.slow.add(sub);
+      }
+      // Another hand-off of the same batch may have taken the job in while this one waited.
+      if (heldAlready(job)) continue;
       if (!this.running || !this.admits(sub)) {
         stored.push(job);
         continue;
@@ -266,6 +285,7 @@ export class Dispatcher {
 
   /** A fresh job is durable now: stored, or finished. */
   private durable(h: Held): void {
+    if (h.fresh) this.durableJobs.set(h.job.job_id, true);
     h.fresh?.settle();
     h.fresh = undefined;
     h.spill = undefined;
@@ -471,6 +491,7 @@ export class Dispatcher {
         this.holding.delete(held.job.job_id);
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
+        if (this.slow.has(sub) && this.queueLimit - this.queued(sub) >= this.subChunk) this.slow.delete(sub);
         this.wakeRoomWaiters();
       });
     }

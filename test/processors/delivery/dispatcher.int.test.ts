@@ -195,6 +195,56 @@ for (const httpThreads of [1, 0])
       }
     });
 
+    it('a subscription whose queue a wait saw full is slow: later hand-offs store its jobs at once until its queue drains', async () => {
+      const { store, file, rx, sealKey, dispatcher, close } = await rig({ httpThreads, timeoutMs: 5000 });
+      const owner = 'prn:::accounts:/slow';
+      try {
+        const hanging = await benchSubscription(store, {
+          owner,
+          url: `${rx.url}/hang/slow`,
+          eventType: 'device.created',
+          sealKey,
+        });
+        await dispatcher.start();
+        const first = Date.now();
+        await dispatcher.handOff(jobsFor(owner, hanging, 20)); // 18 held, 2 wait for room, then stored
+        assert.ok(Date.now() - first >= 200, 'the first hand-off waited for room');
+        const second = Date.now();
+        await dispatcher.handOff(jobsFor(owner, hanging, 5));
+        assert.ok(Date.now() - second < 150, `the next one stored them at once: ${Date.now() - second} ms`);
+        assert.equal(scheduleRows(file), 7);
+      } finally {
+        await close();
+      }
+    });
+
+    it('a batch handed off twice while its hand-offs wait for room delivers each job once', async () => {
+      // The processor's retry of a batch whose other write failed, while the first hand-off of it
+      // still waits for its subscription's queue: the two must not both take a job in.
+      const { store, rx, sealKey, dispatcher, close } = await rig({ httpThreads, timeoutMs: 5000 });
+      const owner = 'prn:::accounts:/twice';
+      try {
+        const sub = await benchSubscription(store, {
+          owner,
+          url: `${rx.url}/ok/twice`,
+          eventType: 'device.created',
+          sealKey,
+        });
+        await dispatcher.start();
+        await dispatcher.handOff(jobsFor(owner, sub, 1)); // the HTTP side started, as above
+        await rx.waitFor('/ok/twice', 1);
+        const batch = jobsFor(owner, sub, 60);
+        await Promise.all([dispatcher.handOff(batch), dispatcher.handOff(batch)]);
+        await rx.waitFor('/ok/twice', 61);
+        await new Promise((r) => setTimeout(r, 300)); // time for any second delivery to arrive
+        const ids = rx.at('/ok/twice').map((r) => (JSON.parse(r.body) as { id: string }).id);
+        assert.equal(ids.length, 61, 'no job delivered twice');
+        assert.equal(new Set(ids).size, 61);
+      } finally {
+        await close();
+      }
+    });
+
     it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
       const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
         httpThreads,
