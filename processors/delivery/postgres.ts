@@ -1,12 +1,11 @@
 // The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile),
 // in the tables of processors/stream/postgres-logs.ts.
 import {
-  columns,
   countAdded,
   END_OF_TIME,
   GroupedInserts,
+  groupedStatement,
   type PostgresLogs,
-  unnestLines,
 } from '../stream/postgres-logs.ts';
 import type { Attempt, AttemptLog, AttemptRecord, StatusFilter } from './port.ts';
 import { recordOf } from './port.ts';
@@ -16,9 +15,12 @@ import { recordOf } from './port.ts';
 type AttemptRow = [string, number, string, string, string, string, string];
 
 /** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
-const ATTEMPT_INSERT = `WITH added AS (
+const ATTEMPT_INSERT = groupedStatement(
+  'hub-attlog-append',
+  ['text', 'bigint', 'text', 'text', 'text', 'text', 'text'],
+  (unnest) => `WITH added AS (
   INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
-  SELECT * FROM ${unnestLines(['text', 'bigint', 'text', 'text', 'text', 'text', 'text'])}
+  SELECT * FROM ${unnest}
   ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
   ${countAdded(
     `ARRAY['a:' || subscription_id,
@@ -26,7 +28,8 @@ const ATTEMPT_INSERT = `WITH added AS (
        CASE WHEN status = 'dead_lettered' THEN 'a:' || subscription_id || E'\\tdead_lettered' END]`,
     'started',
     8,
-  )}`;
+  )}`,
+);
 
 /** The key of a subscription's counts, and of its counts of a status filter. */
 const attemptKey = (subscription: string, status?: StatusFilter) =>
@@ -51,11 +54,7 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
       this.logs.insert(
         'hub_attempt_log',
         rows.map((r) => r[1]),
-        {
-          name: 'hub-attlog-append',
-          text: ATTEMPT_INSERT,
-          values: [...columns(rows, 7), this.logs.bucketMs],
-        },
+        ATTEMPT_INSERT(rows, [this.logs.bucketMs]),
       ),
     );
   }

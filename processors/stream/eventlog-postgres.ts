@@ -9,12 +9,11 @@
 import type { WebhookEvent } from './derive.ts';
 import type { EventLog, EventQuery, LogPosition, Tail } from './eventlog.ts';
 import {
-  columns,
   countAdded,
   END_OF_TIME,
   GroupedInserts,
+  groupedStatement,
   type PostgresLogs,
-  unnestLines,
 } from './postgres-logs.ts';
 
 /** The log's time of an event: its `created`, in ms (whole seconds). */
@@ -23,11 +22,15 @@ const timeOf = (e: WebhookEvent) => e.created * 1000;
 /** An event as its row: id, at, owner, type, resource_prn, source_position, sequence, body. */
 type EventRow = [string, number, string, string, string, number, number, string];
 
-const EVENT_INSERT = `WITH added AS (
+const EVENT_INSERT = groupedStatement(
+  'hub-evlog-append',
+  ['text', 'bigint', 'text', 'text', 'text', 'bigint', 'int', 'text'],
+  (unnest) => `WITH added AS (
   INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
-  SELECT * FROM ${unnestLines(['text', 'bigint', 'text', 'text', 'text', 'bigint', 'int', 'text'])}
+  SELECT * FROM ${unnest}
   ON CONFLICT DO NOTHING RETURNING owner, type, at)
-  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`;
+  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`,
+);
 
 /** The key of an account's counts, and of its counts of a type. */
 const eventKey = (owner: string, type?: string) => (type ? `e:${owner}\t${type}` : `e:${owner}`);
@@ -46,11 +49,7 @@ export class PostgresEventLog implements EventLog {
       this.logs.insert(
         'hub_event_log',
         rows.map((r) => r[1]),
-        {
-          name: 'hub-evlog-append',
-          text: EVENT_INSERT,
-          values: [...columns(rows, 8), this.logs.bucketMs],
-        },
+        EVENT_INSERT(rows, [this.logs.bucketMs]),
       ),
     );
   }

@@ -447,33 +447,51 @@ export class GroupedInserts<Row> {
 }
 
 /**
- * The rows' values by column, as an INSERT … FROM unnest(…) takes them: each column one text, a
- * newline before each value, split by the statement (`unnestLines`). Arrays of values cost the
- * driver an escape of every element (an array's text quotes each one, and every quote and
- * backslash of a JSON body), which cost the dispatcher more than the rest of a record's write;
- * ids, names, numbers and JSON.stringify's output hold no newline (a value that does is refused).
+ * A grouped insert's statement, `build` given the `unnest(…)` of the rows' columns (parameters
+ * $1… of `types`; the extra values follow). Each column crosses as one text, a newline before each
+ * value, split by the statement: arrays of values cost the driver an escape of every element (an
+ * array's text quotes each one, and every quote and backslash of a JSON body), which cost the
+ * dispatcher more than the rest of a record's write. Ids, names, numbers and JSON.stringify's
+ * output hold no newline; a batch with one in any value goes as arrays, under a statement of its own.
  */
-export function columns(rows: unknown[][], width: number): string[] {
+export function groupedStatement(
+  name: string,
+  types: string[],
+  build: (unnest: string) => string,
+): (rows: unknown[][], extra: unknown[]) => { name: string; text: string; values: unknown[] } {
+  const unnest = (column: (n: number, type: string) => string) =>
+    `unnest(${types.map((t, i) => column(i + 1, t)).join(', ')})`;
+  const lines = build(unnest((n, t) => `(string_to_array($${n}, E'\\n'))[2:]::${t}[]`));
+  const arrays = build(unnest((n, t) => `$${n}::${t}[]`));
+  return (rows, extra) => {
+    const { values, joined } = columns(rows, types.length);
+    return joined
+      ? { name, text: lines, values: [...values, ...extra] }
+      : { name: `${name}-arrays`, text: arrays, values: [...values, ...extra] };
+  };
+}
+
+/** The rows' values by column (see groupedStatement): each column one text, a newline before each
+ * value (`joined`), or arrays when a value holds a newline. */
+function columns(rows: unknown[][], width: number): { values: unknown[]; joined: boolean } {
   // In id order (the first column): statements that add the same ids (a batch derived again by
   // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
   // their counts' keys are taken in one order too (countAdded).
   rows.sort((a, b) =>
     (a[0] as string) < (b[0] as string) ? -1 : (a[0] as string) > (b[0] as string) ? 1 : 0,
   );
-  const out = new Array<string>(width).fill('');
+  const texts = new Array<string>(width).fill('');
   for (const row of rows) {
     for (let c = 0; c < width; c++) {
       const value = String(row[c]);
-      if (value.includes('\n')) throw new Error(`a log row's value holds a newline (column ${c + 1})`);
-      out[c] += `\n${value}`;
+      if (value.includes('\n')) {
+        return { values: texts.map((_, col) => rows.map((r) => r[col])), joined: false };
+      }
+      texts[c] += `\n${value}`;
     }
   }
-  return out;
+  return { values: texts, joined: true };
 }
-
-/** `unnest(…)` of the columns that `columns` made, as parameters $1… of the given types. */
-export const unnestLines = (types: string[]) =>
-  `unnest(${types.map((t, i) => `(string_to_array($${i + 1}, E'\\n'))[2:]::${t}[]`).join(', ')})`;
 
 /** The rows added to a log, counted into hub_log_counts by key and bucket ($n: the bucket's width),
  * in the order of their keys: statements that count into the same keys lock them in one order. */
