@@ -63,7 +63,18 @@ async function rig(o: {
     await rx.stop();
     await bus.close();
   };
-  return { store, file, deliveries, rx, sealKey, dispatcher, close };
+  /** A subscription of `owner` to device.created at the receiver's `path`. */
+  const subscribe = (owner: string, path: string) =>
+    benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
+  /** Starts the dispatcher and delivers one job of `sub` (at `path`): the HTTP side (its thread,
+   * its connection) is then up, and a later wait for room is attempts', not a start's, which may
+   * outlast a wait. */
+  const started = async (owner: string, sub: string, path: string) => {
+    await dispatcher.start();
+    await dispatcher.handOff(jobsFor(owner, sub, 1));
+    await rx.waitFor(path, 1);
+  };
+  return { store, file, deliveries, rx, sealKey, dispatcher, close, subscribe, started };
 }
 
 /** The rows of the schedule in the store's file (those `where` holds for), read beside the store. */
@@ -95,18 +106,13 @@ for (const httpThreads of [1, 0])
   describe(`dispatcher bounds per subscription, HTTP on ${httpThreads ? 'its own thread' : 'the dispatching thread'} (int)`, () => {
     it('holds a burst only as far as its subscription’s queue goes; the rest stays due', async () => {
       const metrics = new Registry();
-      const { store, deliveries, rx, sealKey, dispatcher, close } = await rig({
+      const { deliveries, rx, dispatcher, close, subscribe } = await rig({
         httpThreads,
         timeoutMs: 1000,
         metrics,
       });
       const owner = 'prn:::accounts:/bounds';
-      const sub = await benchSubscription(store, {
-        owner,
-        url: `${rx.url}/hang`,
-        eventType: 'device.created',
-        sealKey,
-      });
+      const sub = await subscribe(owner, '/hang');
       try {
         await dispatcher.start();
         const before = Date.now();
@@ -136,25 +142,17 @@ for (const httpThreads of [1, 0])
     });
 
     it('a hand-off beyond the process’s room waits for room instead of storing the jobs due', async () => {
-      const { store, file, rx, sealKey, dispatcher, close } = await rig({
+      const { file, rx, dispatcher, close, subscribe, started } = await rig({
         httpThreads,
         timeoutMs: 5000,
         maxInFlight: 8,
       });
       const owner = 'prn:::accounts:/room';
       try {
-        await dispatcher.start();
         // Four subscriptions, ten jobs each, interleaved: no subscription's queue fills, the
         // process's eight slots do.
-        const subs = await Promise.all(
-          [0, 1, 2, 3].map(() =>
-            benchSubscription(store, { owner, url: `${rx.url}/ok`, eventType: 'device.created', sealKey }),
-          ),
-        );
-        // A first delivery starts the HTTP side (its thread, its connection): the burst's waits for
-        // room are then attempts', not a start's, which may outlast a wait.
-        await dispatcher.handOff(jobsFor(owner, subs[0]!, 1));
-        await rx.waitFor('/ok', 1);
+        const subs = await Promise.all([0, 1, 2, 3].map(() => subscribe(owner, '/ok')));
+        await started(owner, subs[0]!, '/ok');
         const batches = subs.map((sub) => jobsFor(owner, sub, 10));
         const jobs = batches[0]!.flatMap((_, i) => batches.map((b) => b[i]!));
         await dispatcher.handOff(jobs);
@@ -169,18 +167,14 @@ for (const httpThreads of [1, 0])
     it('a hand-off beyond its subscription’s queue waits while the queue drains instead of storing the rest', async () => {
       // A backlog (a topic read after an outage, a burst of one account's changes) is durable where
       // it is: stored instead, each job cost the schedule a write, a claim and a finish of its own.
-      const { store, file, rx, sealKey, dispatcher, close } = await rig({ httpThreads, timeoutMs: 5000 });
+      const { file, rx, dispatcher, close, subscribe, started } = await rig({
+        httpThreads,
+        timeoutMs: 5000,
+      });
       const owner = 'prn:::accounts:/backlog';
       try {
-        const sub = await benchSubscription(store, {
-          owner,
-          url: `${rx.url}/ok`,
-          eventType: 'device.created',
-          sealKey,
-        });
-        await dispatcher.start();
-        await dispatcher.handOff(jobsFor(owner, sub, 1)); // the HTTP side started, as above
-        await rx.waitFor('/ok', 1);
+        const sub = await subscribe(owner, '/ok');
+        await started(owner, sub, '/ok');
         // 60 jobs of one subscription: 2 in flight and 16 waiting at a time.
         await dispatcher.handOff(jobsFor(owner, sub, 60));
         assert.equal(
@@ -196,15 +190,10 @@ for (const httpThreads of [1, 0])
     });
 
     it('a subscription whose queue a wait saw full is slow: later hand-offs store its jobs at once until its queue drains', async () => {
-      const { store, file, rx, sealKey, dispatcher, close } = await rig({ httpThreads, timeoutMs: 5000 });
+      const { file, dispatcher, close, subscribe } = await rig({ httpThreads, timeoutMs: 5000 });
       const owner = 'prn:::accounts:/slow';
       try {
-        const hanging = await benchSubscription(store, {
-          owner,
-          url: `${rx.url}/hang/slow`,
-          eventType: 'device.created',
-          sealKey,
-        });
+        const hanging = await subscribe(owner, '/hang/slow');
         await dispatcher.start();
         const first = Date.now();
         await dispatcher.handOff(jobsFor(owner, hanging, 20)); // 18 held, 2 wait for room, then stored
@@ -221,18 +210,11 @@ for (const httpThreads of [1, 0])
     it('a batch handed off twice while its hand-offs wait for room delivers each job once', async () => {
       // The processor's retry of a batch whose other write failed, while the first hand-off of it
       // still waits for its subscription's queue: the two must not both take a job in.
-      const { store, rx, sealKey, dispatcher, close } = await rig({ httpThreads, timeoutMs: 5000 });
+      const { rx, dispatcher, close, subscribe, started } = await rig({ httpThreads, timeoutMs: 5000 });
       const owner = 'prn:::accounts:/twice';
       try {
-        const sub = await benchSubscription(store, {
-          owner,
-          url: `${rx.url}/ok/twice`,
-          eventType: 'device.created',
-          sealKey,
-        });
-        await dispatcher.start();
-        await dispatcher.handOff(jobsFor(owner, sub, 1)); // the HTTP side started, as above
-        await rx.waitFor('/ok/twice', 1);
+        const sub = await subscribe(owner, '/ok/twice');
+        await started(owner, sub, '/ok/twice');
         const batch = jobsFor(owner, sub, 60);
         await Promise.all([dispatcher.handOff(batch), dispatcher.handOff(batch)]);
         await rx.waitFor('/ok/twice', 61);
@@ -246,18 +228,16 @@ for (const httpThreads of [1, 0])
     });
 
     it('delivers handed-off jobs before storing them; stores those that stay too long, and those waiting at a stop', async () => {
-      const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
+      const { file, deliveries, rx, dispatcher, close, subscribe } = await rig({
         httpThreads,
         timeoutMs: 3 * SPILL_MS,
       });
       const rows = () => scheduleRows(file);
       const owner = 'prn:::accounts:/handoff';
-      const subscribe = (path: string) =>
-        benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
       const [fast, slow, stopped] = [
-        await subscribe('/ok'),
-        await subscribe('/hang'),
-        await subscribe('/hang/2'),
+        await subscribe(owner, '/ok'),
+        await subscribe(owner, '/hang'),
+        await subscribe(owner, '/hang/2'),
       ];
       const jobsOf = (sub: string, n: number) => jobsFor(owner, sub, n);
       try {
@@ -318,17 +298,12 @@ for (const httpThreads of [1, 0])
     });
 
     it('a batch handed off again after its store write failed is durable only once the jobs it left held are', async () => {
-      const { store, file, deliveries, rx, sealKey, dispatcher, close } = await rig({
+      const { file, deliveries, dispatcher, close, subscribe } = await rig({
         httpThreads,
         timeoutMs: 3 * SPILL_MS,
       });
       const owner = 'prn:::accounts:/handoff-again';
-      const hanging = await benchSubscription(store, {
-        owner,
-        url: `${rx.url}/hang/again`,
-        eventType: 'device.created',
-        sealKey,
-      });
+      const hanging = await subscribe(owner, '/hang/again');
       // Two in flight and sixteen waiting are held; the last two find no room freeing (the
       // receiver hangs) and are stored, each hand-off a quarter of a second later.
       const batch = jobsFor(owner, hanging, 20);
@@ -392,18 +367,16 @@ for (const httpThreads of [1, 0])
       // 24 jobs a process, 2 in flight and 16 waiting a subscription: two hanging subscriptions
       // with backlogs would hold them all, and the healthy one's jobs then waited for their timeouts.
       const timeoutMs = 3 * SPILL_MS;
-      const { store, rx, sealKey, dispatcher, deliveries, close } = await rig({
+      const { rx, dispatcher, deliveries, close, subscribe } = await rig({
         httpThreads,
         timeoutMs,
         maxInFlight: 24,
       });
       const owner = 'prn:::accounts:/isolation';
-      const subscribe = (path: string) =>
-        benchSubscription(store, { owner, url: `${rx.url}${path}`, eventType: 'device.created', sealKey });
       const [slowA, slowB, healthy] = [
-        await subscribe('/hang/a'),
-        await subscribe('/hang/b'),
-        await subscribe('/ok/healthy'),
+        await subscribe(owner, '/hang/a'),
+        await subscribe(owner, '/hang/b'),
+        await subscribe(owner, '/ok/healthy'),
       ];
       try {
         await dispatcher.start();
@@ -430,18 +403,13 @@ for (const httpThreads of [1, 0])
 
     it('times end-to-end latency for deliveries of changes only: not tests, replays or redeliveries', async () => {
       const metrics = new Registry();
-      const { store, rx, sealKey, dispatcher, close } = await rig({
+      const { rx, dispatcher, close, subscribe } = await rig({
         httpThreads,
         timeoutMs: 3 * SPILL_MS,
         metrics,
       });
       const owner = 'prn:::accounts:/latency';
-      const sub = await benchSubscription(store, {
-        owner,
-        url: `${rx.url}/ok/latency`,
-        eventType: 'device.created',
-        sealKey,
-      });
+      const sub = await subscribe(owner, '/ok/latency');
       const latency = async () =>
         (await metrics.getSingleMetric('hub_webhook_delivery_latency_seconds')!.get()).values.find((v) =>
           (v as { metricName?: string }).metricName?.endsWith('_count'),
@@ -476,16 +444,14 @@ describe('dispatcher: a failing subscription’s circuit (int)', () => {
   it('once open, holds at most one attempt of it in flight (the probe, after its delay), its jobs waiting in the schedule; another subscription is delivered meanwhile', async function () {
     this.timeout(60_000);
     const metrics = new Registry();
-    const { store, deliveries, rx, sealKey, dispatcher, close } = await rig({
+    const { deliveries, rx, dispatcher, close, subscribe } = await rig({
       httpThreads: 0,
       timeoutMs: 1000,
       metrics,
     });
     const owner = 'prn:::accounts:/circuit';
-    const subscribe = (url: string) =>
-      benchSubscription(store, { owner, url: `${rx.url}${url}`, eventType: 'device.created', sealKey });
-    const failing = await subscribe('/hang/circuit');
-    const healthy = await subscribe('/ok/circuit');
+    const failing = await subscribe(owner, '/hang/circuit');
+    const healthy = await subscribe(owner, '/ok/circuit');
     try {
       await dispatcher.start();
       await dispatcher.handOff([...jobsFor(owner, failing, 30), ...jobsFor(owner, healthy, 20)]);
