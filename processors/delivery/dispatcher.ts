@@ -195,7 +195,7 @@ export class Dispatcher {
       while (patient && this.running && !this.admits(sub) && !this.slow.has(sub)) {
         patient =
           Date.now() < waitUntil && (await this.waitForRoom(() => this.roomFor(sub) >= this.subChunk));
-        if (!patient && this.queueLimit - this.queued(sub) < this.subChunk) this.slow.add(sub);
+        if (!patient && this.queueRoom(sub) < this.subChunk) this.slow.add(sub);
       }
       // Another hand-off of the same batch may have taken the job in while this one waited.
       if (heldAlready(job)) continue;
@@ -329,7 +329,12 @@ export class Dispatcher {
   /** How many more jobs of `sub` may be held now (see admits). */
   private roomFor(sub: string): number {
     if (this.startsNow(sub)) return this.startRoom;
-    return Math.min(this.queueLimit - this.queued(sub), this.waitRoom);
+    return Math.min(this.queueRoom(sub), this.waitRoom);
+  }
+
+  /** Places left in `sub`'s queue here. */
+  private queueRoom(sub: string): number {
+    return this.queueLimit - this.queued(sub);
   }
 
   /** While most slots are busy, claims and hand-offs wait for this many to free (a sixteenth, at
@@ -491,7 +496,7 @@ export class Dispatcher {
         this.holding.delete(held.job.job_id);
         this.held--;
         if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
-        if (this.slow.has(sub) && this.queueLimit - this.queued(sub) >= this.subChunk) this.slow.delete(sub);
+        if (this.slow.has(sub) && this.queueRoom(sub) >= this.subChunk) this.slow.delete(sub);
         this.wakeRoomWaiters();
       });
     }
