@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
@@ -103,6 +103,39 @@ describe('SQLite read store: kept across a reopen (int)', () => {
       assert.match(said, new RegExp(`projection built: built, caught up at position ${head}`));
     } finally {
       await store.close();
+      await derived.close();
+    }
+  });
+});
+
+describe('SQLite derived state: savepoints in memory (int)', () => {
+  it("a batch's savepoint journal past SQLite's spill size (64 KiB) stays in memory: no temp file written", async () => {
+    const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite'));
+    try {
+      derived.migrate('spill', ['CREATE TABLE spill (id INTEGER PRIMARY KEY, body TEXT NOT NULL) STRICT']);
+      const insert = derived.db.prepare('INSERT INTO spill (id, body) VALUES (?, ?)');
+      // Pages written in the open transaction, then changed again by a later batch (savepoint): the
+      // savepoint's journal keeps their old images, 200 pages, which SQLite spills to a temp file
+      // (deleted at once, open meanwhile) unless temp_store is MEMORY.
+      derived.transaction(() => {
+        for (let i = 0; i < 200; i++) insert.run(i, 'a'.repeat(3000));
+      });
+      const tempFiles = derived.transaction(() => {
+        derived.db.exec(`UPDATE spill SET body = '${'b'.repeat(3000)}'`);
+        return readdirSync('/proc/self/fd').filter((fd) => {
+          try {
+            return /etilqs_/.test(readlinkSync(`/proc/self/fd/${fd}`));
+          } catch {
+            return false;
+          }
+        });
+      });
+      assert.deepEqual(tempFiles, []);
+      assert.equal(
+        (derived.db.prepare("SELECT count(*) AS n FROM spill WHERE body LIKE 'b%'").get() as { n: number }).n,
+        200,
+      );
+    } finally {
       await derived.close();
     }
   });
