@@ -22,7 +22,7 @@ import { Durability, type Held } from './held.ts';
 import { dispatcherMetrics } from './metrics.ts';
 import type { Attempt, DeliveryStore, Job, Rooms } from './port.ts';
 import { Throttle } from './throttle.ts';
-import { PooledHttp, ThreadedHttp } from './webhook-http.ts';
+import { PooledHttp, SpilloverHttp } from './webhook-http.ts';
 
 export { RESPONSE_BODY_LIMIT } from './webhook-http.ts';
 
@@ -112,7 +112,7 @@ export class Dispatcher {
       inFlight: () => this.attempts.inFlight,
     });
     this.attempts = new Attempts({
-      http: options.httpThreads > 0 ? new ThreadedHttp(http) : new PooledHttp(http),
+      http: options.httpThreads > 0 ? new SpilloverHttp(http) : new PooledHttp(http),
       metrics,
       version: options.version,
     });

@@ -1,8 +1,9 @@
 // The HTTP side of a delivery attempt: one POST through undici's agent (connections pooled per
 // origin), its answer read up to RESPONSE_BODY_LIMIT, within the attempt's time limit, and the
-// outcome classified. It runs on the dispatcher's thread (PooledHttp) or on a thread of its own
-// (ThreadedHttp, HUB_DISPATCHER_HTTP_THREADS=1): undici and the sockets are most of an attempt's
-// CPU, and on the dispatcher's thread they bound it to one core while the rest of the machine idled.
+// outcome classified. It runs on the dispatcher's thread (PooledHttp), or there at moderate rates
+// and on a thread of its own past them (SpilloverHttp, the default):
+// undici and the sockets are most of an attempt's CPU, and on the dispatcher's thread they bound it
+// to one core while the rest of the machine idled.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { Agent, errors, type Dispatcher as HttpDispatcher } from 'undici';
 import { OnDemandThread, ThreadChannel } from '../../infra/threads.ts';
@@ -212,6 +213,51 @@ export class ThreadedHttp implements WebhookHttp {
     return this.thread.stop((channel) => channel.call('http', 'close', []).catch(() => {}));
   }
 }
+
+/**
+ * undici on this thread at moderate rates, the HTTP thread past them. At a steady, moderate rate a
+ * POST on the thread cost two more wake-ups than one here (the thread woken to send, and again by
+ * the answer, before it wakes this one), each about as much CPU as the POST itself on the machines
+ * measured (bench/latency.ts's floors); under load the thread takes the POSTs, and with them most of
+ * undici's CPU, from this thread, which is then the limit. Past a rate, not past a share of this
+ * thread's time: under load its event loop, waiting on the other threads, was often less than
+ * three quarters busy, and the POSTs that then stayed here cost a fifth of the embedded dispatch
+ * rate. The rate is counted at each POST over the time since the last count (a tenth of a second
+ * or more; no timer). The thread starts at its first POST.
+ */
+export class SpilloverHttp implements WebhookHttp {
+  private readonly here: PooledHttp;
+  /** Where the POSTs go past the rate (the tests look at its thread). */
+  readonly spill: ThreadedHttp;
+  private counted = performance.now();
+  private posts = 0;
+  private busy = false;
+
+  constructor(o: HttpOptions) {
+    this.here = new PooledHttp(o);
+    this.spill = new ThreadedHttp(o);
+  }
+
+  post(target: Target, headers: Record<string, string>, body: string): Promise<Exchanged> {
+    const now = performance.now();
+    this.posts++;
+    if (now - this.counted >= COUNT_EVERY_MS) {
+      this.busy = (this.posts * 1000) / (now - this.counted) > INLINE_UP_TO_PER_SECOND;
+      this.counted = now;
+      this.posts = 0;
+    }
+    return this.busy ? this.spill.post(target, headers, body) : this.here.post(target, headers, body);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.here.close(), this.spill.close()]);
+  }
+}
+
+const COUNT_EVERY_MS = 100;
+/** POSTs a second that stay on the dispatching thread: a steady 500 events/s does, saturation
+ * (thousands on two cores) does not. */
+const INLINE_UP_TO_PER_SECOND = 1000;
 
 /** A POST on its way to the HTTP thread and back; `timeout` when its backstop passes. */
 interface Posted {

@@ -1,11 +1,13 @@
 // The HTTP side of delivery attempts with a real receiver, on the dispatching thread and on a
-// thread of its own: the same outcomes either way, and a thread that dies fails the POSTs waiting
-// on it as network failures, the next POST starting a new one.
+// thread of its own: the same outcomes either way, a thread that dies fails the POSTs waiting on it
+// as network failures, the next POST starting a new one, and the default client keeps its POSTs
+// on the dispatching thread until that thread is busy.
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 import {
   type Exchanged,
   PooledHttp,
+  SpilloverHttp,
   ThreadedHttp,
   type WebhookHttp,
 } from '../../../processors/delivery/webhook-http.ts';
@@ -103,6 +105,30 @@ describe('webhook HTTP, on this thread and on its own (int)', function () {
     assert.equal((await inFlight).answer?.status, 200);
     assert.equal(open.thread.started, false);
     await open.close();
+  });
+
+  it('posts on the dispatching thread at a moderate rate, on the HTTP thread past it', async () => {
+    const http = new SpilloverHttp(options);
+    // A trickle: its HTTP thread is never started.
+    for (let i = 0; i < 8; i++) {
+      assert.equal((await http.post(target(`${rx.url}/ok/quiet`), headers, '{}')).answer?.status, 200);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(http.spill.thread.started, false);
+    // 300 at once, then a tenth of a second on: a rate of thousands a second, and what follows crosses.
+    const burst = await Promise.all(
+      Array.from({ length: 300 }, () => http.post(target(`${rx.url}/ok/burst`), headers, '{}')),
+    );
+    assert.equal(burst.filter((o) => o.answer?.status === 200).length, 300);
+    await new Promise((r) => setTimeout(r, 110));
+    const busy = await http.post(target(`${rx.url}/ok/busy`), headers, '{}');
+    assert.equal(busy.answer?.status, 200);
+    assert.equal(http.spill.thread.started, true);
+    assert.equal(rx.at('/ok/quiet').length, 8);
+    assert.equal(rx.at('/ok/burst').length, 300);
+    assert.equal(rx.at('/ok/busy').length, 1);
+    await http.close();
+    assert.equal(http.spill.thread.started, false, 'closed with its thread');
   });
 
   it('a thread that dies fails the POSTs waiting on it as network failures; the next POST starts a new one', async () => {
