@@ -20,7 +20,7 @@
 //   HUB_BENCH_PRINT_ONLY=1                     printed, docs untouched
 //   HUB_BENCH_PROFILE=embedded                 the embedded hub (`hub start`, no Kafka, Redis or
 //                                              PostgreSQL): latency and CPU per event only, no hops
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, execFile } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -110,6 +110,26 @@ function threadsMs(pid: number): Map<string, number> {
   return out;
 }
 
+/** Times a process's threads went to sleep (voluntary context switches): each is a wake-up later,
+ * and on this machine a wake-up of an idle thread costs more CPU than most of what it then does. */
+function sleeps(pid: number): number {
+  let n = 0;
+  let tids: string[] = [];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {}
+  for (const tid of tids) {
+    try {
+      n += Number(
+        /^voluntary_ctxt_switches:\s+(\d+)/m.exec(
+          readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8'),
+        )?.[1] ?? 0,
+      );
+    } catch {}
+  }
+  return n;
+}
+
 /** The process listening on a local TCP port (from /proc/net/tcp and the processes' sockets). */
 function listening(port: number): number | undefined {
   const inodes = new Set<string>();
@@ -184,6 +204,8 @@ interface CpuWindow {
   processes: Map<string, number>;
   threads: Map<string, Map<string, number>>;
   infra: Map<string, number>;
+  /** Sleeps of the hub's threads over the window, all processes (see sleeps). */
+  wakeups: number;
   machineBusy: number;
   ms: number;
 }
@@ -196,6 +218,8 @@ function cpuWindow(hub: Map<string, number>): () => CpuWindow {
   const m0 = machineTicks();
   const p0 = new Map([...hub].map(([k, pid]) => [k, cpuMs(`/proc/${pid}/stat`)]));
   const th0 = new Map([...hub].map(([k, pid]) => [k, threadsMs(pid)]));
+  const sleeping = () => [...hub.values()].reduce((n, pid) => n + sleeps(pid), 0);
+  const s0 = sleeping();
   const i0 = infraMs();
   return () => {
     const m1 = machineTicks();
@@ -209,6 +233,7 @@ function cpuWindow(hub: Map<string, number>): () => CpuWindow {
         }),
       ),
       infra: new Map([...i1].map(([k, ms]) => [k, ms - (i0.get(k) ?? 0)])),
+      wakeups: sleeping() - s0,
       machineBusy: (m1.busy - m0.busy) / (m1.total - m0.total),
       ms: performance.now() - t0,
     };
@@ -724,6 +749,50 @@ async function bareReceiver(receiver: string, rate: number) {
   return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
 }
 
+/**
+ * Floors of what an event costs the hub at a steady rate, before any work of its own: a Node
+ * process woken by a timer `rate` times a second that, at each tick, either posts a message to a
+ * worker thread which posts it back (as an API thread's call to the main thread and its answer
+ * cross), or commits one row to a SQLite file as the embedded event store does (WAL,
+ * synchronous=FULL: an fsync). CPU µs of the process per tick, its threads' sleeps per tick (see
+ * sleeps), and so the CPU of one wake-up on this machine.
+ */
+type Floor = { cpuUsPerTick: number; wakeupsPerTick: number; cpuUsPerWakeup: number };
+async function floor(kind: 'thread' | 'commit', rate: number): Promise<Floor> {
+  const tick =
+    kind === 'thread'
+      ? `const { Worker } = require('node:worker_threads');
+         const w = new Worker("const { parentPort } = require('node:worker_threads'); parentPort.on('message', (m) => parentPort.postMessage(m));", { eval: true });
+         w.on('message', () => { ticks++; });
+         const work = () => w.postMessage(ticks);`
+      : `const { DatabaseSync } = require('node:sqlite');
+         const dir = require('node:fs').mkdtempSync(require('node:path').join(require('node:os').tmpdir(), 'hub-floor-'));
+         const db = new DatabaseSync(dir + '/floor.sqlite');
+         db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)');
+         const insert = db.prepare('INSERT INTO t (body) VALUES (?)');
+         process.on('exit', () => require('node:fs').rmSync(dir, { recursive: true, force: true }));
+         const work = () => { db.exec('BEGIN'); insert.run('x'.repeat(300)); db.exec('COMMIT'); ticks++; };`;
+  const script = `
+    const { readdirSync, readFileSync } = require('node:fs');
+    let ticks = 0;
+    ${tick}
+    const sleeps = () => readdirSync('/proc/self/task').reduce((n, t) => n + Number(/^voluntary_ctxt_switches:\\s+(\\d+)/m.exec(readFileSync('/proc/self/task/' + t + '/status', 'utf8'))[1]), 0);
+    setInterval(work, 1000 / ${rate});
+    setTimeout(() => {
+      const t0 = ticks, c0 = process.cpuUsage(), s0 = sleeps();
+      setTimeout(() => {
+        const c = process.cpuUsage(c0);
+        console.log(JSON.stringify({ ticks: ticks - t0, cpuUs: c.user + c.system, sleeps: sleeps() - s0 }));
+        process.exit(0);
+      }, 5000);
+    }, 1000);`;
+  const out = await new Promise<string>((resolve, reject) =>
+    execFile(process.execPath, ['-e', script], (err, stdout) => (err ? reject(err) : resolve(stdout))),
+  );
+  const { ticks, cpuUs, sleeps: slept } = JSON.parse(out) as { ticks: number; cpuUs: number; sleeps: number };
+  return { cpuUsPerTick: cpuUs / ticks, wakeupsPerTick: slept / ticks, cpuUsPerWakeup: cpuUs / slept };
+}
+
 /** A plain kafkajs producer (acks from all replicas) and consumer (answered at the first byte) of
  * one 12-partition topic at `rate`, each message timed from its send to its consumption. */
 async function plainKafka(rate: number) {
@@ -801,7 +870,14 @@ const EMBEDDED_WHERE = `### Where the time goes at 500 writes/s (2026-11-27)
 - The processor read the owner's subscriptions at every batch (so that a change held at once): about 60 µs of the main thread per event. They are now kept until the projector writes the webhooks model (1.00 → 0.94 ms per event on the main thread, two alternated rounds; the process's total moved within the runs' spread).
 - The API threads spend about twice their saturated CPU per request: each request wakes an idle thread, and its append crosses to the main thread and back.
 - Lingering to gather batches at low rates is the known remedy, at the cost of latency in every stage; \`HUB_PROJECTOR_LINGER_MS=5\` alone changed the figure by less than the run-to-run spread (2.54 → 2.48 ms per event).
-- 2026-11-28: the news of an append to the other API thread (which keeps its cached states current) waits up to 20 ms for the next message to that thread instead of waking it once per append (\`sendSoon\` in \`infra/threads.ts\`). Three alternated rounds against the tree before: CPU per event at 500 writes/s 1.72, 1.58, 1.55 → 1.56, 1.54, 1.50 ms; at saturation 3,911, 4,001, 3,988 → 4,130, 3,958, 4,095 events/s; device-meta ingestion the same (medians of three, 10,538 → 10,686 requests/s). With the API on the main thread (\`HUB_API_THREADS=0\`, one run) 1.40 ms per event, and with the dispatcher's HTTP thread off as well 1.25: the threads' hops are a fifth of the figure, the rest is every stage's fixed cost once per event.`;
+- 2026-11-28: the news of an append to the other API thread (which keeps its cached states current) waits up to 20 ms for the next message to that thread instead of waking it once per append (\`sendSoon\` in \`infra/threads.ts\`). Three alternated rounds against the tree before: CPU per event at 500 writes/s 1.72, 1.58, 1.55 → 1.56, 1.54, 1.50 ms; at saturation 3,911, 4,001, 3,988 → 4,130, 3,958, 4,095 events/s; device-meta ingestion the same (medians of three, 10,538 → 10,686 requests/s). With the API on the main thread (\`HUB_API_THREADS=0\`, one run) 1.40 ms per event, and with the dispatcher's HTTP thread off as well 1.25: the threads' hops are a fifth of the figure, the rest is every stage's fixed cost once per event.
+
+### Wake-ups (2026-11-28, night)
+
+The hub's threads slept 9-12 times per event at 500 writes/s (\`voluntary_ctxt_switches\` of every thread, the table's column) against 0.9 at saturation, where its threads find work waiting instead of sleeping. On this machine (a virtual one) a wake-up is dear: the floors above, measured in each run, put a message to another Node thread and back at 80-220 µs of CPU (about 3 wake-ups) and a durable SQLite commit of one row at 140-330 µs (about 3.5: the fsync's own), 25-80 µs per wake-up, before any work. A change at a steady rate crosses from an API thread to the main thread and back, is committed with an fsync, and its webhook is POSTed and answered: by the floors alone 380-750 µs, more than the whole saturated figure (330-450 µs an event, every stage's work included). The wake-ups times their floor's cost are a fifth to a third of the figure at 500 writes/s; the rest is every stage's work done once per event instead of once per batch (the read models' and the event log's SQLite statements, a follower's savepoint and checkpoint, Koa, the relay). Meeting 2 × takes hops out of an event's way and batches that a steady rate does not form; neither is a matter of code made faster.
+- Taken out: the dispatcher's POSTs stay on the dispatching thread up to 1,000 a second (two wake-ups each fewer; \`SpilloverHttp\`, docs/webhooks.md): two alternated rounds, 11.1 and 11.6 → 9.4 and 9.9 wake-ups an event, 2,022 and 1,747 → 1,864 and 1,612 µs; saturation the same (3,173 and 3,120 → 3,545 and 3,444 events/s). And SQLite's temp store in memory for the derived state: a batch's savepoint had spilled its journal to a temp file, about 5,800 writes a second on the main thread (\`strace\`); three alternated rounds 2.05, 1.93, 1.92 → 1.85, 1.79, 1.92 ms.
+- Where the wake-ups were, per event at 500 writes/s before these (\`/proc\`, 5 s): the main thread 2.9, the event store's SQLite writer 3.6 (each commit's WAL writes and fsync sleep in the kernel: the same 3.6 as the floor's commit), the dispatcher's HTTP thread 2.2, the API threads 2.0 together, the delivery schedule's writer 0.8, V8's helpers 0.3.
+- Left: the API threads' round trip to the main thread (with the API on the main thread, 1.40 against 1.56 ms per event, but about 20 % fewer requests/s at saturation: they stay), and the event store's commit, which a steady rate pays once per write whatever is done (grouping commits over time would hold every write's answer back).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -819,32 +895,33 @@ function threadCells(r: RunResult): string {
 
 /** The embedded profile's section: latency and CPU per event by load, beside the bare receiver,
  * and #45's CPU line (the steady rate's CPU per event at most twice the saturated one's). */
-function embeddedReport(
-  results: RunResult[],
-  ceilings: Map<number, { bare: { p50: number; p99: number } }>,
-): void {
+function embeddedReport(results: RunResult[], ceilings: Map<number, Ceilings>): void {
   const of = (load: string) => results.filter((r) => r.load === load);
   const at500 = of('500 writes/s').length > 0 ? medianBy(of('500 writes/s'), (r) => r.p99) : undefined;
   const saturated = SATURATION
     ? medianBy(of(`saturation (${SATURATION_CONNECTIONS} in flight)`), (r) => r.rate)
     : undefined;
   const row = (r: RunResult) =>
-    `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${fmt(1000 * r.hubCpuPerEventMs)} | ${threadCells(r)} | ${fmt(100 * r.cpu.machineBusy)} % |`;
+    `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${fmt(1000 * r.hubCpuPerEventMs)} | ${threadCells(r)} | ${fmt(r.cpu.wakeups / (r.rate * SECONDS), 1)} | ${fmt(100 * r.cpu.machineBusy)} % |`;
   const cpuLine =
     at500 && saturated
       ? `CPU per event at 500 writes/s ${fmt(1000 * at500.hubCpuPerEventMs)} µs against ${fmt(1000 * saturated.hubCpuPerEventMs)} µs at saturation (${fmt(saturated.rate)} events/s): ${fmt(at500.hubCpuPerEventMs / saturated.hubCpuPerEventMs, 2)} × (≤ 2 ×: ${at500.hubCpuPerEventMs <= 2 * saturated.hubCpuPerEventMs ? '**met**' : '**not met**'})`
       : 'CPU per event at 500 writes/s against saturation: not measured in this run';
   const body = `## End-to-end latency and CPU per event, embedded
 
-\`HUB_BENCH_PROFILE=embedded node bench/latency.ts ${SECONDS}\` on ${machine()}. The embedded hub as it starts (\`hub start\`: one process, API threads, SQLite) receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription at the same receiver as the distributed run's; the receiver times each from when its request was due. Then the same hub at saturation (${SATURATION_CONNECTIONS} requests in flight), delivered events/s counted at the receiver over the same window. CPU from \`/proc\` over the window, per event delivered: the hub's process, by thread (the main thread, V8's helpers, the others: API threads, SQLite writers, the dispatcher's HTTP thread). The shared servers (Kafka, Redis, PostgreSQL) serve other users of this machine, not this hub, and are not counted.
+\`HUB_BENCH_PROFILE=embedded node bench/latency.ts ${SECONDS}\` on ${machine()}. The embedded hub as it starts (\`hub start\`: one process, API threads, SQLite) receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription at the same receiver as the distributed run's; the receiver times each from when its request was due. Then the same hub at saturation (${SATURATION_CONNECTIONS} requests in flight), delivered events/s counted at the receiver over the same window. CPU from \`/proc\` over the window, per event delivered: the hub's process, by thread (the main thread, V8's helpers, the others: API threads, SQLite writers, the dispatcher's HTTP thread), and the times its threads went to sleep (each a wake-up later; \`voluntary_ctxt_switches\`). The floor beside it: what one wake-up of an idle Node thread costs on this machine. The shared servers (Kafka, Redis, PostgreSQL) serve other users of this machine, not this hub, and are not counted.
 
-| Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | CPU µs per event | Main | V8 helpers | Other threads | Machine busy |
-|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | CPU µs per event | Main | V8 helpers | Other threads | Wake-ups per event | Machine busy |
+|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 ${results.map(row).join('\n')}
 
 | Ceiling | Rate | p50 ms | p99 ms |
 |---|---:|---:|---:|
 ${[...ceilings].map(([rate, c]) => `| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`).join('\n')}
+
+| Floor, at each tick of a timer | Rate | CPU µs | Wake-ups | CPU µs per wake-up |
+|---|---:|---:|---:|---:|
+${floorRows(ceilings)}
 
 Target (issue 45, both profiles): CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${cpuLine}.
 
@@ -983,25 +1060,67 @@ PostgreSQL the rest): about 1.2 of the machine's 2 cores, so every stage queues.
 each round trip (a write to a socket, the server woken, the answer read) is paid once per event at
 moderate rates and once per batch of 3–20 at saturation, which is also why CPU per event at 500
 writes/s is 2–4 × the saturated figure (2.4 × on 2026-11-27; 3.9 × on 2026-11-28, on a machine
-where the saturated run was faster: 1,913 events/s at 0.80 ms against 1,142 at 1.34).`;
+where the saturated run was faster: 1,913 events/s at 0.80 ms against 1,142 at 1.34).
+
+2026-11-28, night: PostgreSQL's share, and wake-ups. Per statement at 500 writes/s
+(\`pg_stat_statements\`, one run, planning included): the store's append (\`hub_append\`) 0.28-0.29 ms a
+call, the event log's insert 0.29-0.33 ms (1.1 events a call, its counts beside it), the attempt
+log's 0.30-0.32 ms; the followers' reads 0.01-0.03 ms. Planning is negligible (generic plans). With
+\`synchronous_commit = off\` on every connection of the hub (an upper bound, not kept: an
+acknowledged write must survive PostgreSQL's crash), PostgreSQL's CPU per event and the latency did
+not move (two alternated rounds: 712 and 756 against 778 and 807 µs; p50 45 and 42 against 48 and
+41 ms): its cost is the statements' execution, about a third of a millisecond each for one event,
+not the commits' flushes. The hub's threads slept 2.5-2.9 times per event at 500 writes/s (the
+table's last column), against about 11 in the embedded hub: its main thread, with every role on
+it, is busy enough to find work waiting. Keeping the dispatcher's POSTs on the dispatching thread
+up to 1,000 a second (docs/webhooks.md) changed neither figure here (3.08 and 3.08 ms per event;
+1,431 and 1,395 events/s at saturation, one alternated round).`;
+
+interface Ceilings {
+  bare: { p50: number; p99: number };
+  kafka: { p50: number; p99: number } | undefined;
+  thread: Floor;
+  commit: Floor;
+}
+
+/** The floors' rows (see floor) of a table: | Floor | Rate | CPU µs | Wake-ups | CPU µs per wake-up |. */
+const floorRows = (ceilings: Map<number, Ceilings>) =>
+  [...ceilings]
+    .flatMap(([rate, c]) =>
+      (
+        [
+          [
+            "a message to another Node thread and back (as an API thread's call to the main thread)",
+            c.thread,
+          ],
+          [
+            'a durable SQLite commit of one row (WAL, synchronous=FULL, as the embedded event store)',
+            c.commit,
+          ],
+        ] as const
+      ).map(
+        ([what, f]) =>
+          `| ${what} | ${fmt(rate)} | ${fmt(f.cpuUsPerTick)} | ${fmt(f.wakeupsPerTick, 1)} | ${fmt(f.cpuUsPerWakeup)} |`,
+      ),
+    )
+    .join('\n');
 
 // ---- main -------------------------------------------------------------------------------------
 
 async function main() {
   const rx = await startListening(['-e', RECEIVER], {});
   try {
-    const ceilings = new Map<
-      number,
-      { bare: { p50: number; p99: number }; kafka: { p50: number; p99: number } | undefined }
-    >();
+    const ceilings = new Map<number, Ceilings>();
     for (const rate of RATES)
       ceilings.set(rate, {
         bare: await bareReceiver(rx.url, rate),
         kafka: EMBEDDED ? undefined : await plainKafka(rate),
+        thread: await floor('thread', rate),
+        commit: await floor('commit', rate),
       });
     for (const [rate, c] of ceilings)
       process.stderr.write(
-        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms` : ''}\n`,
+        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms; ` : ''}floors: a thread round trip ${fmt(c.thread.cpuUsPerTick)} µs of CPU, a durable commit ${fmt(c.commit.cpuUsPerTick)}; ${fmt(c.thread.cpuUsPerWakeup)} µs per wake-up\n`,
       );
     const results: RunResult[] = [];
     // Every variant's hub set up and warmed first; then their windows alternate, load by load,
@@ -1033,7 +1152,7 @@ async function main() {
       const events = r.rate * SECONDS;
       const us = (ms: number | undefined) => fmt((1000 * (ms ?? 0)) / events);
       const redisCommands = [...r.redis.values()].reduce((a, b) => a + b, 0) / (r.rate * 2);
-      return `| ${r.variant} | ${r.load} | ${threadCells(r)} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} |`;
+      return `| ${r.variant} | ${r.load} | ${threadCells(r)} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} | ${fmt(r.cpu.wakeups / events, 1)} |`;
     };
     const body = `## End-to-end latency, distributed
 
@@ -1053,11 +1172,16 @@ Per event delivered, the same windows: CPU µs by process (the hub's main thread
 (mostly the collector), its other threads (the dispatcher's HTTP thread), then the shared servers),
 messages per record batch on each topic (as produced: the relay's, the processor's), the Redis
 commands of the hub's database (a 2-s MONITOR sample; a Lua script's own commands counted too) and
-the rows written to the hub's PostgreSQL tables.
+the rows written to the hub's PostgreSQL tables, and the times the hub's threads went to sleep
+(each a wake-up later; the floor below: what one costs on this machine).
 
-| Variant | Load | Main | V8 helpers | Other threads | Kafka | Redis | PostgreSQL | Changes / deliveries per batch | Redis commands | PG rows |
-|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|
+| Variant | Load | Main | V8 helpers | Other threads | Kafka | Redis | PostgreSQL | Changes / deliveries per batch | Redis commands | PG rows | Hub wake-ups |
+|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|
 ${results.map(cpuRow).join('\n')}
+
+| Floor, at each tick of a timer | Rate | CPU µs | Wake-ups | CPU µs per wake-up |
+|---|---:|---:|---:|---:|
+${floorRows(ceilings)}
 
 ${WHERE_THE_TIME_GOES}
 `;
