@@ -472,7 +472,7 @@ export function groupedStatement(
 }
 
 /** The rows' values by column (see groupedStatement): each column one text, a newline before each
- * value (`joined`), or arrays when a value holds a newline. */
+ * value (`joined`), or arrays when a value holds a newline or is null (a text has no NULL). */
 function columns(rows: unknown[][], width: number): { values: unknown[]; joined: boolean } {
   // In id order (the first column): statements that add the same ids (a batch derived again by
   // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
@@ -484,7 +484,7 @@ function columns(rows: unknown[][], width: number): { values: unknown[]; joined:
   for (const row of rows) {
     for (let c = 0; c < width; c++) {
       const value = String(row[c]);
-      if (value.includes('\n')) {
+      if (row[c] == null || value.includes('\n')) {
         return { values: texts.map((_, col) => rows.map((r) => r[col])), joined: false };
       }
       texts[c] += `\n${value}`;

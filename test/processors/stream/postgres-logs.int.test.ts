@@ -11,7 +11,7 @@ import { RedisDeliveryStore } from '../../../processors/delivery/redis.ts';
 import type { WebhookEvent } from '../../../processors/stream/derive.ts';
 import { RedisEventLog } from '../../../processors/stream/eventlog.ts';
 import { PostgresEventLog } from '../../../processors/stream/eventlog-postgres.ts';
-import { PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
+import { groupedStatement, PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
 import { MOVED_KEY, moveLogsFromRedis } from '../../../processors/stream/postgres-logs-move.ts';
 import { dropSchema, inSchema, memoryLogger, redisDb, testConfig } from '../../harness.ts';
 import { attemptOf, job } from '../delivery/contract.ts';
@@ -136,6 +136,45 @@ describe('PostgreSQL logs: totals', () => {
     await log.append([newline, beside]);
     assert.deepEqual(await log.get(owner, newline.id), newline);
     assert.deepEqual(await log.get(owner, beside.id), beside);
+  });
+
+  it('a null goes in as NULL, not as the text null (the batch as arrays)', async () => {
+    const statement = groupedStatement(
+      'hub-test-nulls',
+      ['text', 'bigint'],
+      (unnest) => `SELECT * FROM ${unnest} AS t(a, b)`,
+    );
+    const client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+    try {
+      const rows = async (values: unknown[][]) =>
+        (await client.query<{ a: string | null; b: string | null }>(statement(values, []))).rows.map((r) => [
+          r.a,
+          r.b,
+        ]);
+      assert.deepEqual(
+        await rows([
+          ['x', 1],
+          ['y', 2],
+        ]),
+        [
+          ['x', '1'],
+          ['y', '2'],
+        ],
+      );
+      assert.deepEqual(
+        await rows([
+          ['x', null],
+          [null, 2],
+        ]),
+        [
+          ['x', null],
+          [null, '2'],
+        ],
+      );
+    } finally {
+      await client.end();
+    }
   });
 
   it('equal the rows matched, whatever the range: whole hours from the counts, the ends row by row; a row appended twice counts once', async () => {
