@@ -59,8 +59,11 @@ export interface DispatcherOptions extends EndpointsOptions, CircuitOptions {
   maxInFlight: number;
   /** Attempts in flight per subscription in this process. */
   maxInFlightPerSubscription: number;
-  /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1. */
+  /** Threads of its own for the HTTP side of attempts: 0 (this thread) or 1 (past a rate: SpilloverHttp). */
   httpThreads: number;
+  /** With the HTTP thread, the attempts a second kept on this one (SpilloverHttp's default; the
+   * tests give 0, every attempt on the thread). */
+  httpInlineUpToPerSecond?: number;
   /** The subscriptions' rate limits (throttle.ts); default: in this process. */
   rateSlots?: RateSlots;
 }
@@ -112,7 +115,10 @@ export class Dispatcher {
       inFlight: () => this.attempts.inFlight,
     });
     this.attempts = new Attempts({
-      http: options.httpThreads > 0 ? new SpilloverHttp(http) : new PooledHttp(http),
+      http:
+        options.httpThreads > 0
+          ? new SpilloverHttp({ ...http, inlineUpToPerSecond: options.httpInlineUpToPerSecond })
+          : new PooledHttp(http),
       metrics,
       version: options.version,
     });

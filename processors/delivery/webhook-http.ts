@@ -231,26 +231,36 @@ export class SpilloverHttp implements WebhookHttp {
   readonly spill: ThreadedHttp;
   private counted = performance.now();
   private posts = 0;
-  private busy = false;
+  private readonly inlineUpTo: number;
+  private busy: boolean;
+  private closing: Promise<void> | undefined;
 
-  constructor(o: HttpOptions) {
+  /** `inlineUpToPerSecond`: INLINE_UP_TO_PER_SECOND unless a test says otherwise (0: all cross). */
+  constructor(o: HttpOptions & { inlineUpToPerSecond?: number }) {
     this.here = new PooledHttp(o);
     this.spill = new ThreadedHttp(o);
+    this.inlineUpTo = o.inlineUpToPerSecond ?? INLINE_UP_TO_PER_SECOND;
+    this.busy = this.inlineUpTo === 0;
   }
 
   post(target: Target, headers: Record<string, string>, body: string): Promise<Exchanged> {
     const now = performance.now();
     this.posts++;
     if (now - this.counted >= COUNT_EVERY_MS) {
-      this.busy = (this.posts * 1000) / (now - this.counted) > INLINE_UP_TO_PER_SECOND;
+      this.busy = (this.posts * 1000) / (now - this.counted) > this.inlineUpTo;
       this.counted = now;
       this.posts = 0;
     }
-    return this.busy ? this.spill.post(target, headers, body) : this.here.post(target, headers, body);
+    // Once closed, the thread's side answers as ThreadedHttp does (a network failure, retried).
+    return this.busy || this.closing
+      ? this.spill.post(target, headers, body)
+      : this.here.post(target, headers, body);
   }
 
-  async close(): Promise<void> {
-    await Promise.all([this.here.close(), this.spill.close()]);
+  /** Once: undici's agent refuses a second close. */
+  close(): Promise<void> {
+    this.closing ??= Promise.all([this.here.close(), this.spill.close()]).then(() => {});
+    return this.closing;
   }
 }
 

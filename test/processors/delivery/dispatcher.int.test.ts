@@ -54,6 +54,8 @@ async function rig(o: {
     maxInFlightPerSubscription: 2,
     rotationWindowMs: 0,
     httpThreads: o.httpThreads,
+    // Every attempt on the HTTP thread, as under load (SpilloverHttp keeps a test's few on this one).
+    httpInlineUpToPerSecond: 0,
     disableAfterMs: o.disableAfterMs ?? 432_000_000,
   });
   const close = async () => {

@@ -107,15 +107,16 @@ describe('webhook HTTP, on this thread and on its own (int)', function () {
     await open.close();
   });
 
-  it('posts on the dispatching thread at a moderate rate, on the HTTP thread past it', async () => {
-    const http = new SpilloverHttp(options);
-    // A trickle: its HTTP thread is never started.
+  it('posts on the dispatching thread at a moderate rate, on the HTTP thread past it; closes once, twice', async () => {
+    // 100 a second here instead of 1,000: a busy machine's burst, and a trickle, are on either side.
+    const http = new SpilloverHttp({ ...options, inlineUpToPerSecond: 100 });
+    // A trickle (about 20 a second): its HTTP thread is never started.
     for (let i = 0; i < 8; i++) {
       assert.equal((await http.post(target(`${rx.url}/ok/quiet`), headers, '{}')).answer?.status, 200);
-      await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(http.spill.thread.started, false);
-    // 300 at once, then a tenth of a second on: a rate of thousands a second, and what follows crosses.
+    // 300 at once, then a tenth of a second on: hundreds a second or more, and what follows crosses.
     const burst = await Promise.all(
       Array.from({ length: 300 }, () => http.post(target(`${rx.url}/ok/burst`), headers, '{}')),
     );
@@ -127,8 +128,14 @@ describe('webhook HTTP, on this thread and on its own (int)', function () {
     assert.equal(rx.at('/ok/quiet').length, 8);
     assert.equal(rx.at('/ok/burst').length, 300);
     assert.equal(rx.at('/ok/busy').length, 1);
+    await Promise.all([http.close(), http.close()]);
     await http.close();
     assert.equal(http.spill.thread.started, false, 'closed with its thread');
+    assert.deepEqual(await http.post(target(`${rx.url}/ok/closed`), headers, '{}'), {
+      outcome: 'network',
+      error: 'the webhook HTTP client is closed',
+    });
+    assert.equal(rx.at('/ok/closed').length, 0);
   });
 
   it('a thread that dies fails the POSTs waiting on it as network failures; the next POST starts a new one', async () => {
