@@ -92,14 +92,19 @@ function cpuMs(statPath: string, reaped = false): number {
   }
 }
 
+/** A process's thread ids; none once it is gone. */
+function tasks(pid: number): string[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return [];
+  }
+}
+
 /** A process's threads by name (V8's and libuv's pools summed under theirs), CPU ms each. */
 function threadsMs(pid: number): Map<string, number> {
   const out = new Map<string, number>();
-  let tids: string[] = [];
-  try {
-    tids = readdirSync(`/proc/${pid}/task`);
-  } catch {}
-  for (const tid of tids) {
+  for (const tid of tasks(pid)) {
     let name = 'unknown';
     try {
       name = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
@@ -114,11 +119,7 @@ function threadsMs(pid: number): Map<string, number> {
  * and on this machine a wake-up of an idle thread costs more CPU than most of what it then does. */
 function sleeps(pid: number): number {
   let n = 0;
-  let tids: string[] = [];
-  try {
-    tids = readdirSync(`/proc/${pid}/task`);
-  } catch {}
-  for (const tid of tids) {
+  for (const tid of tasks(pid)) {
     try {
       n += Number(
         /^voluntary_ctxt_switches:\s+(\d+)/m.exec(
