@@ -143,6 +143,8 @@ export class SqliteEventStore implements EventStore {
    */
   private readonly heads = new LRUCache<string, number>({ max: MAX_CACHED_STREAMS });
   private readonly appended = new EventEmitter();
+  /** A wake of the subscribers is scheduled (wakeSubscribers). */
+  private waking = false;
   private readonly maxBatch: number;
   private readonly postEvery: number;
   private readonly writer: SqliteWriter | undefined;
@@ -307,8 +309,24 @@ export class SqliteEventStore implements EventStore {
       else if (plan.kind === 'duplicate') w.reject(new DuplicateEventIdError(...plan.args));
       else w.reject(new Error(plan.message));
     });
-    if (wrote) this.appended.emit('append');
+    if (wrote) this.wakeSubscribers();
     this.scheduleFlush();
+  }
+
+  /**
+   * Subscribers (the projector, the change pipeline…) hear of a commit a turn of the event loop
+   * after its appenders: the appenders' answers, which an API thread's channel sends at the end
+   * of this turn, go out before the subscribers' work on the commit, instead of waiting for it.
+   */
+  private wakeSubscribers(): void {
+    if (this.waking) return;
+    this.waking = true;
+    setImmediate(() =>
+      setImmediate(() => {
+        this.waking = false;
+        this.appended.emit('append');
+      }),
+    );
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {

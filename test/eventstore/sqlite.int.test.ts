@@ -1,3 +1,5 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -43,3 +45,32 @@ eventStoreContract(
   },
   { sharedWriters: false },
 );
+
+// Under load, an API thread's answer waited for every subscriber's work on the commit (the
+// projector, the event log, the actors), which ran first in the same turn of the main thread.
+describe('SQLite event store: subscribers after appenders (int)', () => {
+  it('wakes its subscribers only after the turn in which the appenders heard of the commit', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hub-sqlite-'));
+    const store = new SqliteEventStore(join(dir, 'events.sqlite'), { writerThread: true });
+    const order: string[] = [];
+    const subscription = store.subscribe(0);
+    const consumed = (async () => {
+      for await (const page of subscription) {
+        order.push(`subscriber read ${page.length}`);
+        return;
+      }
+    })();
+    await new Promise((resolve) => setTimeout(resolve, 50)); // the subscription waits, caught up
+    // As an API thread's channel does: the answer goes out at the end of the appender's turn.
+    await store
+      .append('s-1', [{ id: randomUUID(), type: 'Tested', data: {} }])
+      .then(
+        () => new Promise<void>((resolve) => setImmediate(() => resolve(void order.push('answer sent')))),
+      );
+    await consumed;
+    assert.deepEqual(order, ['answer sent', 'subscriber read 1']);
+    subscription.close();
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+});
