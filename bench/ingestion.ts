@@ -358,6 +358,30 @@ threads (V8's \`--trace-gc\` and sampling heap profiler) the busier one spent 2.
 scavenges of 4.8 ms on average, its old generation growing 1.2-1.5 MB at each: what is promoted
 there is mostly device states (each lives about 190 ms between its device's requests, longer than
 two scavenges), the channel's call promises and Map entries.
+
+Measured 2026-11-29, each in alternated runs on this machine: at 128 connections the hub is bound
+by how long a request waits, not by the machine's CPU. The machine was about 90 % busy (the hub
+149 % of a core, the load generator 31 %); with 256 connections the same hub answered 13 % more
+(9,534 against 8,402 requests/s) with the machine full, and with 512 no more (8,892, p99 121 ms).
+Timed on the API threads, a changed request's append call took 12-16 ms at p50 of a request of
+about 15 ms, a check of the cached state (a request that changes nothing) 2-3.5 ms: on the main
+thread the append waited 5-6 ms (the writer thread's round trip 4-5 ms at p50 for batches of
+about 30 appends, its commit about 1 ms of it, the rest threads waiting for a core), and the rest
+was the crossings to and from the main thread, whose event loop was held 1.2 ms at p50, 7.7 at
+p90 and 15 at p99 (a 1-ms timer's delay). Kept: the embedded store wakes its subscribers (the
+projector, the event log, the actors) a turn after the appenders of a commit hear of it. They had
+run first, in the same microtasks, so every API thread's answer waited for the derived work on the
+commit before its channel sent it: four alternated rounds, 9,540 → 10,042 requests/s at the
+median (each round +1.9 to +6.5 %), the append call's p50 12.3-12.9 → 10.5-10.9 ms; at 500 writes/s
+(bench/latency.ts, two rounds) latency and CPU per event the same. Tried, not kept: the API threads
+at a lower scheduling priority than the threads they wait for (nice 10 or 19 of their own, so the
+main thread and the writer get a core first): +4 and +1 % at the median of two sets of four rounds,
+rounds from -9 to +26 %; V8's semi-space at 16 and 32 MiB instead of 8: +1 and +7 % at the median
+of four rounds, but 32 MiB left the hub 134 MiB larger after a minute of bench/history.ts's load
+(713 against 579 MiB), past that bound; glibc's arenas capped at two (\`MALLOC_ARENA_MAX=2\`): RSS
+when ready 409 → 343 MiB, after the load the same. An API thread allocates about 36 KB a request
+(V8's sampling heap profiler, collected objects counted): no part over 7 % (Koa's finish
+listeners 6 %, the route's handler 6 %, Koa's header setting 4-6 %, the store's decision 6 %).
 ${verdict}
 
 ${verdictDurable}
