@@ -6,7 +6,9 @@
 // through a ThreadChannel, as an API process of the distributed profile reaches Redis and
 // PostgreSQL: the same routes and aggregate code, with the store "not written by this thread
 // alone" (each append checks the stream's revision, see infra/eventstore/aggregate.ts). The keys
-// are the ones the main thread resolved (a file, Redis or the configuration). Embedded,
+// are the ones the main thread resolved (a file, Redis or the configuration). Embedded, a thread's
+// appends skip the main thread: they go straight to the event store's writer thread (its port from
+// connectAppender), so an answer waits for none of the main thread's derived work. Embedded,
 // read-your-writes needs no record of each write: a read waits for the store's head
 // (StoreHeadLastWrites); distributed, each write is recorded where every API process reads it.
 //
@@ -16,29 +18,32 @@
 import { once } from 'node:events';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { isMainThread, type MessagePort, parentPort, Worker, workerData } from 'node:worker_threads';
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
-import { appendedElsewhere, appendedEvents, boundStateCaches } from '../infra/eventstore/aggregate.ts';
+import { appendedElsewhere, boundStateCaches } from '../infra/eventstore/aggregate.ts';
 import {
+  type AppendResult,
   DuplicateEventIdError,
   type EventStore,
   type ExpectedRevision,
   type NewEvent,
   type RecordedEvent,
   type Snapshot,
+  serialise,
   WrongExpectedRevisionError,
 } from '../infra/eventstore/port.ts';
+import { APPEND_DURATION, SchemaCheck } from '../infra/eventstore/schema-checked.ts';
 import { type FixedWindows, MemoryTokenBuckets } from '../infra/rate-limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
-import { errorsCrossThreads, ThreadChannel } from '../infra/threads.ts';
+import { errorsCrossThreads, ThreadAppends, ThreadChannel } from '../infra/threads.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
 import type { EventLog } from '../processors/stream/eventlog.ts';
 import { ProjectionLagError } from '../projections/consistency.ts';
 import { type ProjectionOperations, ReplayRunningError } from '../projections/replay.ts';
-import { SchemaError } from '../schemas/registry.ts';
+import { SchemaError, SchemaRegistry } from '../schemas/registry.ts';
 import { adminRoutes } from './admin/routes.ts';
 import { type AppDeps, closeServer, createApp, type ReadinessCheck, StillBuilding } from './app.ts';
 import { appRoutes } from './apps/routes.ts';
@@ -150,16 +155,24 @@ export async function startApiThreads(o: {
   secrets: Pick<Config, 'jwtPrivateKey' | 'deviceCaCert' | 'deviceCaKey'>;
 }): Promise<ApiThreads> {
   const { config, logger, metrics, owned } = o;
-  // Every thread's requests are counted by that thread; scrape() sums them.
+  // Every thread's requests are counted by that thread; scrape() sums them. So are the appends a
+  // thread sends straight to the event store's writer: the main thread's own are summed with theirs.
   metrics.registry.removeSingleMetric('hub_http_request_duration_seconds');
+  const summed = new Registry();
+  const appendDuration = metrics.registry.getSingleMetric(APPEND_DURATION);
+  if (appendDuration) {
+    metrics.registry.removeSingleMetric(APPEND_DURATION);
+    summed.registerMetric(appendDuration);
+  }
   const destination = (logger as unknown as Record<symbol, { write(line: string): void }>)[
     pino.symbols.streamSym
   ]!;
   const threads: Array<{ worker: Worker; channel: ThreadChannel }> = [];
   const scrape = async (): Promise<string> => {
-    const parts = (await Promise.all(
-      threads.map((t) => t.channel.call('metrics', 'json', [])),
-    )) as MetricObjectWithValues<MetricValue<string>>[][];
+    const parts = (await Promise.all([
+      summed.getMetricsAsJSON(),
+      ...threads.map((t) => t.channel.call('metrics', 'json', [])),
+    ])) as MetricObjectWithValues<MetricValue<string>>[][];
     return Registry.merge([metrics.registry, AggregatorRegistry.aggregate(parts)]).metrics();
   };
   const stop = async () => {
@@ -172,17 +185,11 @@ export async function startApiThreads(o: {
       }),
     );
   };
-  const turns = new StreamTurns<ThreadChannel>(TURN_MS);
-  // A thread's appends are told to the other threads, whose cached states then stay current.
+  const appends = new ThreadAppends();
+  // A thread's appends run in their stream's turn and are told to the other threads.
   const storeOf = (self: ThreadChannel) => ({
-    append: async (stream: string, events: NewEvent[], expected?: ExpectedRevision) => {
-      const result = await turns.run(stream, self, () => owned.store.append(stream, events, expected));
-      const recorded = appendedEvents(stream, events, result);
-      for (const t of threads)
-        if (t.channel !== self)
-          t.channel.sendSoon('appended', 'apply', [stream, recorded], APPENDED_WITHIN_MS);
-      return result;
-    },
+    append: (stream: string, events: NewEvent[], expected?: ExpectedRevision) =>
+      appends.append(self, stream, events, () => owned.store.append(stream, events, expected)),
     readStream: owned.store.readStream.bind(owned.store),
     readAll: owned.store.readAll.bind(owned.store),
     head: owned.store.head.bind(owned.store),
@@ -209,15 +216,21 @@ export async function startApiThreads(o: {
         storeKind: owned.store.kind,
         snapshotEvery: owned.store.snapshotEvery ?? 0,
       };
-      const worker = new Worker(new URL(import.meta.url), { workerData: { apiThread: data } });
+      // Embedded, the thread appends straight to the event store's writer thread.
+      const appendPort = owned.store.connectAppender?.();
+      const worker = new Worker(new URL(import.meta.url), {
+        workerData: { apiThread: data, appendPort },
+        transferList: appendPort ? [appendPort] : [],
+      });
       const channel = new ThreadChannel(worker);
       threads.push({ worker, channel });
+      appends.join(channel);
       const listening = Promise.withResolvers<number>();
       worker.once('error', listening.reject);
       worker.once('exit', (code) => {
         const gone = new Error(`API thread ${i + 1} exited (${code})`);
         channel.close(gone);
-        turns.forget(channel);
+        appends.leave(channel);
         listening.reject(gone);
       });
       const served: Record<keyof typeof SERVED, object> = {
@@ -250,115 +263,46 @@ export async function startApiThreads(o: {
   return { url: `http://${host}:${port}`, stop };
 }
 
-/** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an
- * append); a turn its holder does not use ends then. */
-const TURN_MS = 100;
 /**
- * How long the news of a thread's append may wait to reach the other threads (their cached states
- * kept current): under load it goes at the end of the turn with the rest, at a moderate rate with
- * the next message or after this long, one wake-up for several appends. A request that meets its
- * stream's state before the news decides on it anyway; the append's revision check catches that.
+ * The thread's event store: reads through the main thread, appends straight to the embedded
+ * store's writer thread when given its port (the answer then waits for no turn of the main
+ * thread), checked here as the main thread checks its own (SchemaCheck). Should the writer thread
+ * end, its port closes: the appends waiting on it fail (whether they committed is unknown, as on
+ * the main thread), and later ones go through the main thread, which starts a writer again.
  */
-const APPENDED_WITHIN_MS = 20;
-
-interface Turn<Who> {
-  holder: Who;
-  until: number;
-  /** Threads that lost while the turn was held: each gets it in this order. */
-  next: Who[];
-  /** Resolved when the turn passes on. */
-  over: PromiseWithResolvers<void>;
-  timer: NodeJS.Timeout;
+function appendingDirectly(
+  viaMain: EventStore,
+  port: MessagePort | undefined,
+  registry: Registry,
+  serve: (writer: ThreadChannel) => void,
+): EventStore {
+  if (!port) return viaMain;
+  const check = new SchemaCheck(SchemaRegistry.load(), registry);
+  let writer: ThreadChannel | undefined = new ThreadChannel(port);
+  serve(writer);
+  port.on('close', () => {
+    writer?.close(new Error("the event store's writer thread ended"));
+    writer = undefined;
+  });
+  return {
+    ...viaMain,
+    append(stream, events, expected = 'any') {
+      const to = writer;
+      if (!to) return viaMain.append(stream, events, expected);
+      let stamped: NewEvent[];
+      try {
+        stamped = serialise(check.stamp(events));
+      } catch (err) {
+        return Promise.reject(err);
+      }
+      return check.timed(
+        () => to.call('writer', 'append', [stream, stamped, expected]) as Promise<AppendResult>,
+      );
+    },
+  };
 }
 
-/**
- * Turns on contended streams. Each thread runs its commands on one stream one at a time, but the
- * threads race: the one that just appended decides its next command on the state it cached and
- * appends at once, while a loser must read the stream again before it retries, and so can lose
- * every race to a thread with a queue of commands for that stream (one device reporting on many
- * connections). A thread whose append lost (a conflict) therefore gets the stream's turn, or a
- * place in line for it: the other threads' appends to the stream wait until the holder has
- * appended (its retry), then the turn passes to the next in line. A turn its holder does not use
- * within `turnMs` (it decided that nothing was left to do, or its thread ended) passes on then.
- * A command thus loses at most twice: once to get in line, and once more if the append it had
- * waiting when its turn came was decided before the previous holder's. Uncontended streams pay
- * one map lookup.
- */
-export class StreamTurns<Who> {
-  private readonly held = new Map<string, Turn<Who>>();
-  private readonly turnMs: number;
-  constructor(turnMs: number) {
-    this.turnMs = turnMs;
-  }
-
-  async run<T>(stream: string, who: Who, append: () => Promise<T>): Promise<T> {
-    for (let turn = this.held.get(stream); turn && turn.holder !== who; turn = this.held.get(stream))
-      await turn.over.promise;
-    let result: T;
-    try {
-      result = await append();
-    } catch (err) {
-      if (err instanceof WrongExpectedRevisionError) this.lost(stream, who);
-      else this.done(stream, who);
-      throw err;
-    }
-    this.done(stream, who);
-    return result;
-  }
-
-  /** Ends every turn `who` holds and its places in line (its thread is gone). */
-  forget(who: Who): void {
-    for (const [stream, turn] of this.held) {
-      turn.next = turn.next.filter((w) => w !== who);
-      if (turn.holder === who) this.pass(stream, turn);
-    }
-  }
-
-  private lost(stream: string, who: Who): void {
-    const turn = this.held.get(stream);
-    if (!turn) this.hand(stream, who, []);
-    else if (turn.holder === who)
-      turn.until = Date.now() + this.turnMs; // its retry: the turn holds
-    else if (!turn.next.includes(who)) turn.next.push(who);
-  }
-
-  /** `who` appended (or failed otherwise): its turn, if it held one, passes on. */
-  private done(stream: string, who: Who): void {
-    const turn = this.held.get(stream);
-    if (turn?.holder === who) this.pass(stream, turn);
-  }
-
-  private hand(stream: string, holder: Who, next: Who[]): void {
-    const turn: Turn<Who> = {
-      holder,
-      until: Date.now() + this.turnMs,
-      next,
-      over: Promise.withResolvers(),
-      timer: setTimeout(() => this.expire(stream, turn), this.turnMs),
-    };
-    turn.timer.unref();
-    this.held.set(stream, turn);
-  }
-
-  private expire(stream: string, turn: Turn<Who>): void {
-    if (this.held.get(stream) !== turn) return;
-    const left = turn.until - Date.now();
-    if (left > 0) {
-      turn.timer = setTimeout(() => this.expire(stream, turn), left);
-      turn.timer.unref();
-    } else this.pass(stream, turn);
-  }
-
-  private pass(stream: string, turn: Turn<Who>): void {
-    clearTimeout(turn.timer);
-    this.held.delete(stream);
-    const next = turn.next.shift();
-    if (next !== undefined) this.hand(stream, next, turn.next);
-    turn.over.resolve();
-  }
-}
-
-async function runApiThread(data: ThreadData): Promise<void> {
+async function runApiThread(data: ThreadData, appendPort: MessagePort | undefined): Promise<void> {
   const { config } = data;
   const channel = new ThreadChannel(parentPort!);
   const logger = createLogger(data.level, { write: (line: string) => channel.send('node', 'log', [line]) });
@@ -366,7 +310,7 @@ async function runApiThread(data: ThreadData): Promise<void> {
   channel.serve('metrics', { json: () => metrics.registry.getMetricsAsJSON() }, ['json']);
   const remote = <T>(name: keyof typeof SERVED, fixed: Partial<T> = {}) =>
     channel.remote<T>(name, SERVED[name], fixed);
-  const store = remote<EventStore>('store', {
+  const viaMain = remote<EventStore>('store', {
     kind: data.storeKind,
     exclusiveWriter: false,
     snapshotEvery: data.snapshotEvery,
@@ -375,12 +319,17 @@ async function runApiThread(data: ThreadData): Promise<void> {
     },
     close: async () => {},
   });
-  boundStateCaches(store, config.stateCacheEntries);
-  channel.serve(
-    'appended',
-    { apply: (stream: string, events: RecordedEvent[]) => appendedElsewhere(store, stream, events) },
-    ['apply'],
+  // The other threads' appends, told by whichever thread runs them (the main thread, or the
+  // event store's writer thread, whose news carry the events as stored: their data serialised).
+  const parsed = (e: RecordedEvent) => (typeof e.data === 'string' ? { ...e, data: JSON.parse(e.data) } : e);
+  const appended = {
+    apply: (stream: string, events: RecordedEvent[]) => appendedElsewhere(store, stream, events.map(parsed)),
+  };
+  channel.serve('appended', appended, ['apply']);
+  const store = appendingDirectly(viaMain, appendPort, metrics.registry, (writer) =>
+    writer.serve('appended', appended, ['apply']),
   );
+  boundStateCaches(store, config.stateCacheEntries);
   const readStore = remote<ReadStore>('readStore', { kind: 'main thread' });
   const { waitFor } = remote<{ waitFor: WaitForPosition }>('reads');
   let url = '';
@@ -438,9 +387,11 @@ async function runApiThread(data: ThreadData): Promise<void> {
 }
 
 if (!isMainThread && workerData?.apiThread) {
-  runApiThread(workerData.apiThread as ThreadData).catch((err: unknown) => {
-    // The main thread sees the thread end ('exit'); the reason goes to stderr.
-    console.error(err);
-    process.exit(1);
-  });
+  runApiThread(workerData.apiThread as ThreadData, workerData.appendPort as MessagePort | undefined).catch(
+    (err: unknown) => {
+      // The main thread sees the thread end ('exit'); the reason goes to stderr.
+      console.error(err);
+      process.exit(1);
+    },
+  );
 }

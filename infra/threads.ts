@@ -7,6 +7,12 @@
 // second a message per call would cost more than the calls (the SQLite writer batches likewise).
 
 import { Worker } from 'node:worker_threads';
+import {
+  type AppendResult,
+  appendedEvents,
+  type NewEvent,
+  WrongExpectedRevisionError,
+} from './eventstore/port.ts';
 
 /** What both ends of a worker_threads channel offer: a Worker, parentPort or a MessagePort. */
 export interface Endpoint {
@@ -261,5 +267,147 @@ export class OnDemandThread {
     this.running = undefined;
     running.channel.close(err);
     this.gone(err);
+  }
+}
+
+/** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an
+ * append); a turn its holder does not use ends then. */
+export const TURN_MS = 100;
+/**
+ * How long the news of a thread's append may wait to reach the other threads (their cached states
+ * kept current): under load it goes at the end of the turn with the rest, at a moderate rate with
+ * the next message or after this long, one wake-up for several appends. A request that meets its
+ * stream's state before the news decides on it anyway; the append's revision check catches that.
+ */
+const APPENDED_WITHIN_MS = 20;
+
+/**
+ * The appends of several threads to one event store, as the thread that commits them runs them
+ * (the main thread; embedded, the event store's writer thread): each in its stream's turn
+ * (StreamTurns), and each told to the other threads, whose cached states then stay current. The
+ * news carry the events as appended: their `data` serialised when the store took them so.
+ */
+export class ThreadAppends {
+  private readonly turns = new StreamTurns<ThreadChannel>(TURN_MS);
+  private readonly threads = new Set<ThreadChannel>();
+
+  join(thread: ThreadChannel): void {
+    this.threads.add(thread);
+  }
+
+  /** The thread is gone: its turns pass on, and it hears of no more appends. */
+  leave(thread: ThreadChannel): void {
+    this.threads.delete(thread);
+    this.turns.forget(thread);
+  }
+
+  async append(
+    from: ThreadChannel,
+    stream: string,
+    events: NewEvent[],
+    append: () => Promise<AppendResult>,
+  ): Promise<AppendResult> {
+    const result = await this.turns.run(stream, from, append);
+    const recorded = appendedEvents(stream, events, result);
+    for (const t of this.threads)
+      if (t !== from) t.sendSoon('appended', 'apply', [stream, recorded], APPENDED_WITHIN_MS);
+    return result;
+  }
+}
+
+interface Turn<Who> {
+  holder: Who;
+  until: number;
+  /** Threads that lost while the turn was held: each gets it in this order. */
+  next: Who[];
+  /** Resolved when the turn passes on. */
+  over: PromiseWithResolvers<void>;
+  timer: NodeJS.Timeout;
+}
+
+/**
+ * Turns on contended streams. Each thread runs its commands on one stream one at a time, but the
+ * threads race: the one that just appended decides its next command on the state it cached and
+ * appends at once, while a loser must read the stream again before it retries, and so can lose
+ * every race to a thread with a queue of commands for that stream (one device reporting on many
+ * connections). A thread whose append lost (a conflict) therefore gets the stream's turn, or a
+ * place in line for it: the other threads' appends to the stream wait until the holder has
+ * appended (its retry), then the turn passes to the next in line. A turn its holder does not use
+ * within `turnMs` (it decided that nothing was left to do, or its thread ended) passes on then.
+ * A command thus loses at most twice: once to get in line, and once more if the append it had
+ * waiting when its turn came was decided before the previous holder's. Uncontended streams pay
+ * one map lookup.
+ */
+export class StreamTurns<Who> {
+  private readonly held = new Map<string, Turn<Who>>();
+  private readonly turnMs: number;
+  constructor(turnMs: number) {
+    this.turnMs = turnMs;
+  }
+
+  async run<T>(stream: string, who: Who, append: () => Promise<T>): Promise<T> {
+    for (let turn = this.held.get(stream); turn && turn.holder !== who; turn = this.held.get(stream))
+      await turn.over.promise;
+    let result: T;
+    try {
+      result = await append();
+    } catch (err) {
+      if (err instanceof WrongExpectedRevisionError) this.lost(stream, who);
+      else this.done(stream, who);
+      throw err;
+    }
+    this.done(stream, who);
+    return result;
+  }
+
+  /** Ends every turn `who` holds and its places in line (its thread is gone). */
+  forget(who: Who): void {
+    for (const [stream, turn] of this.held) {
+      turn.next = turn.next.filter((w) => w !== who);
+      if (turn.holder === who) this.pass(stream, turn);
+    }
+  }
+
+  private lost(stream: string, who: Who): void {
+    const turn = this.held.get(stream);
+    if (!turn) this.hand(stream, who, []);
+    else if (turn.holder === who)
+      turn.until = Date.now() + this.turnMs; // its retry: the turn holds
+    else if (!turn.next.includes(who)) turn.next.push(who);
+  }
+
+  /** `who` appended (or failed otherwise): its turn, if it held one, passes on. */
+  private done(stream: string, who: Who): void {
+    const turn = this.held.get(stream);
+    if (turn?.holder === who) this.pass(stream, turn);
+  }
+
+  private hand(stream: string, holder: Who, next: Who[]): void {
+    const turn: Turn<Who> = {
+      holder,
+      until: Date.now() + this.turnMs,
+      next,
+      over: Promise.withResolvers(),
+      timer: setTimeout(() => this.expire(stream, turn), this.turnMs),
+    };
+    turn.timer.unref();
+    this.held.set(stream, turn);
+  }
+
+  private expire(stream: string, turn: Turn<Who>): void {
+    if (this.held.get(stream) !== turn) return;
+    const left = turn.until - Date.now();
+    if (left > 0) {
+      turn.timer = setTimeout(() => this.expire(stream, turn), left);
+      turn.timer.unref();
+    } else this.pass(stream, turn);
+  }
+
+  private pass(stream: string, turn: Turn<Who>): void {
+    clearTimeout(turn.timer);
+    this.held.delete(stream);
+    const next = turn.next.shift();
+    if (next !== undefined) this.hand(stream, next, turn.next);
+    turn.over.resolve();
   }
 }

@@ -7,8 +7,8 @@ import { v7 } from 'uuid';
 import { decideClaimName, decideReleaseName, nameStream, names } from '../../domain/names.ts';
 import {
   type AppendResult,
+  appendedEvents,
   type EventStore,
-  type NewEvent,
   type RecordedEvent,
   type Snapshot,
   WrongExpectedRevisionError,
@@ -112,26 +112,6 @@ export function cacheOf<S>(store: EventStore, evolver: Evolver<S>): StateCache<S
     byKind.set(evolver as Evolver<unknown>, cache);
   }
   return cache as StateCache<S>;
-}
-
-/**
- * The events of one append as recorded, without reading them back: numbered from the append's
- * result, stamped `created` by the store within this millisecond or so (the next load reads the
- * stored events).
- */
-export function appendedEvents(stream: string, events: NewEvent[], appended: AppendResult): RecordedEvent[] {
-  const n = events.length;
-  const created = appended.created ?? Date.now();
-  return events.map((e, i) => ({
-    id: e.id,
-    type: e.type,
-    data: e.data,
-    stream,
-    revision: appended.nextRevision - n + 1 + i,
-    position: appended.position - n + 1 + i,
-    created,
-    metadata: {},
-  }));
 }
 
 /**

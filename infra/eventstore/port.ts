@@ -1,6 +1,7 @@
 // The event store port: the one source of truth. Adapters beside this file (sqlite.ts,
 // postgres.ts, esdb.ts) implement it; test/eventstore/contract.ts holds them to the same rules.
 import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { MessagePort } from 'node:worker_threads';
 import type { FoldedEvent } from '../../domain/events.ts';
 
 /** What the caller expects of the stream before the append. A number is the revision of its last event. */
@@ -89,6 +90,11 @@ export interface EventStore {
   /** Catches up from `after`, then follows live appends, in global order, each event once. */
   subscribe(after?: number, options?: SubscribeOptions): Subscription;
   /** The global position of the last stored event (0 when empty). */
+  /**
+   * Embedded, with a writer thread: a port on which another thread of this process appends
+   * straight to the store's writer, its events checked by the caller (SqliteEventStore).
+   */
+  connectAppender?(): MessagePort | undefined;
   head(): Promise<number>;
   close(): Promise<void>;
 }
@@ -157,6 +163,26 @@ export function serialise(events: NewEvent[]): NewEvent[] {
     ...e,
     data: JSON.stringify(e.data ?? null),
     metadata: { json: JSON.stringify(e.metadata ?? {}) },
+  }));
+}
+
+/**
+ * The events of one append as recorded, without reading them back: numbered from the append's
+ * result, stamped `created` by the store within this millisecond or so (the next load reads the
+ * stored events).
+ */
+export function appendedEvents(stream: string, events: NewEvent[], appended: AppendResult): RecordedEvent[] {
+  const n = events.length;
+  const created = appended.created ?? Date.now();
+  return events.map((e, i) => ({
+    id: e.id,
+    type: e.type,
+    data: e.data,
+    stream,
+    revision: appended.nextRevision - n + 1 + i,
+    position: appended.position - n + 1 + i,
+    created,
+    metadata: {},
   }));
 }
 

@@ -5,9 +5,18 @@ import { EventEmitter } from 'node:events';
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { DatabaseSync, type StatementSync } from 'node:sqlite';
-import { isMainThread, parentPort, receiveMessageOnPort, Worker, workerData } from 'node:worker_threads';
+import {
+  isMainThread,
+  MessageChannel,
+  type MessagePort,
+  parentPort,
+  receiveMessageOnPort,
+  Worker,
+  workerData,
+} from 'node:worker_threads';
 import { LRUCache } from 'lru-cache';
 import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../checkpointer.ts';
+import { errorsCrossThreads, ThreadAppends, ThreadChannel } from '../threads.ts';
 import {
   type AppendResult,
   catchUpSubscription,
@@ -103,6 +112,12 @@ type WirePlan =
 
 /** The outcome of one group commit: a plan per append, or one error for all of them. */
 type Committed = { plans: WirePlan[]; created: number } | { error: string; errcode?: number };
+/**
+ * What the writer thread tells the store of a group commit: for the store's own batches their
+ * outcome, and for the appends other threads sent it directly (connectAppender) the appends with
+ * their outcome, so that the store's tail, heads and subscribers follow every commit, in order.
+ */
+type CommitNews = Committed | { appended: PendingAppend[]; committed: Committed };
 
 /** A snapshot for the writer thread to store: a message of its own, beside the appends' batches. */
 type SnapshotWrite = { stream: string; snapshot: Snapshot };
@@ -124,6 +139,12 @@ export class SqliteEventStore implements EventStore {
    * transaction each, so a batch need not wait for the answer to the one before it.
    */
   private readonly committing: Waiting[][] = [];
+  /**
+   * The position of the writer thread's last commit, which it sets before it answers the threads
+   * that append to it directly: head() is then never behind a write already answered, although
+   * this thread hears of the commit a little later (read-your-writes across threads).
+   */
+  private readonly committedHead = new BigInt64Array(new SharedArrayBuffer(8));
   /** Snapshots posted to the writer thread, oldest first, waiting for it to store them. */
   private readonly saving: PromiseWithResolvers<void>[] = [];
   private flushScheduled = false;
@@ -175,6 +196,7 @@ export class SqliteEventStore implements EventStore {
       ),
     };
     this.lastPosition = headOf(this.db);
+    Atomics.store(this.committedHead, 0, BigInt(this.lastPosition));
     if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
     // Started now, not at the first append: loading its code took the first command after a
     // restart 200-500 ms (it waits for the thread's answer); idle, the thread keeps no process up.
@@ -228,16 +250,38 @@ export class SqliteEventStore implements EventStore {
     thread.postMessage(pending);
   }
 
+  /**
+   * A port on which another thread of this process (an API thread) appends straight to the writer
+   * thread, its answers not waiting for this thread's turns: the other end serves `append` on a
+   * ThreadChannel (as `writer`), with the stream turns and the news to the other such threads of
+   * ThreadAppends. The caller checks and serialises the events (SchemaCheck, serialise). Undefined
+   * without a writer thread. The port closes should the writer thread end: the caller then
+   * appends through this store.
+   */
+  connectAppender(): MessagePort | undefined {
+    if (this.writer || this.closed) return undefined;
+    const { port1, port2 } = new MessageChannel();
+    this.writerThread().postMessage({ appender: port1 }, [port1]);
+    return port2;
+  }
+
   private writerThread(): Worker {
     if (this.thread) return this.thread;
     const thread = new Worker(new URL(import.meta.url), {
-      workerData: { sqliteWriter: { path: this.path, synchronous: this.synchronous } },
+      workerData: {
+        sqliteWriter: { path: this.path, synchronous: this.synchronous, committedHead: this.committedHead },
+      },
     });
-    thread.on('message', (answers: Committed[] | SnapshotsSaved) => {
+    thread.on('message', (answers: CommitNews[] | SnapshotsSaved) => {
       if (Array.isArray(answers)) {
-        for (const committed of answers) {
+        for (const news of answers) {
+          if ('appended' in news) {
+            const theirs = news.appended.map((a) => ({ ...a, resolve: ignore, reject: ignore }));
+            this.settle(theirs, news.committed);
+            continue;
+          }
           const batch = this.committing.shift();
-          if (batch) this.settle(batch, committed);
+          if (batch) this.settle(batch, news);
         }
       } else {
         for (const w of this.saving.splice(0, answers.saved))
@@ -268,10 +312,7 @@ export class SqliteEventStore implements EventStore {
   /** Answers the callers of a committed batch and keeps the tail of the newest events. */
   private settle(batch: Waiting[], committed: Committed): void {
     if ('error' in committed) {
-      // SQLite's code crosses the thread with the message: a full disk or a read-only file is an
-      // outage of the store (503), not a fault of ours.
-      for (const w of batch)
-        w.reject(Object.assign(new Error(committed.error), { errcode: committed.errcode }));
+      answer(batch, committed);
       this.scheduleFlush();
       return;
     }
@@ -302,13 +343,7 @@ export class SqliteEventStore implements EventStore {
     // all the rest, and once per commit that was 1.5 % of a core under the ingestion load.
     if (this.tail.length > this.tailEvents + Math.max(1, this.tailEvents >> 2))
       this.tail.splice(0, this.tail.length - this.tailEvents);
-    batch.forEach((w, i) => {
-      const plan = plans[i]!;
-      if (plan.kind === 'write' || plan.kind === 'done') w.resolve(plan.result);
-      else if (plan.kind === 'wrong') w.reject(new WrongExpectedRevisionError(...plan.args));
-      else if (plan.kind === 'duplicate') w.reject(new DuplicateEventIdError(...plan.args));
-      else w.reject(new Error(plan.message));
-    });
+    answer(batch, committed);
     if (wrote) this.wakeSubscribers();
     this.scheduleFlush();
   }
@@ -330,8 +365,9 @@ export class SqliteEventStore implements EventStore {
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
+    // The heads are current unless the writer thread committed appends this thread has yet to hear of.
     const head = this.heads.get(stream);
-    if (head !== undefined && fromRevision > head) return [];
+    if (head !== undefined && fromRevision > head && this.lastPosition >= this.writerHead()) return [];
     return (this.sql.readStream.all(stream, fromRevision, max) as Row[]).map(toRecorded);
   }
 
@@ -381,7 +417,11 @@ export class SqliteEventStore implements EventStore {
   }
 
   async head(): Promise<number> {
-    return this.lastPosition;
+    return Math.max(this.lastPosition, this.writerHead());
+  }
+
+  private writerHead(): number {
+    return Number(Atomics.load(this.committedHead, 0));
   }
 
   /** Once, however often it is called: the appends queued are written, later ones refused. */
@@ -427,6 +467,11 @@ class SqliteWriter {
     byId: StatementSync;
     saveSnapshot: StatementSync;
   };
+
+  /** The position of the last event committed. */
+  get head(): number {
+    return this.lastPosition;
+  }
 
   constructor(db: DatabaseSync) {
     this.db = db;
@@ -532,6 +577,26 @@ class SqliteWriter {
   }
 }
 
+const ignore = () => {};
+
+/** Answers each append of a batch with its plan, or all of them with the batch's error. */
+function answer(batch: Waiting[], committed: Committed): void {
+  if ('error' in committed) {
+    // SQLite's code crosses the thread with the message: a full disk or a read-only file is an
+    // outage of the store (503), not a fault of ours.
+    for (const w of batch)
+      w.reject(Object.assign(new Error(committed.error), { errcode: committed.errcode }));
+    return;
+  }
+  batch.forEach((w, i) => {
+    const plan = committed.plans[i]!;
+    if (plan.kind === 'write' || plan.kind === 'done') w.resolve(plan.result);
+    else if (plan.kind === 'wrong') w.reject(new WrongExpectedRevisionError(...plan.args));
+    else if (plan.kind === 'duplicate') w.reject(new DuplicateEventIdError(...plan.args));
+    else w.reject(new Error(plan.message));
+  });
+}
+
 const toWire = (plan: Planned): WirePlan => {
   if (plan.kind !== 'error') return plan;
   const e = plan.error;
@@ -581,19 +646,69 @@ const toRecorded = (r: Row): RecordedEvent => ({
   created: r.created,
 });
 
-// The writer thread of a SqliteEventStore: commits each batch posted to it and answers with the plans.
+// The writer thread of a SqliteEventStore: commits the batches the store posts and the appends
+// other threads send it directly (connectAppender), together, and tells the store of each commit.
 if (!isMainThread && workerData?.sqliteWriter) {
-  const { path, synchronous } = workerData.sqliteWriter as { path: string; synchronous: 'full' | 'normal' };
+  const { path, synchronous, committedHead } = workerData.sqliteWriter as {
+    path: string;
+    synchronous: 'full' | 'normal';
+    committedHead: BigInt64Array;
+  };
   const writer = new SqliteWriter(openDatabase(path, synchronous));
-  const port = parentPort!;
-  port.on('message', (first: PendingAppend[] | { snapshot: SnapshotWrite }) => {
+  const store = parentPort!;
+  // The other threads' appends waiting for the next commit.
+  const direct: Waiting[] = [];
+  let commitScheduled = false;
+  const appends = new ThreadAppends();
+  errorsCrossThreads(WrongExpectedRevisionError, DuplicateEventIdError);
+
+  type FromStore = PendingAppend[] | { snapshot: SnapshotWrite } | { appender: MessagePort };
+  const commitWaiting = (first?: FromStore) => {
     const batches: PendingAppend[][] = [];
     const snapshots: SnapshotWrite[] = [];
-    for (let m: typeof first | undefined = first; m; m = receiveMessageOnPort(port)?.message) {
+    for (let m = first ?? receiveMessageOnPort(store)?.message; m; m = receiveMessageOnPort(store)?.message) {
       if (Array.isArray(m)) batches.push(m);
-      else snapshots.push(m.snapshot);
+      else if ('snapshot' in m) snapshots.push(m.snapshot);
+      else connect(m.appender);
     }
-    if (batches.length > 0) port.postMessage(writer.commitAll(batches));
-    if (snapshots.length > 0) port.postMessage(writer.saveSnapshots(snapshots));
-  });
+    const own = batches.length;
+    const theirs = direct.splice(0);
+    if (theirs.length > 0)
+      batches.push(theirs.map(({ stream, events, expected }) => ({ stream, events, expected })));
+    if (batches.length > 0) {
+      const committed = writer.commitAll(batches);
+      Atomics.store(committedHead, 0, BigInt(writer.head));
+      const news: CommitNews[] = committed.map((c, i) =>
+        i < own ? c : { appended: batches[i]!, committed: c },
+      );
+      store.postMessage(news);
+      if (theirs.length > 0) answer(theirs, committed.at(-1)!);
+    }
+    if (snapshots.length > 0) store.postMessage(writer.saveSnapshots(snapshots));
+  };
+
+  const connect = (port: MessagePort) => {
+    const thread = new ThreadChannel(port);
+    appends.join(thread);
+    const append = (stream: string, events: NewEvent[], expected: ExpectedRevision) =>
+      appends.append(thread, stream, events, () => {
+        const { promise, resolve, reject } = Promise.withResolvers<AppendResult>();
+        direct.push({ stream, events, expected, resolve, reject });
+        if (!commitScheduled) {
+          commitScheduled = true;
+          setImmediate(() => {
+            commitScheduled = false;
+            commitWaiting();
+          });
+        }
+        return promise;
+      });
+    thread.serve('writer', { append }, ['append']);
+    port.on('close', () => {
+      appends.leave(thread);
+      thread.close(new Error('the appending thread is gone'));
+    });
+  };
+
+  store.on('message', (first: FromStore) => commitWaiting(first));
 }

@@ -5,7 +5,9 @@
 import 'reflect-metadata';
 import assert from 'node:assert/strict';
 import { randomBytes, webcrypto } from 'node:crypto';
+import { once } from 'node:events';
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
+import { Worker } from 'node:worker_threads';
 import * as x509 from '@peculiar/x509';
 import { Redis } from 'ioredis';
 import { forRoles, type Role } from '../../hub/node.ts';
@@ -106,6 +108,54 @@ describe('API threads (e2e)', () => {
     await onHub({ HUB_API_THREADS: '4', ...BURSTS }, async (four) => {
       const bob = await signup(four, 'bob');
       await hundredReportsOn(four, bob, await createDevice(four, bob));
+    });
+  });
+
+  it("a device's reports are answered while the main thread is busy: their appends go straight to the event store's writer thread, and each thread hears of the other's", async () => {
+    await onHub({ HUB_API_THREADS: '2', HUB_RATE_LIMIT_PER_SECOND: '0' }, async (two) => {
+      const bob = await signup(two, 'bob');
+      const d = await createDevice(two, bob);
+      // Reports from a thread of their own, each on a connection of its own (either API thread
+      // takes it), 50 ms apart: the news of an append reaches the other thread within 20 ms.
+      const reports = (n: number, answeredAt: Float64Array) =>
+        new Worker(
+          `const { workerData: { url, token, n, answeredAt } } = require('node:worker_threads');
+          (async () => {
+            for (let i = 0; i < n; i++) {
+              const res = await fetch(url, { method: 'PATCH', body: JSON.stringify({ n: String(i) }),
+                headers: { authorization: 'Bearer ' + token, 'content-type': 'application/json', connection: 'close' } });
+              answeredAt[i] = res.status === 200 ? Date.now() : -res.status;
+              await new Promise((r) => setTimeout(r, 50));
+            }
+          })();`,
+          {
+            eval: true,
+            workerData: { url: `${two.url}/devices/${d.id}/device-meta`, token: d.token, n, answeredAt },
+          },
+        );
+      const conflicts = async () =>
+        Number(
+          /^hub_eventstore_append_duration_seconds_count\{outcome="conflict"\} (\d+)/m.exec(
+            (await fresh(two.url, 'GET', '/metrics')).text,
+          )?.[1] ?? 0,
+        );
+      // Both threads have met the device and its caller (20 connections, each to either thread).
+      const warm = new Float64Array(new SharedArrayBuffer(8 * 20));
+      await once(reports(20, warm), 'exit');
+      assert.ok(warm.every((at) => at > 0));
+
+      const answeredAt = new Float64Array(new SharedArrayBuffer(8 * 5));
+      const worker = reports(5, answeredAt);
+      const busyUntil = Date.now() + 1500;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1500); // the main thread stands still
+      assert.deepEqual(
+        [...answeredAt].map((at) => at > 0 && at < busyUntil),
+        [true, true, true, true, true],
+      );
+      await once(worker, 'exit');
+      assert.equal(await conflicts(), 0);
+      const read = await fresh(two.url, 'GET', `/devices/${d.id}`, { token: bob.token });
+      assert.deepEqual(read.body['device-meta'], { n: '4' });
     });
   });
 

@@ -1,8 +1,8 @@
-// Turns on a stream between API threads (api/threads.ts StreamTurns), without threads: the
+// Turns on a stream between API threads (infra/threads.ts StreamTurns), without threads: the
 // "threads" are names, the store an append that fails on a stale revision.
 import assert from 'node:assert/strict';
-import { StreamTurns } from '../../api/threads.ts';
 import { WrongExpectedRevisionError } from '../../infra/eventstore/port.ts';
+import { StreamTurns } from '../../infra/threads.ts';
 
 /** One stream's revision; an append at any other revision is a conflict. */
 function stream() {
