@@ -18,7 +18,7 @@
 import { once } from 'node:events';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isMainThread, type MessagePort, parentPort, Worker, workerData } from 'node:worker_threads';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
@@ -30,8 +30,10 @@ import {
   type ExpectedRevision,
   type NewEvent,
   type RecordedEvent,
+  SharedHeads,
   type Snapshot,
   serialise,
+  type WriterLink,
   WrongExpectedRevisionError,
 } from '../infra/eventstore/port.ts';
 import { APPEND_DURATION, SchemaCheck } from '../infra/eventstore/schema-checked.ts';
@@ -217,10 +219,10 @@ export async function startApiThreads(o: {
         snapshotEvery: owned.store.snapshotEvery ?? 0,
       };
       // Embedded, the thread appends straight to the event store's writer thread.
-      const appendPort = owned.store.connectAppender?.();
+      const writerLink = owned.store.connectAppender?.();
       const worker = new Worker(new URL(import.meta.url), {
-        workerData: { apiThread: data, appendPort },
-        transferList: appendPort ? [appendPort] : [],
+        workerData: { apiThread: data, writerLink },
+        transferList: writerLink ? [writerLink.port] : [],
       });
       const channel = new ThreadChannel(worker);
       threads.push({ worker, channel });
@@ -265,27 +267,37 @@ export async function startApiThreads(o: {
 
 /**
  * The thread's event store: reads through the main thread, appends straight to the embedded
- * store's writer thread when given its port (the answer then waits for no turn of the main
- * thread), checked here as the main thread checks its own (SchemaCheck). Should the writer thread
- * end, its port closes: the appends waiting on it fail (whether they committed is unknown, as on
- * the main thread), and later ones go through the main thread, which starts a writer again.
+ * store's writer thread when given a link to it (the answer then waits for no turn of the main
+ * thread), checked here as the main thread checks its own (SchemaCheck). The heads the writer
+ * shares answer without a message what the thread asks most: the store's head (read-your-writes)
+ * and whether a stream has anything past the revision it holds (the check of a decision that
+ * changes nothing). Should the writer thread end, its port closes: the appends waiting on it fail
+ * (whether they committed is unknown, as on the main thread), and later ones go through the main
+ * thread, which starts a writer again.
  */
 function appendingDirectly(
   viaMain: EventStore,
-  port: MessagePort | undefined,
+  link: WriterLink | undefined,
   registry: Registry,
   serve: (writer: ThreadChannel) => void,
 ): EventStore {
-  if (!port) return viaMain;
+  if (!link) return viaMain;
   const check = new SchemaCheck(SchemaRegistry.load(), registry);
-  let writer: ThreadChannel | undefined = new ThreadChannel(port);
+  const heads = new SharedHeads(link.heads);
+  let writer: ThreadChannel | undefined = new ThreadChannel(link.port);
   serve(writer);
-  port.on('close', () => {
+  link.port.on('close', () => {
     writer?.close(new Error("the event store's writer thread ended"));
     writer = undefined;
   });
   return {
     ...viaMain,
+    readStream(stream, fromRevision = 0, max) {
+      const last = writer && heads.revision(stream);
+      if (last !== undefined && fromRevision > last) return Promise.resolve([]);
+      return viaMain.readStream(stream, fromRevision, max);
+    },
+    head: () => (writer ? Promise.resolve(heads.head()) : viaMain.head()),
     append(stream, events, expected = 'any') {
       const to = writer;
       if (!to) return viaMain.append(stream, events, expected);
@@ -302,7 +314,7 @@ function appendingDirectly(
   };
 }
 
-async function runApiThread(data: ThreadData, appendPort: MessagePort | undefined): Promise<void> {
+async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined): Promise<void> {
   const { config } = data;
   const channel = new ThreadChannel(parentPort!);
   const logger = createLogger(data.level, { write: (line: string) => channel.send('node', 'log', [line]) });
@@ -326,7 +338,7 @@ async function runApiThread(data: ThreadData, appendPort: MessagePort | undefine
     apply: (stream: string, events: RecordedEvent[]) => appendedElsewhere(store, stream, events.map(parsed)),
   };
   channel.serve('appended', appended, ['apply']);
-  const store = appendingDirectly(viaMain, appendPort, metrics.registry, (writer) =>
+  const store = appendingDirectly(viaMain, writerLink, metrics.registry, (writer) =>
     writer.serve('appended', appended, ['apply']),
   );
   boundStateCaches(store, config.stateCacheEntries);
@@ -387,7 +399,7 @@ async function runApiThread(data: ThreadData, appendPort: MessagePort | undefine
 }
 
 if (!isMainThread && workerData?.apiThread) {
-  runApiThread(workerData.apiThread as ThreadData, workerData.appendPort as MessagePort | undefined).catch(
+  runApiThread(workerData.apiThread as ThreadData, workerData.writerLink as WriterLink | undefined).catch(
     (err: unknown) => {
       // The main thread sees the thread end ('exit'); the reason goes to stderr.
       console.error(err);

@@ -91,10 +91,10 @@ export interface EventStore {
   subscribe(after?: number, options?: SubscribeOptions): Subscription;
   /** The global position of the last stored event (0 when empty). */
   /**
-   * Embedded, with a writer thread: a port on which another thread of this process appends
+   * Embedded, with a writer thread: a link over which another thread of this process appends
    * straight to the store's writer, its events checked by the caller (SqliteEventStore).
    */
-  connectAppender?(): MessagePort | undefined;
+  connectAppender?(): WriterLink | undefined;
   head(): Promise<number>;
   close(): Promise<void>;
 }
@@ -184,6 +184,99 @@ export function appendedEvents(stream: string, events: NewEvent[], appended: App
     created,
     metadata: {},
   }));
+}
+
+/** What another thread needs to append straight to a store's writer thread: a port to it, and the
+ * heads it shares (SharedHeads). */
+export interface WriterLink {
+  port: MessagePort;
+  heads: SharedArrayBuffer;
+}
+
+/**
+ * The store's head and the last revision of recently written streams, in memory the threads of
+ * a process share: written by the store's one writer after each commit, before anyone hears of
+ * it, and read by every thread without a message. So a thread knows at once that a stream has
+ * nothing past the revision it holds (the check of a decision that changes nothing), and the head
+ * never lags a write already answered (read-your-writes). Streams have a slot by their hash; a
+ * stream whose slot another took since is not known (the reader reads the stream). A sequence
+ * number per slot, odd while it is written, keeps a read from mixing two writes.
+ */
+export class SharedHeads {
+  static readonly SLOTS = 1 << 18;
+  readonly buffer: SharedArrayBuffer;
+  private readonly position: BigInt64Array;
+  /** Per slot: sequence, hash, second hash, revision. */
+  private readonly slots: Int32Array;
+
+  constructor(buffer = new SharedArrayBuffer(8 + SharedHeads.SLOTS * 16)) {
+    this.buffer = buffer;
+    this.position = new BigInt64Array(buffer, 0, 1);
+    this.slots = new Int32Array(buffer, 8);
+  }
+
+  head(): number {
+    return Number(Atomics.load(this.position, 0));
+  }
+
+  setHead(position: number): void {
+    Atomics.store(this.position, 0, BigInt(position));
+  }
+
+  /** The stream's last revision, if its slot holds it. */
+  revision(stream: string): number | undefined {
+    const [h1, h2] = hashOf(stream);
+    const at = (h1 & (SharedHeads.SLOTS - 1)) * 4;
+    const s = this.slots;
+    // A write takes nanoseconds: try again while one is under way, a few times at most (a writer
+    // that died mid-write leaves its slot odd).
+    for (let tries = 0; tries < 100; tries++) {
+      const seq = Atomics.load(s, at);
+      if (seq & 1) continue;
+      const a = Atomics.load(s, at + 1);
+      const b = Atomics.load(s, at + 2);
+      const revision = Atomics.load(s, at + 3);
+      if (Atomics.load(s, at) !== seq) continue;
+      return seq !== 0 && a === h1 && b === h2 ? revision : undefined;
+    }
+    return undefined;
+  }
+
+  /** Only the store's one writer calls this. */
+  setRevision(stream: string, revision: number): void {
+    const [h1, h2] = hashOf(stream);
+    const at = (h1 & (SharedHeads.SLOTS - 1)) * 4;
+    const s = this.slots;
+    Atomics.add(s, at, 1);
+    Atomics.store(s, at + 1, h1);
+    Atomics.store(s, at + 2, h2);
+    Atomics.store(s, at + 3, revision);
+    Atomics.add(s, at, 1);
+  }
+
+  /** Forgets every stream (the writer thread died: what it last wrote is not known). */
+  forget(): void {
+    for (let at = 0; at < this.slots.length; at += 4) {
+      if (Atomics.load(this.slots, at) === 0) continue;
+      Atomics.add(this.slots, at, 1);
+      Atomics.store(this.slots, at + 1, 0);
+      Atomics.store(this.slots, at + 2, 0);
+      Atomics.add(this.slots, at, 1);
+    }
+  }
+}
+
+/** Two 32-bit FNV-1a-style hashes of a stream name (a slot's place and its check). */
+function hashOf(text: string): [number, number] {
+  let a = 0x811c9dc5;
+  let b = 0x2545f491;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    a = Math.imul(a ^ c, 0x01000193);
+    b = Math.imul(b ^ c, 0x5bd1e995);
+    b ^= b >>> 13;
+  }
+  return [a | 0, b | 0];
 }
 
 export interface PendingAppend {

@@ -3,7 +3,6 @@
 // with, and is read back as the current version of its schema. Being the one wrapper every append
 // passes through, it also times appends (hub_eventstore_append_duration_seconds) when given a registry.
 import { createHash } from 'node:crypto';
-import type { MessagePort } from 'node:worker_threads';
 import { Histogram, type Registry } from 'prom-client';
 import { SchemaError, type SchemaRegistry } from '../../schemas/registry.ts';
 import type {
@@ -15,6 +14,7 @@ import type {
   Snapshot,
   SubscribeOptions,
   Subscription,
+  WriterLink,
 } from './port.ts';
 import { WrongExpectedRevisionError } from './port.ts';
 
@@ -101,7 +101,7 @@ export class SchemaCheckedStore implements EventStore {
   }
 
   /** The appends sent to this port are the caller's to check (SchemaCheck). */
-  connectAppender(): MessagePort | undefined {
+  connectAppender(): WriterLink | undefined {
     return this.inner.connectAppender?.();
   }
 

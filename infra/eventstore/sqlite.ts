@@ -28,16 +28,18 @@ import {
   type Planned,
   planBatch,
   type RecordedEvent,
+  SharedHeads,
   type Snapshot,
   type StoredId,
   type SubscribeOptions,
   type Subscription,
   serialise,
   type Waiting,
+  type WriterLink,
   WrongExpectedRevisionError,
 } from './port.ts';
 
-/** Streams whose last revision the store and its writer remember (the least recently written go first). */
+/** Streams whose last revision the writer remembers (the least recently written go first). */
 const MAX_CACHED_STREAMS = 100_000;
 
 const MIGRATIONS = [
@@ -140,11 +142,12 @@ export class SqliteEventStore implements EventStore {
    */
   private readonly committing: Waiting[][] = [];
   /**
-   * The position of the writer thread's last commit, which it sets before it answers the threads
-   * that append to it directly: head() is then never behind a write already answered, although
-   * this thread hears of the commit a little later (read-your-writes across threads).
+   * The head and the streams' last revisions as the writer sets them after each commit, before
+   * anyone hears of it (shared with the writer thread and the threads appending to it): head() is
+   * never behind a write already answered, although this thread hears of the commit a little
+   * later, and a read of a stream past its last revision needs no query.
    */
-  private readonly committedHead = new BigInt64Array(new SharedArrayBuffer(8));
+  private readonly shared = new SharedHeads();
   /** Snapshots posted to the writer thread, oldest first, waiting for it to store them. */
   private readonly saving: PromiseWithResolvers<void>[] = [];
   private flushScheduled = false;
@@ -157,12 +160,6 @@ export class SqliteEventStore implements EventStore {
    */
   private readonly tail: RecordedEvent[] = [];
   private readonly tailEvents: number;
-  /**
-   * The revision of streams this store committed to, bounded (the oldest forgotten first): a read
-   * of a stream's tail past it needs no query. Command handlers whose cached state is current ask
-   * exactly that (the API threads, on every request that changes nothing).
-   */
-  private readonly heads = new LRUCache<string, number>({ max: MAX_CACHED_STREAMS });
   private readonly appended = new EventEmitter();
   /** A wake of the subscribers is scheduled (wakeSubscribers). */
   private waking = false;
@@ -196,8 +193,8 @@ export class SqliteEventStore implements EventStore {
       ),
     };
     this.lastPosition = headOf(this.db);
-    Atomics.store(this.committedHead, 0, BigInt(this.lastPosition));
-    if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db);
+    this.shared.setHead(this.lastPosition);
+    if (!options.writerThread || path === ':memory:') this.writer = new SqliteWriter(this.db, this.shared);
     // Started now, not at the first append: loading its code took the first command after a
     // restart 200-500 ms (it waits for the thread's answer); idle, the thread keeps no process up.
     else this.writerThread();
@@ -258,18 +255,18 @@ export class SqliteEventStore implements EventStore {
    * without a writer thread. The port closes should the writer thread end: the caller then
    * appends through this store.
    */
-  connectAppender(): MessagePort | undefined {
+  connectAppender(): WriterLink | undefined {
     if (this.writer || this.closed) return undefined;
     const { port1, port2 } = new MessageChannel();
     this.writerThread().postMessage({ appender: port1 }, [port1]);
-    return port2;
+    return { port: port2, heads: this.shared.buffer };
   }
 
   private writerThread(): Worker {
     if (this.thread) return this.thread;
     const thread = new Worker(new URL(import.meta.url), {
       workerData: {
-        sqliteWriter: { path: this.path, synchronous: this.synchronous, committedHead: this.committedHead },
+        sqliteWriter: { path: this.path, synchronous: this.synchronous, heads: this.shared.buffer },
       },
     });
     thread.on('message', (answers: CommitNews[] | SnapshotsSaved) => {
@@ -296,8 +293,9 @@ export class SqliteEventStore implements EventStore {
       // Whether the batches committed is unknown: their callers hear of the failure (a retry is
       // idempotent by event id), and the tail starts again after what the file holds.
       this.tail.length = 0;
-      this.heads.clear();
+      this.shared.forget();
       if (this.db.isOpen) this.lastPosition = headOf(this.db);
+      this.shared.setHead(this.lastPosition);
       for (const batch of this.committing.splice(0)) for (const w of batch) w.reject(err);
       for (const w of this.saving.splice(0)) w.reject(err);
       this.scheduleFlush();
@@ -336,7 +334,6 @@ export class SqliteEventStore implements EventStore {
         });
       });
       this.lastPosition = plan.result.position;
-      this.heads.set(w.stream, plan.result.nextRevision);
     });
     this.tail.push(...written); // in position order: planBatch numbers a batch in its order
     // Cut back to tailEvents only once it is a quarter over: cutting the front of the array moves
@@ -365,9 +362,8 @@ export class SqliteEventStore implements EventStore {
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
-    // The heads are current unless the writer thread committed appends this thread has yet to hear of.
-    const head = this.heads.get(stream);
-    if (head !== undefined && fromRevision > head && this.lastPosition >= this.writerHead()) return [];
+    const last = this.shared.revision(stream);
+    if (last !== undefined && fromRevision > last) return [];
     return (this.sql.readStream.all(stream, fromRevision, max) as Row[]).map(toRecorded);
   }
 
@@ -417,11 +413,7 @@ export class SqliteEventStore implements EventStore {
   }
 
   async head(): Promise<number> {
-    return Math.max(this.lastPosition, this.writerHead());
-  }
-
-  private writerHead(): number {
-    return Number(Atomics.load(this.committedHead, 0));
+    return Math.max(this.lastPosition, this.shared.head());
   }
 
   /** Once, however often it is called: the appends queued are written, later ones refused. */
@@ -458,6 +450,7 @@ export class SqliteEventStore implements EventStore {
  */
 class SqliteWriter {
   private readonly db: DatabaseSync;
+  private readonly shared: SharedHeads;
   private lastPosition: number;
   /** Last revision of recently written streams: this is the file's only writer. */
   private readonly revisions = new LRUCache<string, number>({ max: MAX_CACHED_STREAMS });
@@ -468,13 +461,9 @@ class SqliteWriter {
     saveSnapshot: StatementSync;
   };
 
-  /** The position of the last event committed. */
-  get head(): number {
-    return this.lastPosition;
-  }
-
-  constructor(db: DatabaseSync) {
+  constructor(db: DatabaseSync, shared: SharedHeads) {
     this.db = db;
+    this.shared = shared;
     this.lastPosition = headOf(db);
     this.sql = {
       insert: db.prepare(
@@ -572,7 +561,9 @@ class SqliteWriter {
       if (plan.kind !== 'write') return;
       this.lastPosition = plan.result.position;
       this.revisions.set(w.stream, plan.result.nextRevision);
+      this.shared.setRevision(w.stream, plan.result.nextRevision);
     });
+    this.shared.setHead(this.lastPosition);
     return { plans: plans.map(toWire), created: now };
   }
 }
@@ -649,12 +640,12 @@ const toRecorded = (r: Row): RecordedEvent => ({
 // The writer thread of a SqliteEventStore: commits the batches the store posts and the appends
 // other threads send it directly (connectAppender), together, and tells the store of each commit.
 if (!isMainThread && workerData?.sqliteWriter) {
-  const { path, synchronous, committedHead } = workerData.sqliteWriter as {
+  const { path, synchronous, heads } = workerData.sqliteWriter as {
     path: string;
     synchronous: 'full' | 'normal';
-    committedHead: BigInt64Array;
+    heads: SharedArrayBuffer;
   };
-  const writer = new SqliteWriter(openDatabase(path, synchronous));
+  const writer = new SqliteWriter(openDatabase(path, synchronous), new SharedHeads(heads));
   const store = parentPort!;
   // The other threads' appends waiting for the next commit.
   const direct: Waiting[] = [];
@@ -677,7 +668,6 @@ if (!isMainThread && workerData?.sqliteWriter) {
       batches.push(theirs.map(({ stream, events, expected }) => ({ stream, events, expected })));
     if (batches.length > 0) {
       const committed = writer.commitAll(batches);
-      Atomics.store(committedHead, 0, BigInt(writer.head));
       const news: CommitNews[] = committed.map((c, i) =>
         i < own ? c : { appended: batches[i]!, committed: c },
       );

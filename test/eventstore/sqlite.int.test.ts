@@ -123,8 +123,8 @@ describe('SQLite event store: threads appending straight to its writer (int)', (
       writerThread: true,
       sharedWithThreads: true,
     });
-    const a = appender(store.connectAppender()!);
-    const b = appender(store.connectAppender()!);
+    const a = appender(store.connectAppender()!.port);
+    const b = appender(store.connectAppender()!.port);
     const subscription = store.subscribe(0);
     const seen: number[] = [];
     const reading = (async () => {
