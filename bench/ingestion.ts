@@ -292,13 +292,14 @@ The two \`node:http spending ${SPIN_US} µs\` rows are a server that, on one thr
 rate, and the same server on two threads listening on one port: what two threads can buy here.
 
 With \`HUB_API_THREADS=2\`, what \`auto\` gives a 2-core machine, two worker threads serve HTTP on the one port (the kernel spreads the
-connections), each running the same Koa app, and the main thread keeps what they share (the event
-store's writer, read models, rate limits), called through a channel that sends
-the calls of one turn as one message. A thread decides a command on its cached state and the append
-checks the stream's revision; the main thread tells each thread of the other's appends, so that
-its cached states stay current (without that, half the changed requests met a revision conflict
-and read the stream again: 9,100 requests/s instead of about 10,500 in the same setup), and a read
-of a stream's tail past the revision the store last committed answers without a query. Per-thread
+connections), each running the same Koa app, and the main thread keeps what they share (read
+models, rate limits, the derived state), called through a channel that sends the calls of one turn
+as one message. A thread decides a command on its cached state and the append checks the stream's
+revision; it sends its appends straight to the event store's writer thread, which tells the other
+thread of them, so that its cached states stay current (without that, half the changed requests
+met a revision conflict and read the stream again: 9,100 requests/s instead of about 10,500 in the
+same setup), and reads the store's head and the streams' last revisions where the writer shares
+them (a request that changes nothing is checked against them: nothing on the main thread). Per-thread
 CPU under this load (\`/proc\`, 5 s): each API thread about 43 % of
 a core, the main thread 30 %, the SQLite writer 14 %, V8's helper threads about 5 %, the load
 generator 36 % (24 µs a request against the bare server, 35 µs against the hub: more bytes to parse
@@ -325,8 +326,8 @@ together (corked sockets), running without the change pipeline, the channel's me
 end of each task rather than of each turn, or after a 0 or 1 ms timer (half the messages, 4 to 10 %
 fewer requests), one API thread instead of two (the same rate), streams' last revisions in memory the
 threads share (a request that changes nothing then calls nothing on the main thread: 10,192, 11,118
-and 10,634 requests/s against 10,340, 11,410 and 11,714 without; the main thread is not the limit),
-and the same aim by notices: the main thread posting each commit's stream heads to every thread
+and 10,634 requests/s against 10,340, 11,410 and 11,714 without, while every append still crossed
+the main thread; kept since, see below), and the same aim by notices: the main thread posting each commit's stream heads to every thread
 before answering anyone, a thread taking in its port's messages synchronously before trusting its
 cached state (every no-op then skipped its read, but the posts per commit woke the threads 360
 times a second more: 11,018 against 11,522 requests/s, 140 against 129 µs of CPU a request, four
@@ -382,6 +383,22 @@ of four rounds, but 32 MiB left the hub 134 MiB larger after a minute of bench/h
 when ready 409 → 343 MiB, after the load the same. An API thread allocates about 36 KB a request
 (V8's sampling heap profiler, collected objects counted): no part over 7 % (Koa's finish
 listeners 6 %, the route's handler 6 %, Koa's header setting 4-6 %, the store's decision 6 %).
+
+Later the same day, alternated rounds against the tree before each step (the machine slower
+than above): the API threads' appends go straight to the event store's writer thread instead of
+through the main thread (two turns of its event loop, each behind the derived work, on every
+changed request): 8,841 → 9,730 requests/s at the median of six rounds (each round -1 to +21 %);
+the writer runs them with the store's own batches, in each stream's turn, and tells the other
+thread, the main thread hearing of each commit after. Per thread (\`/proc\`, 5 s): the writer 20 %
+of a core instead of 10 %, the main thread and each API thread about the same. Then the writer
+shares the store's head and the streams' last revisions in memory (\`SharedHeads\`), so that a
+request that changes nothing is checked without the main thread: 8,458 → 8,673 at the median of
+four rounds (two of them slower), the main thread woken about 100 times a second instead of 310;
+kept also because no request to the API threads but a read now waits for the main thread (the
+derived state's commits hold it 7-36 ms). Tried, not kept: each API thread reading the event
+store's file on a connection of its own for that check (7,313 against 8,257, four rounds: a query
+each time, where the heads answer without one). With that, the machine is the limit: hub and load
+generator together about 197 % of its two cores, each API thread about half a core.
 ${verdict}
 
 ${verdictDurable}
