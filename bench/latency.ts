@@ -878,7 +878,27 @@ const EMBEDDED_WHERE = `### Where the time goes at 500 writes/s (2026-11-27)
 The hub's threads slept 9-12 times per event at 500 writes/s (\`voluntary_ctxt_switches\` of every thread, the table's column) against 0.9 at saturation, where its threads find work waiting instead of sleeping. On this machine (a virtual one) a wake-up is dear: the floors above, measured in each run, put a message to another Node thread and back at 80-220 µs of CPU (about 3 wake-ups) and a durable SQLite commit of one row at 140-330 µs (about 3.5: the fsync's own), 25-80 µs per wake-up, before any work. A change at a steady rate crosses from an API thread to the main thread and back, is committed with an fsync, and its webhook is POSTed and answered: by the floors alone 380-750 µs, more than the whole saturated figure (330-450 µs an event, every stage's work included). The wake-ups times their floor's cost are a fifth to a third of the figure at 500 writes/s; the rest is every stage's work done once per event instead of once per batch (the read models' and the event log's SQLite statements, a follower's savepoint and checkpoint, Koa, the relay). Meeting 2 × takes hops out of an event's way and batches that a steady rate does not form; neither is a matter of code made faster.
 - Taken out: the dispatcher's POSTs stay on the dispatching thread up to 1,000 a second (two wake-ups each fewer; \`SpilloverHttp\`, docs/webhooks.md): two alternated rounds, 11.1 and 11.6 → 9.4 and 9.9 wake-ups an event, 2,022 and 1,747 → 1,864 and 1,612 µs; saturation the same (3,173 and 3,120 → 3,545 and 3,444 events/s). And SQLite's temp store in memory for the derived state: a batch's savepoint had spilled its journal to a temp file, about 5,800 writes a second on the main thread (\`strace\`); three alternated rounds 2.05, 1.93, 1.92 → 1.85, 1.79, 1.92 ms.
 - Where the wake-ups were, per event at 500 writes/s before these (\`/proc\`, 5 s): the main thread 2.9, the event store's SQLite writer 3.6 (each commit's WAL writes and fsync sleep in the kernel: the same 3.6 as the floor's commit), the dispatcher's HTTP thread 2.2, the API threads 2.0 together, the delivery schedule's writer 0.8, V8's helpers 0.3.
-- Left: the API threads' round trip to the main thread (with the API on the main thread, 1.40 against 1.56 ms per event, but about 20 % fewer requests/s at saturation: they stay), and the event store's commit, which a steady rate pays once per write whatever is done (grouping commits over time would hold every write's answer back).`;
+- Left: the API threads' round trip to the main thread (with the API on the main thread, 1.40 against 1.56 ms per event, but about 20 % fewer requests/s at saturation: they stay), and the event store's commit, which a steady rate pays once per write whatever is done (grouping commits over time would hold every write's answer back).
+
+### The API threads' appends without the main thread (2026-11-29)
+
+The embedded API threads now append straight to the event store's writer thread, and check a
+decision that changes nothing against the heads it shares (docs/eventstore.md): no write waits for
+the main thread. Two alternated rounds against the tree before (15-s windows), then one of 45 s:
+- At 500 and 1,000 writes/s the same latency (p50 2-3 and 3-5 ms both; p99 27 and 10 → 11 and 21 ms
+  at 500, 62 and 31 → 54 and 29 ms at 1,000) and less CPU per event at 500 writes/s: 2,254 and
+  1,954 → 2,096 and 1,815 µs (the main thread 1,017 and 979 → 847 and 772).
+- At saturation more events delivered (2,652 and 2,952 → 2,875 and 3,281 a second; in 45 s, 2,721
+  → 2,955) at less CPU each (545 and 485 → 507 and 452 µs), but their latency is the derived
+  work's backlog: p50 31 and 28 → 73 and 99 ms (45 s: 31 → 372 ms, p99 98 → 845 ms). The writes
+  no longer wait for the main thread, which had held them back to its own pace; at saturation the
+  API threads take the cores, and the derivation runs about a thousand events behind (accepted
+  and delivered rates stay equal: the backlog holds, it does not grow). Below saturation nothing
+  waits. Bounding that backlog (holding the threads' appends, for a bounded time, while the store's
+  followers are more than so many events behind) is the next step; it is not built.
+- The CPU-per-event ratio of issue 45 (500 writes/s against saturation) is 4.0-4.1 × in these
+  runs on both trees: both figures fell alike, the fixed costs of a steady rate remain (the
+  wake-ups above).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
