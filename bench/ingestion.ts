@@ -398,7 +398,11 @@ kept also because no request to the API threads but a read now waits for the mai
 derived state's commits hold it 7-36 ms). Tried, not kept: each API thread reading the event
 store's file on a connection of its own for that check (7,313 against 8,257, four rounds: a query
 each time, where the heads answer without one). With that, the machine is the limit: hub and load
-generator together about 197 % of its two cores, each API thread about half a core.
+generator together about 197 % of its two cores, each API thread about half a core. A second run
+of this bench on the same tree the same hour (\`HUB_BENCH_EMBEDDED_ONLY=1\`, printed only; the
+bare server 22,018, 22,666 and 27,312) gave the hub 6,511, 8,069 and 7,606: 33.6 % median against
+median, pairs 29.6, 35.6 and 27.8 %. The line sits at about 30 % on this machine, on either side
+of it from run to run.
 ${verdict}
 
 ${verdictDurable}

@@ -272,7 +272,7 @@ export class OnDemandThread {
 
 /** How long a thread that lost a race on a stream holds its turn (its retry takes a read and an
  * append); a turn its holder does not use ends then. */
-export const TURN_MS = 100;
+const TURN_MS = 100;
 /**
  * How long the news of a thread's append may wait to reach the other threads (their cached states
  * kept current): under load it goes at the end of the turn with the rest, at a moderate rate with

@@ -248,12 +248,12 @@ export class SqliteEventStore implements EventStore {
   }
 
   /**
-   * A port on which another thread of this process (an API thread) appends straight to the writer
-   * thread, its answers not waiting for this thread's turns: the other end serves `append` on a
-   * ThreadChannel (as `writer`), with the stream turns and the news to the other such threads of
-   * ThreadAppends. The caller checks and serialises the events (SchemaCheck, serialise). Undefined
-   * without a writer thread. The port closes should the writer thread end: the caller then
-   * appends through this store.
+   * A link over which another thread of this process (an API thread) appends straight to the
+   * writer thread, its answers not waiting for this thread's turns: a port whose other end serves
+   * `append` on a ThreadChannel (as `writer`), with the stream turns and the news to the other
+   * such threads of ThreadAppends, and the heads the writer shares (SharedHeads). The caller checks
+   * and serialises the events (SchemaCheck, serialise). Undefined without a writer thread. The
+   * port closes should the writer thread end: the caller then appends through this store.
    */
   connectAppender(): WriterLink | undefined {
     if (this.writer || this.closed) return undefined;
