@@ -895,7 +895,13 @@ the main thread. Two alternated rounds against the tree before (15-s windows), t
   API threads take the cores, and the derivation runs about a thousand events behind (accepted
   and delivered rates stay equal: the backlog holds, it does not grow). Below saturation nothing
   waits. Bounding that backlog (holding the threads' appends, for a bounded time, while the store's
-  followers are more than so many events behind) is the next step; it is not built.
+  followers are more than so many events behind) is the next step; it is not built. Tried, not
+  kept: the API threads at a lower scheduling priority (each thread's own nice), so that the
+  derivation gets a core first: at nice 10, two alternated rounds, saturation p50 140 and 144 →
+  28 and 27 ms, p99 451 and 645 → 108 and 189 ms, 2,557 and 2,609 → 2,449 and 2,864 events/s; but
+  device-meta ingestion (bench/ingestion.ts's load, alternated rounds) fell 13 % at nice 10
+  (8,138 → 7,095 requests/s, four rounds), 7 % at nice 3 and 6 % at nice 6 (three rounds): the
+  priority holds the writes back whether or not the derivation lags.
 - The CPU-per-event ratio of issue 45 (500 writes/s against saturation) is 4.0-4.1 × in these
   runs on both trees: both figures fell alike, the fixed costs of a steady rate remain (the
   wake-ups above).`;
