@@ -160,6 +160,24 @@ describe('API threads (e2e)', () => {
     });
   });
 
+  it("should the event store's writer thread end, the threads' writes go through the main thread, which starts a writer again", async () => {
+    await onHub({ HUB_API_THREADS: '2', HUB_RATE_LIMIT_PER_SECOND: '0' }, async (two) => {
+      const carol = await signup(two, 'carol');
+      const d = await createDevice(two, carol);
+      const report = (n: number) =>
+        fresh(two.url, 'PATCH', `/devices/${d.id}/device-meta`, { token: d.token, body: { n: String(n) } });
+      for (let i = 0; i < 10; i++) assert.equal((await report(i)).status, 200);
+      // As a crash would (the store keeps its thread to itself): the threads' ports to it close.
+      const store = (two.node.store as unknown as { inner: { thread: Worker } }).inner;
+      await store.thread.terminate();
+      await new Promise((r) => setTimeout(r, 100));
+      for (let i = 10; i < 30; i++) assert.equal((await report(i)).status, 200);
+      assert.notEqual(store.thread, undefined, 'a new writer thread');
+      const read = await fresh(two.url, 'GET', `/devices/${d.id}`, { token: carol.token });
+      assert.deepEqual(read.body['device-meta'], { n: '29' });
+    });
+  });
+
   it('a write answered on one connection is read on the next, whichever thread takes it', async () => {
     for (let i = 0; i < 10; i++) {
       const put = await fresh(hub.url, 'PUT', `/devices/${device.id}/user-meta`, {
