@@ -115,10 +115,11 @@ export function cacheOf<S>(store: EventStore, evolver: Evolver<S>): StateCache<S
 }
 
 /**
- * Events of one stream that another thread appended to the same store (the main thread tells the
- * API threads): a cached state of the stream just before them moves on, so that this thread's next
- * command on it decides on the current state instead of missing its append; one further behind is
- * forgotten (the next load reads the stream).
+ * Events of one stream that another thread appended to the same store (whichever thread runs the
+ * API threads' appends tells them: ThreadAppends in infra/threads.ts): a cached state of the
+ * stream just before them moves on, so that this thread's next command on it decides on the
+ * current state instead of missing its append; one further behind is forgotten (the next load
+ * reads the stream).
  */
 export function appendedElsewhere(store: EventStore, stream: string, events: RecordedEvent[]): void {
   const first = events[0];

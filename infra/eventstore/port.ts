@@ -89,12 +89,12 @@ export interface EventStore {
   readAll(after?: number, max?: number): Promise<RecordedEvent[]>;
   /** Catches up from `after`, then follows live appends, in global order, each event once. */
   subscribe(after?: number, options?: SubscribeOptions): Subscription;
-  /** The global position of the last stored event (0 when empty). */
   /**
    * Embedded, with a writer thread: a link over which another thread of this process appends
    * straight to the store's writer, its events checked by the caller (SqliteEventStore).
    */
   connectAppender?(): WriterLink | undefined;
+  /** The global position of the last stored event (0 when empty). */
   head(): Promise<number>;
   close(): Promise<void>;
 }

@@ -412,8 +412,9 @@ export class SqliteEventStore implements EventStore {
     );
   }
 
+  /** The writer's head: set before it answers anyone, so never behind what this thread has heard. */
   async head(): Promise<number> {
-    return Math.max(this.lastPosition, this.shared.head());
+    return this.shared.head();
   }
 
   /** Once, however often it is called: the appends queued are written, later ones refused. */
