@@ -127,7 +127,19 @@ export class SchemaRegistry {
 
   /** The value as the current schema has it: missing fields with defaults filled in. */
   normalize(name: string, value: unknown): unknown {
-    return this.type(name).clone(value);
+    const type = this.type(name);
+    const fields = flatFields(type);
+    // A record whose fields hold no records of their own (most events) takes its defaults at the
+    // top alone: filled in here, in the schema's field order, as avsc's clone would; clone goes
+    // through the binary encoding, an allocation and a copy for each event appended.
+    if (!fields || value === null || typeof value !== 'object') return type.clone(value);
+    const given = value as Record<string, unknown>;
+    const out: Record<string, unknown> = {};
+    for (const f of fields) {
+      const v = given[f.name];
+      out[f.name] = v === undefined ? f.defaultValue() : v;
+    }
+    return out;
   }
 
   encode(name: string, value: unknown): Buffer {
@@ -164,9 +176,53 @@ export class SchemaRegistry {
   }
 }
 
+type Field = { name: string; type: avro.Type; defaultValue(): unknown };
+const fieldsOf = (type: avro.Type) => (type as unknown as { fields?: Field[] }).fields;
+
+/** Each record type's field names, worked out once. */
+const fieldNames = new WeakMap<avro.Type, Set<string>>();
 function unknownField(type: avro.Type, value: Record<string, unknown>): string | undefined {
-  const fields = (type as unknown as { fields?: { name: string }[] }).fields;
+  const fields = fieldsOf(type);
   if (!fields) return undefined;
-  const known = new Set(fields.map((f) => f.name));
-  return Object.keys(value).find((k) => !known.has(k));
+  let known = fieldNames.get(type);
+  if (!known) {
+    known = new Set(fields.map((f) => f.name));
+    fieldNames.set(type, known);
+  }
+  for (const k in value) if (!known.has(k)) return k;
+  return undefined;
+}
+
+/** A record's fields when none of them holds a record, enum, fixed or bytes (values that a
+ * shallow copy would share or that need converting), else undefined; worked out once per type. */
+const flat = new WeakMap<avro.Type, Field[] | null>();
+function flatFields(type: avro.Type): Field[] | undefined {
+  let fields = flat.get(type);
+  if (fields === undefined) {
+    const all = fieldsOf(type);
+    fields = all?.every((f) => plain(f.type)) ? all : null;
+    flat.set(type, fields);
+  }
+  return fields ?? undefined;
+}
+function plain(type: avro.Type): boolean {
+  const t = type as unknown as { typeName: string; types?: avro.Type[]; valuesType?: avro.Type; itemsType?: avro.Type };
+  switch (t.typeName) {
+    case 'null':
+    case 'boolean':
+    case 'int':
+    case 'long':
+    case 'float':
+    case 'double':
+    case 'string':
+      return true;
+    case 'map':
+      return plain(t.valuesType!);
+    case 'array':
+      return plain(t.itemsType!);
+    case 'union:unwrapped':
+      return t.types!.every(plain);
+    default:
+      return false;
+  }
 }
