@@ -206,7 +206,12 @@ function flatFields(type: avro.Type): Field[] | undefined {
   return fields ?? undefined;
 }
 function plain(type: avro.Type): boolean {
-  const t = type as unknown as { typeName: string; types?: avro.Type[]; valuesType?: avro.Type; itemsType?: avro.Type };
+  const t = type as unknown as {
+    typeName: string;
+    types?: avro.Type[];
+    valuesType?: avro.Type;
+    itemsType?: avro.Type;
+  };
   switch (t.typeName) {
     case 'null':
     case 'boolean':

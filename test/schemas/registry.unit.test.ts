@@ -45,7 +45,7 @@ describe('schema registry (unit)', () => {
         fields?: { name: string; defaultValue(): unknown }[];
       };
       if (!type.fields) continue;
-      const full = type.random() as Record<string, unknown>;
+      const full = type.random() as unknown as Record<string, unknown>;
       // The value complete, then without each field that has a default, and with keys reversed.
       const values = [
         full,
