@@ -149,8 +149,11 @@ export async function startNode(
       publicUrl: () => config.publicUrl || url || `http://${config.host}:${config.port}`,
     };
 
-    const waitFor: WaitForPosition = (names, position) =>
-      waitForPosition(readStore, names, position, config.readWaitMs);
+    const waitFor: WaitForPosition = (names, position) => {
+      // The store may hold the news of the API threads' commits for a batch (HUB_DERIVE_LINGER_MS).
+      store.hasten?.(position);
+      return waitForPosition(readStore, names, position, config.readWaitMs);
+    };
     const reads = consistency(stores.lastWrites, waitFor, warnUnremembered(logger));
     const keys = await loadKeys(
       {

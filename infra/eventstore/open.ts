@@ -12,6 +12,7 @@ export async function openEventStore(config: Config): Promise<EventStore> {
         writerThread: true,
         sharedWithThreads: config.apiThreads > 0,
         snapshotEvery: config.snapshotEvery,
+        newsLingerMs: config.deriveLingerMs,
       });
     }
     case 'postgres': {

@@ -94,6 +94,12 @@ export interface EventStore {
    * straight to the store's writer, its events checked by the caller (SqliteEventStore).
    */
   connectAppender?(): WriterLink | undefined;
+  /**
+   * A reader waits for this thread to hear of `position` (a read after its caller's write): a
+   * store that holds the news of other threads' commits for a batch (SqliteEventStore's
+   * newsLingerMs) sends them now.
+   */
+  hasten?(position: number): void;
   /** The global position of the last stored event (0 when empty). */
   head(): Promise<number>;
   close(): Promise<void>;

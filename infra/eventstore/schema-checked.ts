@@ -105,6 +105,10 @@ export class SchemaCheckedStore implements EventStore {
     return this.inner.connectAppender?.();
   }
 
+  hasten(position: number): void {
+    this.inner.hasten?.(position);
+  }
+
   async readStream(stream: string, fromRevision?: number, max?: number): Promise<RecordedEvent[]> {
     return (await this.inner.readStream(stream, fromRevision, max)).map((e) => this.current(e));
   }

@@ -103,6 +103,13 @@ export interface SqliteOptions {
   sharedWithThreads?: boolean;
   /** Events between snapshots of an aggregate's state (see EventStore.snapshotEvery); 0: none. */
   snapshotEvery?: number;
+  /**
+   * With a writer thread: how long it may hold the news of commits that only other threads'
+   * appends made (connectAppender) before telling this thread, ms (HUB_DERIVE_LINGER_MS). Nothing
+   * here waits for them, and this thread's followers then take a steady rate's commits in
+   * batches. News of this thread's own batches go at once, and the held ones before them.
+   */
+  newsLingerMs?: number;
 }
 
 /** A planned append as it crosses from the writer's thread: errors travel as their arguments. */
@@ -165,6 +172,7 @@ export class SqliteEventStore implements EventStore {
   private waking = false;
   private readonly maxBatch: number;
   private readonly postEvery: number;
+  private readonly newsLingerMs: number;
   private readonly writer: SqliteWriter | undefined;
   private thread: Worker | undefined;
   /** Set once close() has drained the queue: later appends are refused. */
@@ -179,6 +187,7 @@ export class SqliteEventStore implements EventStore {
     this.db = openDatabase(path, this.synchronous);
     this.maxBatch = options.maxBatch ?? 1024;
     this.postEvery = options.postEvery ?? 32;
+    this.newsLingerMs = options.newsLingerMs ?? 0;
     this.exclusiveWriter = !options.sharedWithThreads;
     this.snapshotEvery = options.snapshotEvery ?? 0;
     this.tailEvents = options.tailEvents ?? 20_000;
@@ -266,7 +275,12 @@ export class SqliteEventStore implements EventStore {
     if (this.thread) return this.thread;
     const thread = new Worker(new URL(import.meta.url), {
       workerData: {
-        sqliteWriter: { path: this.path, synchronous: this.synchronous, heads: this.shared.buffer },
+        sqliteWriter: {
+          path: this.path,
+          synchronous: this.synchronous,
+          heads: this.shared.buffer,
+          newsLingerMs: this.newsLingerMs,
+        },
       },
     });
     thread.on('message', (answers: CommitNews[] | SnapshotsSaved) => {
@@ -305,6 +319,10 @@ export class SqliteEventStore implements EventStore {
     thread.unref();
     this.thread = thread;
     return thread;
+  }
+
+  hasten(position: number): void {
+    if (this.newsLingerMs > 0 && position > this.lastPosition) this.thread?.postMessage({ news: true });
   }
 
   /** Answers the callers of a committed batch and keeps the tail of the newest events. */
@@ -641,10 +659,11 @@ const toRecorded = (r: Row): RecordedEvent => ({
 // The writer thread of a SqliteEventStore: commits the batches the store posts and the appends
 // other threads send it directly (connectAppender), together, and tells the store of each commit.
 if (!isMainThread && workerData?.sqliteWriter) {
-  const { path, synchronous, heads } = workerData.sqliteWriter as {
+  const { path, synchronous, heads, newsLingerMs } = workerData.sqliteWriter as {
     path: string;
     synchronous: 'full' | 'normal';
     heads: SharedArrayBuffer;
+    newsLingerMs: number;
   };
   const writer = new SqliteWriter(openDatabase(path, synchronous), new SharedHeads(heads));
   const store = parentPort!;
@@ -654,13 +673,24 @@ if (!isMainThread && workerData?.sqliteWriter) {
   const appends = new ThreadAppends();
   errorsCrossThreads(WrongExpectedRevisionError, DuplicateEventIdError);
 
-  type FromStore = PendingAppend[] | { snapshot: SnapshotWrite } | { appender: MessagePort };
+  // News of commits of the other threads' appends alone, held up to newsLingerMs for the next.
+  const held: CommitNews[] = [];
+  let lingering: NodeJS.Timeout | undefined;
+  const sendNews = () => {
+    clearTimeout(lingering);
+    lingering = undefined;
+    if (held.length > 0) store.postMessage(held.splice(0));
+  };
+
+  type FromStore = PendingAppend[] | { snapshot: SnapshotWrite } | { appender: MessagePort } | { news: true };
   const commitWaiting = (first?: FromStore) => {
     const batches: PendingAppend[][] = [];
     const snapshots: SnapshotWrite[] = [];
+    let hasten = false;
     for (let m = first ?? receiveMessageOnPort(store)?.message; m; m = receiveMessageOnPort(store)?.message) {
       if (Array.isArray(m)) batches.push(m);
       else if ('snapshot' in m) snapshots.push(m.snapshot);
+      else if ('news' in m) hasten = true;
       else connect(m.appender);
     }
     const own = batches.length;
@@ -672,9 +702,12 @@ if (!isMainThread && workerData?.sqliteWriter) {
       const news: CommitNews[] = committed.map((c, i) =>
         i < own ? c : { appended: batches[i]!, committed: c },
       );
-      store.postMessage(news);
+      held.push(...news);
+      if (own > 0 || newsLingerMs <= 0) sendNews();
+      else lingering ??= setTimeout(sendNews, newsLingerMs);
       if (theirs.length > 0) answer(theirs, committed.at(-1)!);
     }
+    if (hasten) sendNews();
     if (snapshots.length > 0) store.postMessage(writer.saveSnapshots(snapshots));
   };
 

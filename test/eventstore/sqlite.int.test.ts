@@ -177,4 +177,48 @@ describe('SQLite event store: threads appending straight to its writer (int)', (
     await b.stop();
     rmSync(dir, { recursive: true, force: true });
   });
+  it("holds the news of the threads' commits for a batch (newsLingerMs), sends them at once to a reader waiting for one, and before its own batches", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hub-sqlite-'));
+    const store = new SqliteEventStore(join(dir, 'events.sqlite'), {
+      writerThread: true,
+      sharedWithThreads: true,
+      newsLingerMs: 400,
+    });
+    const a = appender(store.connectAppender()!.port);
+    const subscription = store.subscribe(0);
+    const seen: string[] = [];
+    const reading = (async () => {
+      for await (const page of subscription) for (const e of page) seen.push(`${e.stream}@${e.revision}`);
+    })();
+    const heard = async (n: number) => {
+      const started = Date.now();
+      await until(() => seen.length === n);
+      return Date.now() - started;
+    };
+
+    // Answered at once; the store hears of it only when the hold is up.
+    assert.equal((await a.ask('s-1', ['Tested'], 'no_stream')).result?.position, 1);
+    assert.equal(await store.head(), 1, 'the shared head has it already');
+    assert.ok((await heard(1)) >= 300, 'held for the batch');
+
+    // A reader waiting for the position: sent now.
+    assert.equal((await a.ask('s-1', ['Tested'], 0)).result?.position, 2);
+    store.hasten(2);
+    assert.ok((await heard(2)) < 300, 'sent for the waiting reader');
+
+    // The store's own append: its news go at once, the held ones first, in position order.
+    assert.equal((await a.ask('s-1', ['Tested'], 1)).result?.position, 3);
+    assert.equal(
+      (await store.append('s-2', [{ id: crypto.randomUUID(), type: 'Tested', data: {} }])).position,
+      4,
+    );
+    assert.ok((await heard(4)) < 300, 'sent with the own batch');
+    assert.deepEqual(seen, ['s-1@0', 's-1@1', 's-1@2', 's-2@0']);
+
+    subscription.close();
+    await reading;
+    await store.close();
+    await a.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
 });
