@@ -657,7 +657,8 @@ const toRecorded = (r: Row): RecordedEvent => ({
 });
 
 // The writer thread of a SqliteEventStore: commits the batches the store posts and the appends
-// other threads send it directly (connectAppender), together, and tells the store of each commit.
+// other threads send it directly (connectAppender), together, and tells the store of each commit
+// (of the other threads' alone, up to newsLingerMs later, with the next).
 if (!isMainThread && workerData?.sqliteWriter) {
   const { path, synchronous, heads, newsLingerMs } = workerData.sqliteWriter as {
     path: string;
