@@ -908,7 +908,31 @@ the main thread. Two alternated rounds against the tree before (15-s windows), t
   priority holds the writes back whether or not the derivation lags.
 - The CPU-per-event ratio of issue 45 (500 writes/s against saturation) is 4.0-4.1 × in these
   runs on both trees: both figures fell alike, the fixed costs of a steady rate remain (the
-  wake-ups above).`;
+  wake-ups above).
+### The derivation's news in batches (2026-11-29, second)
+
+The writer thread now holds the news of a commit made of the API threads' appends alone up to
+\`HUB_DERIVE_LINGER_MS\` (5 ms) for the next (docs/eventstore.md): at 500 writes/s a change arrives
+every 2 ms, so the main thread starts the derived work (projections, event log, actors, the hand-off
+to the dispatcher) for two or three at a time instead of one. Writes are still answered once
+durable; a read waiting for its caller's write asks for the news at once. Two alternated rounds
+against 0 (the knob off): CPU per event at 500 writes/s 1,440 and 1,374 → 1,091 and 1,060 µs, the
+main thread's 596 → 310-347 µs, wake-ups 9.9 → 8.9 an event; at 1,000 writes/s 1,155 and 1,098 → 854
+and 825 µs; saturation the same (293 and 300 → 286 and 292 µs, 5,137 and 4,987 → 5,259 and 5,026
+events/s). The price is the end-to-end p50 at steady rates: 1 → 5 ms at 500 writes/s, 2 → 5 at 1,000
+(p99 9 and 8 → 10 and 13 ms). This table's run is that tree: 3.78 ×, from 4.13 ×. What is left at
+500 writes/s is the other threads' 660 µs an event, each write's own: the API thread's request, the
+writer's durable commit (the floor above: about 90 µs and 4 wake-ups, alone), the dispatcher's
+POST and its answer. Halving it would hold the writes' answers for a group commit over time, which
+this knob does not do: a device's write is answered as soon as it is durable.
+- Tried, not kept (device-meta ingestion, bench/ingestion.ts's load, alternated rounds): V8's
+  collector on the thread that allocates (\`--single-threaded-gc\`): ingestion +5 % (13,016 →
+  13,706 requests/s, four rounds) but CPU per event up 7-15 % here at every rate (1,435 → 1,542 µs at
+  500 writes/s; saturation 291 → 311 µs); larger semi-spaces: +3 % at 16 MiB and +6.5 % at 32, but
+  at 32 the RSS after 60 s of the history bench's load was 1.67 × the ready one (1.36 × at 8), past
+  issue 40's bound of 1.5 ×; a larger young generation for the API threads alone
+  (\`resourceLimits\`): no difference; one or three API threads instead of two: 13 % and 9 % fewer
+  requests/s.`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
