@@ -189,7 +189,8 @@ function unknownField(type: avro.Type, value: Record<string, unknown>): string |
     known = new Set(fields.map((f) => f.name));
     fieldNames.set(type, known);
   }
-  for (const k in value) if (!known.has(k)) return k;
+  // Own keys alone: an avsc record (a clone's) has its methods enumerable on its prototype.
+  for (const k of Object.keys(value)) if (!known.has(k)) return k;
   return undefined;
 }
 

@@ -35,6 +35,11 @@ describe('schema registry (unit)', () => {
       'an undeclared field inside a nested record is refused too',
     );
     registry.validate('DeviceMetaReported', { device_id: 'd1', meta: { temp: '21' } });
+    // An avsc record (a clone's), whose methods are enumerable on its prototype, is its fields alone.
+    registry.validate(
+      'DeviceMetaReported',
+      registry.type('DeviceMetaReported').clone({ device_id: 'd1', meta: {} }),
+    );
   });
 
   it('normalizes every schema as avsc would: defaults filled in, fields in the schema order', () => {
