@@ -22,6 +22,9 @@ export interface DerivedDatabase {
   transaction<T>(work: () => T): T;
   /** Runs `work`, one statement (all or nothing by itself), in the open transaction: no savepoint. */
   single<T>(work: () => T): T;
+  /** Rows a component holds back for the commit (HeldRows): `flush` writes them just before it,
+   * in the transaction; `discard` forgets them when the transaction rolls back instead. */
+  beforeCommit(held: { flush(): void; discard(): void }): void;
   close(): Promise<void>;
 }
 
@@ -36,7 +39,9 @@ export interface DerivedDatabase {
  */
 const COMMIT_EVERY_MS = 500;
 
-export function openDerivedDatabase(path: string): DerivedDatabase {
+/** `log`: told when a file written by an earlier version is upgraded (the migrations of a
+ * component that had some applied), before and after. */
+export function openDerivedDatabase(path: string, log?: (message: string) => void): DerivedDatabase {
   const db = new DatabaseSync(path, { timeout: BUSY_TIMEOUT_MS });
   try {
     // temp_store = MEMORY: a batch's savepoint journals the old images of the pages it changes
@@ -58,6 +63,7 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
   let closing: Promise<void> | undefined;
   let depth = 0;
   let committing: NodeJS.Timeout | undefined;
+  const held: { flush(): void; discard(): void }[] = [];
   // Prepared once: a follower's batch opens a savepoint, and compiling its statement at each
   // batch cost more than the savepoint (batches of a few events, several followers a turn).
   const statement = new Map<string, StatementSync>();
@@ -73,10 +79,12 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
     committing = undefined;
     if (!db.isOpen || !db.isTransaction) return;
     try {
+      for (const h of held) h.flush();
       run('COMMIT');
     } catch (err) {
       // A full disk, an I/O error: the turn's writes go with their checkpoints, and followers find
       // their checkpoint moved back (they resume from it); a start resumes from what was committed.
+      for (const h of held) h.discard();
       if (db.isTransaction) run('ROLLBACK');
       process.emitWarning(`derived state not committed (${path}): ${(err as Error).message}`);
     }
@@ -110,17 +118,24 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
     path,
     migrate(component, migrations) {
       const at = (version.get(component) as { version: number } | undefined)?.version ?? 0;
+      const upgrade = at > 0 && at < migrations.length;
+      const started = Date.now();
+      if (upgrade) log?.(`derived state: upgrading ${component} from version ${at} to ${migrations.length}`);
       for (let v = at; v < migrations.length; v++) {
         transaction(() => {
           db.exec(migrations[v]!);
           setVersion.run(component, v + 1);
         });
       }
+      if (upgrade) log?.(`derived state: ${component} upgraded in ${Date.now() - started} ms`);
     },
     transaction,
     single(work) {
       begun();
       return work();
+    },
+    beforeCommit(h) {
+      held.push(h);
     },
     close() {
       closing ??= (async () => {
@@ -133,4 +148,54 @@ export function openDerivedDatabase(path: string): DerivedDatabase {
       return closing;
     },
   };
+}
+
+/**
+ * Rows a component rewrites many times in one transaction, held in memory and written once each
+ * just before it commits. Under device-meta ingestion a device's documents and its actor's state
+ * change with each of its events, several times in a commit's window (COMMIT_EVERY_MS): written at
+ * every batch, SQLite merged, encoded and rewrote the same row each time. The commit makes the same
+ * state durable either way, with the checkpoints moved in the same window, and a rollback forgets
+ * both. The component reads its held rows before the table's (`get`), and writes them out before
+ * reading the table directly (`flush`).
+ */
+export class HeldRows<V> {
+  private readonly derived: DerivedDatabase;
+  private readonly write: (key: string, value: V) => void;
+  private rows = new Map<string, V>();
+
+  constructor(derived: DerivedDatabase, write: (key: string, value: V) => void) {
+    this.derived = derived;
+    this.write = write;
+    derived.beforeCommit({
+      flush: () => this.flush(),
+      discard: () => {
+        this.rows = new Map();
+      },
+    });
+  }
+
+  get(key: string): V | undefined {
+    return this.rows.get(key);
+  }
+
+  /** Holds rows for the open transaction's commit: those of a batch whose statements (its
+   * checkpoint's move) succeeded in it. */
+  hold(rows: Iterable<[string, V]>): void {
+    if (!this.derived.db.isTransaction) throw new Error('rows are held only for an open transaction');
+    for (const [key, value] of rows) this.rows.set(key, value);
+  }
+
+  /** Writes the held rows now, in the open transaction. Should a write fail, they stay held (each
+   * row written is a whole row, written again the same). */
+  flush(): void {
+    const rows = this.rows;
+    this.rows = new Map();
+    try {
+      for (const [key, value] of rows) this.write(key, value);
+    } catch (err) {
+      this.rows = rows;
+      throw err;
+    }
+  }
 }

@@ -1,12 +1,13 @@
 // Embedded read store on disk: the read models in the derived-state file (infra/sqlite.ts), so a
 // start resumes each projection from its checkpoint instead of rebuilding it from the whole event
 // store, and memory holds SQLite's page cache, not the fleet. A document is one row, a JSON object
-// whose values are each field's JSON text (a Redis hash's shape), so a patch is one statement that
-// SQLite merges in place (json_patch; a value being a string, a field is replaced, never merged
-// into); an index is a row per member with a (score, member) index. A batch of writes and its
-// checkpoint commit in one transaction.
+// whose values are each field's JSON text (a Redis hash's shape); an index is a row per member with
+// a (score, member) index. A batch's index writes and its checkpoint go in the open transaction of
+// the derived state at once; its documents are changed in memory and written once each when that
+// transaction commits (HeldRows: a device's documents change with each of its events, several times
+// a commit's window under ingestion), so reads look at the held documents first.
 import type { StatementSync } from 'node:sqlite';
-import type { DerivedDatabase } from '../sqlite.ts';
+import { type DerivedDatabase, HeldRows } from '../sqlite.ts';
 import { InProcessReadStore } from './memory.ts';
 import type { ApplyOutcome, Checkpoint, Doc, RangeOptions, ReadStore, Write } from './port.ts';
 
@@ -51,20 +52,35 @@ const MIGRATIONS = [
    DROP TABLE rm_fields;`,
 ];
 
-/** A document as stored: each field's value as its JSON text, null and undefined left out. */
-function encode(doc: Doc, keepNulls: boolean): string {
-  const out: Record<string, string | null> = {};
-  for (const [f, v] of Object.entries(doc)) {
-    if (v !== null && v !== undefined) out[f] = JSON.stringify(v);
-    else if (keepNulls) out[f] = null;
+/** A document's fields, each value as its JSON text; in a patch, null removes the field. */
+type Fields = Map<string, string | null>;
+/**
+ * A document changed in the open transaction, written when it commits (HeldRows): the whole
+ * document (set, del, or a patch of one), or a patch of the stored row. A patch needs no read of
+ * the row: a device's documents under ingestion are patches, merged here and written by one
+ * json_patch a commit.
+ */
+type HeldDoc = { gen: number; key: string; whole: boolean; fields: Fields };
+const heldKey = (gen: number, key: string) => `${gen}:${key}`;
+
+/** Lays `change` over `doc`, in place: a whole change replaces it, a patch's fields go over its. */
+function layer(doc: HeldDoc, change: HeldDoc): void {
+  if (change.whole) {
+    doc.whole = true;
+    doc.fields = change.fields;
+    return;
   }
-  return JSON.stringify(out);
+  for (const [f, v] of change.fields) {
+    if (v === null && doc.whole) doc.fields.delete(f);
+    else doc.fields.set(f, v);
+  }
 }
 
-function decode(stored: string): Doc | undefined {
+function decode(fields: Iterable<[string, string | null]>): Doc | undefined {
   const doc: Doc = {};
   let empty = true;
-  for (const [f, v] of Object.entries(JSON.parse(stored) as Record<string, string>)) {
+  for (const [f, v] of fields) {
+    if (v === null) continue;
     doc[f] = JSON.parse(v);
     empty = false;
   }
@@ -81,6 +97,7 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
   private readonly gens = new Map<string, number>();
   private readonly active = new Map<string, number>();
   private readonly sql: Record<string, StatementSync>;
+  private readonly docs: HeldRows<HeldDoc>;
 
   constructor(derived: DerivedDatabase) {
     super();
@@ -111,13 +128,6 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
         `INSERT INTO rm_docs (gen, key, doc) VALUES (?1, ?2, json_patch('{}', ?3))
          ON CONFLICT (gen, key) DO UPDATE SET doc = json_patch(doc, ?3)`,
       ),
-      // The field's value is its JSON text, a number's digits: added to as an integer, kept as text.
-      // The path quotes the field (its JSON string: SQLite's paths take a quoted label).
-      incr: prepare(
-        `INSERT INTO rm_docs (gen, key, doc) VALUES (?1, ?2, json_set('{}', '$.' || ?3, CAST(?4 AS TEXT)))
-         ON CONFLICT (gen, key) DO UPDATE
-         SET doc = json_set(doc, '$.' || ?3, CAST(CAST(coalesce(json_extract(doc, '$.' || ?3), '0') AS INTEGER) + ?4 AS TEXT))`,
-      ),
       delEmptyDoc: prepare(`DELETE FROM rm_docs WHERE gen = ? AND key = ? AND doc = '{}'`),
       delDoc: prepare('DELETE FROM rm_docs WHERE gen = ? AND key = ?'),
       delIndex: prepare('DELETE FROM rm_index WHERE gen = ? AND key = ?'),
@@ -143,6 +153,7 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
         'SELECT (SELECT count(*) FROM rm_docs WHERE gen = ?) + (SELECT count(DISTINCT key) FROM rm_index WHERE gen = ?) AS n',
       ),
     };
+    this.docs = new HeldRows(derived, (_, doc) => this.writeHeld(doc));
   }
 
   /** The generation's row id; created (with checkpoint 0) when `create`, else undefined if none. */
@@ -201,41 +212,58 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
       gen = this.gen(projection, generation, true);
       return Number(this.sql.moveCheckpoint!.run(to.position, to.created, gen, from).changes) === 1;
     };
+    // What the batch changes of each document, held for the commit only once all of it succeeded.
+    const changes = new Map<string, HeldDoc>();
     const outcome =
       writes.length === 0
         ? this.d.single(() => (moveCheckpoint() ? 'ok' : 'moved'))
         : this.d.transaction((): ApplyOutcome => {
             if (!moveCheckpoint()) return 'moved';
-            for (const w of writes) this.write(gen, w);
+            for (const w of writes) this.write(gen, w, changes);
             return 'ok';
           });
-    if (outcome === 'ok')
+    if (outcome === 'ok') {
+      for (const [id, change] of changes) {
+        const held = this.docs.get(id);
+        if (held && !change.whole) layer(held, change);
+        else this.docs.hold([[id, change]]);
+      }
       this.events.emit('checkpoint', projection, generation, to.position, writes.length > 0);
+    }
     return outcome;
   }
 
-  private write(gen: number, w: Write): void {
+  /** Indexes are written at once; documents change in `changes` (see HeldRows). */
+  private write(gen: number, w: Write, changes: Map<string, HeldDoc>): void {
     const s = this.sql;
     switch (w.op) {
       case 'set': {
         s.delIndex!.run(gen, w.key);
-        const doc = encode(w.doc, false);
-        if (doc === '{}') s.delDoc!.run(gen, w.key);
-        else s.putDoc!.run(gen, w.key, doc);
+        const fields: Fields = new Map();
+        for (const [f, v] of Object.entries(w.doc))
+          if (v !== null && v !== undefined) fields.set(f, JSON.stringify(v));
+        changes.set(heldKey(gen, w.key), { gen, key: w.key, whole: true, fields });
         return;
       }
       case 'patch': {
-        s.patchDoc!.run(gen, w.key, encode(w.doc, true));
-        if (Object.values(w.doc).some((v) => v === null || v === undefined)) s.delEmptyDoc!.run(gen, w.key);
+        // A patched field is replaced, never merged into; a null removes it.
+        const fields: Fields = new Map();
+        for (const [f, v] of Object.entries(w.doc))
+          fields.set(f, v === null || v === undefined ? null : JSON.stringify(v));
+        this.change(gen, w.key, changes, { gen, key: w.key, whole: false, fields });
         return;
       }
       case 'del':
-        s.delDoc!.run(gen, w.key);
         s.delIndex!.run(gen, w.key);
+        changes.set(heldKey(gen, w.key), { gen, key: w.key, whole: true, fields: new Map() });
         return;
-      case 'incr':
-        s.incr!.run(gen, w.key, JSON.stringify(w.field), w.by);
+      case 'incr': {
+        // A counter's value is its digits' JSON text, as SQLite's CAST reads them.
+        const now = this.field(gen, w.key, w.field, changes.get(heldKey(gen, w.key)));
+        const fields: Fields = new Map([[w.field, String((Number.parseInt(now ?? '0', 10) || 0) + w.by)]]);
+        this.change(gen, w.key, changes, { gen, key: w.key, whole: false, fields });
         return;
+      }
       case 'zadd':
         s.zadd!.run(gen, w.key, w.member, w.score);
         return;
@@ -245,11 +273,56 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
     }
   }
 
+  private change(gen: number, key: string, changes: Map<string, HeldDoc>, change: HeldDoc): void {
+    const id = heldKey(gen, key);
+    const before = changes.get(id);
+    if (before) layer(before, change);
+    else changes.set(id, change);
+  }
+
+  /** A field's JSON text as the batch's change, the held document and the stored row say. */
+  private field(gen: number, key: string, field: string, change: HeldDoc | undefined): string | undefined {
+    for (const doc of [change, this.docs.get(heldKey(gen, key))]) {
+      if (!doc) continue;
+      const v = doc.fields.get(field);
+      if (v !== undefined || doc.fields.has(field) || doc.whole) return v ?? undefined;
+    }
+    return this.stored(gen, key)?.[field];
+  }
+
+  private stored(gen: number, key: string): Record<string, string> | undefined {
+    const row = this.sql.doc!.get(gen, key) as { doc: string } | undefined;
+    return row ? (JSON.parse(row.doc) as Record<string, string>) : undefined;
+  }
+
+  /** A held document as a row, one statement: replaced, patched (json_patch, RFC 7396: a null
+   * removes a field) or, with no field left, gone. */
+  private writeHeld(doc: HeldDoc): void {
+    const { gen, key, fields } = doc;
+    if (doc.whole) {
+      if (fields.size === 0) this.sql.delDoc!.run(gen, key);
+      else this.sql.putDoc!.run(gen, key, JSON.stringify(Object.fromEntries(fields)));
+      return;
+    }
+    this.sql.patchDoc!.run(gen, key, JSON.stringify(Object.fromEntries(fields)));
+    for (const v of fields.values()) {
+      if (v === null) {
+        this.sql.delEmptyDoc!.run(gen, key);
+        return;
+      }
+    }
+  }
+
   async get(projection: string, generation: number, key: string): Promise<Doc | undefined> {
     const gen = this.gen(projection, generation);
     if (gen === undefined) return undefined;
-    const row = this.sql.doc!.get(gen, key) as { doc: string } | undefined;
-    return row ? decode(row.doc) : undefined;
+    const held = this.docs.get(heldKey(gen, key));
+    if (held?.whole) return decode(held.fields);
+    const stored = this.stored(gen, key);
+    if (!held) return stored ? decode(Object.entries(stored)) : undefined;
+    const fields: Fields = new Map(stored ? Object.entries(stored) : []);
+    layer({ gen, key, whole: true, fields }, held);
+    return decode(fields);
   }
 
   async range(projection: string, generation: number, key: string, o: RangeOptions = {}): Promise<string[]> {
@@ -282,9 +355,10 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
   async dump(projection: string, generation: number): Promise<Record<string, unknown>> {
     const gen = this.gen(projection, generation);
     if (gen === undefined) return {};
+    this.docs.flush();
     const docs = new Map<string, Doc>();
     for (const r of this.sql.dumpDocs!.iterate(gen) as Iterable<{ key: string; doc: string }>) {
-      const doc = decode(r.doc);
+      const doc = decode(Object.entries(JSON.parse(r.doc) as Record<string, string>));
       if (doc) docs.set(r.key, doc);
     }
     const indexes = new Map<string, [string, number][]>();
@@ -309,6 +383,7 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
   async drop(projection: string, generation: number): Promise<number> {
     const gen = this.gen(projection, generation);
     if (gen === undefined) return 0;
+    this.docs.flush();
     const n = (this.sql.countKeys!.get(gen, gen) as { n: number }).n;
     this.d.transaction(() => {
       this.sql.dropDocs!.run(gen);

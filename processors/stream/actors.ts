@@ -6,7 +6,7 @@
 // actors leave memory.
 import type { StatementSync } from 'node:sqlite';
 import type { Redis } from 'ioredis';
-import type { DerivedDatabase } from '../../infra/sqlite.ts';
+import { type DerivedDatabase, HeldRows } from '../../infra/sqlite.ts';
 
 /** A position of the input saved with the states it led to. */
 export interface StatesCheckpoint {
@@ -72,11 +72,15 @@ export class RedisActorStates<S> implements ActorStates<S> {
   }
 }
 
-/** The embedded profile's states on disk, in the derived-state file (infra/sqlite.ts). */
+/** The embedded profile's states on disk, in the derived-state file (infra/sqlite.ts). A state is
+ * written once when the transaction it changed in commits (HeldRows), with the checkpoint saved in
+ * that window. */
 export class SqliteActorStates<S> implements ActorStates<S> {
   private readonly d: DerivedDatabase;
   private readonly name: string;
   private readonly sql: Record<'get' | 'put' | 'checkpoint' | 'setCheckpoint', StatementSync>;
+  /** States are values the behaviour replaces, never changes (receive is pure): held as they are. */
+  private readonly held: HeldRows<S>;
   constructor(derived: DerivedDatabase, name: string) {
     this.d = derived;
     this.name = name;
@@ -100,10 +104,16 @@ export class SqliteActorStates<S> implements ActorStates<S> {
         'INSERT INTO actor_checkpoints (name, position) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position',
       ),
     };
+    this.held = new HeldRows(derived, (k, s) => this.sql.put.run(this.name, k, JSON.stringify(s)));
   }
   async load(keys: string[]): Promise<Map<string, S>> {
     const found = new Map<string, S>();
     for (const k of keys) {
+      const held = this.held.get(k);
+      if (held !== undefined) {
+        found.set(k, held);
+        continue;
+      }
       const row = this.sql.get.get(this.name, k) as { state: string } | undefined;
       if (row) found.set(k, JSON.parse(row.state) as S);
     }
@@ -111,10 +121,10 @@ export class SqliteActorStates<S> implements ActorStates<S> {
   }
   async save(states: Map<string, S>, checkpoint?: StatesCheckpoint): Promise<void> {
     if (states.size === 0 && !checkpoint) return;
-    this.d.transaction(() => {
-      for (const [k, s] of states) this.sql.put.run(this.name, k, JSON.stringify(s));
+    this.d.single(() => {
       if (checkpoint) this.sql.setCheckpoint.run(`${this.name}:${checkpoint.name}`, checkpoint.position);
     });
+    this.held.hold(states);
   }
   async checkpoint(name: string): Promise<number> {
     return (

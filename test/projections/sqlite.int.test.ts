@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import type { Write } from '../../infra/readstore/port.ts';
 import { SqliteReadStore } from '../../infra/readstore/sqlite.ts';
-import { openDerivedDatabase } from '../../infra/sqlite.ts';
+import { type DerivedDatabase, openDerivedDatabase } from '../../infra/sqlite.ts';
 import { ProjectionRunner } from '../../projections/runner.ts';
 import { memoryLogger } from '../harness.ts';
 import { appendEvents, catalogNamed, newEventStore, readStoreContract } from './contract.ts';
@@ -135,6 +135,101 @@ describe('SQLite derived state: savepoints in memory (int)', () => {
         (derived.db.prepare("SELECT count(*) AS n FROM spill WHERE body LIKE 'b%'").get() as { n: number }).n,
         200,
       );
+    } finally {
+      await derived.close();
+    }
+  });
+});
+
+describe('SQLite read store: documents held for the commit (int)', () => {
+  const rowOf = (derived: DerivedDatabase, key: string) =>
+    derived.db.prepare('SELECT doc FROM rm_docs WHERE key = ?').get(key) as { doc: string } | undefined;
+
+  it('batches of one window change a document in memory, read at once; the commit writes it once', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite');
+    const derived = openDerivedDatabase(path);
+    const rs = new SqliteReadStore(derived);
+    const batches: Write[][] = [
+      [{ op: 'set', key: 'device:1', doc: { a: 1, nick: 'lamp' } }],
+      [
+        { op: 'patch', key: 'device:1', doc: { b: 2 } },
+        { op: 'incr', key: 'totals', field: 'x', by: 2 },
+      ],
+      [
+        { op: 'patch', key: 'device:1', doc: { a: null, b: 3 } },
+        { op: 'incr', key: 'totals', field: 'x', by: 1 },
+        { op: 'patch', key: 'device:2', doc: { c: 'new' } },
+      ],
+    ];
+    for (const [i, writes] of batches.entries())
+      assert.equal(await rs.apply('held', 1, writes, i, { position: i + 1, created: 0 }, false), 'ok');
+    assert.deepEqual(await rs.get('held', 1, 'device:1'), { nick: 'lamp', b: 3 });
+    assert.deepEqual(await rs.get('held', 1, 'totals'), { x: 3 });
+    assert.deepEqual(await rs.get('held', 1, 'device:2'), { c: 'new' });
+    assert.equal(rowOf(derived, 'device:1'), undefined, 'held until the commit');
+    await derived.close();
+    const again = openDerivedDatabase(path);
+    const reopened = new SqliteReadStore(again);
+    try {
+      assert.deepEqual(JSON.parse(rowOf(again, 'device:1')!.doc), { nick: '"lamp"', b: '3' });
+      assert.deepEqual(await reopened.get('held', 1, 'totals'), { x: 3 });
+      assert.deepEqual(await reopened.checkpoint('held', 1), { position: 3, created: 0 });
+      // A patch over a stored row (not held): merged into it when written.
+      await reopened.apply(
+        'held',
+        1,
+        [{ op: 'patch', key: 'device:1', doc: { b: null, d: [1] } }],
+        3,
+        { position: 4, created: 0 },
+        false,
+      );
+      assert.deepEqual(await reopened.get('held', 1, 'device:1'), { nick: 'lamp', d: [1] });
+      assert.deepEqual(await reopened.dump('held', 1), {
+        'device:1': { nick: 'lamp', d: [1] },
+        'device:2': { c: 'new' },
+        totals: { x: 3 },
+      });
+    } finally {
+      await again.close();
+    }
+  });
+
+  it('a commit that fails forgets the held documents with the checkpoint moved in their window', async () => {
+    const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite'));
+    // Registered before the read store's: its documents are still held when this one fails.
+    let failing = false;
+    derived.beforeCommit({
+      flush: () => {
+        if (failing) throw new Error('disk full');
+      },
+      discard: () => {},
+    });
+    const rs = new SqliteReadStore(derived);
+    try {
+      await rs.apply(
+        'held',
+        1,
+        [{ op: 'set', key: 'kept', doc: { v: 1 } }],
+        0,
+        { position: 1, created: 0 },
+        false,
+      );
+      await new Promise((r) => setTimeout(r, 700)); // committed
+      failing = true;
+      const warned = new Promise<Error>((resolve) => process.once('warning', resolve));
+      await rs.apply(
+        'held',
+        1,
+        [{ op: 'patch', key: 'kept', doc: { v: 2 } }],
+        1,
+        { position: 2, created: 0 },
+        false,
+      );
+      assert.deepEqual(await rs.get('held', 1, 'kept'), { v: 2 });
+      assert.match((await warned).message, /derived state not committed.*disk full/);
+      failing = false;
+      assert.deepEqual(await rs.get('held', 1, 'kept'), { v: 1 });
+      assert.deepEqual(await rs.checkpoint('held', 1), { position: 1, created: 0 });
     } finally {
       await derived.close();
     }
