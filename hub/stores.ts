@@ -74,7 +74,7 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
     try {
       derived =
         config.embeddedState === 'sqlite'
-          ? openDerivedDatabase(join(config.dataDir, 'derived.sqlite'))
+          ? openDerivedDatabase(join(config.dataDir, 'derived.sqlite'), (m) => logger?.info(m))
           : undefined;
     } catch (err) {
       await store.close();
@@ -89,7 +89,9 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
       lastWrites: new MemoryLastWrites(config.callerCacheEntries),
       fixedWindows: new MemoryFixedWindows(config.callerCacheEntries),
       checkpoints,
-      eventLog: derived ? new SqliteEventLog(derived, { retentionMs }) : new MemoryEventLog({ retentionMs }),
+      eventLog: derived
+        ? new SqliteEventLog(derived, { retentionMs, cachedNames: config.stateCacheEntries })
+        : new MemoryEventLog({ retentionMs }),
       actorStates: derived
         ? new SqliteActorStates<DeviceActor>(derived, 'device')
         : new MemoryActorStates<DeviceActor>(),

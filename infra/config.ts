@@ -197,7 +197,7 @@ export const knobs = {
   stateCacheEntries: knob(
     'HUB_STATE_CACHE_ENTRIES',
     '10000',
-    "Most entries of each in-process cache of states (aggregates by kind and API thread, device actors, unsealed device secrets, subscriptions): up to a few KB each (a device's metadata maps); the least recently used go first and are read again when needed. The default fits a 512 MiB container.",
+    "Most entries of each in-process cache of states (aggregates by kind and API thread, device actors, unsealed device secrets, subscriptions, the embedded event log's numbers of names): up to a few KB each (a device's metadata maps); the least recently used go first and are read again when needed. The default fits a 512 MiB container.",
     int(100, 10_000_000),
   ),
   doneJobsKeptS: knob(

@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { openDerivedDatabase } from '../../../infra/sqlite.ts';
@@ -184,3 +185,98 @@ const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-evlog-'
 after(() => derived.close());
 eventLogContract('SQLite', async (retentionMs) => ({ log: new SqliteEventLog(derived, { retentionMs }) }));
 eventLogTailContract('SQLite', async () => new SqliteEventLog(derived, { retentionMs: 86_400_000 }));
+
+describe('SQLite event log: a file written with names as text (before 2026-11-30)', () => {
+  it('opens converted: the same answers to every query, the same positions, and appends go on after them', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-evlog-')), 'derived.sqlite');
+    const owner = 'prn:::accounts:/converted';
+    const now = Math.floor(Date.now() / 1000);
+    const old = [
+      event(owner, 'device.created', 'd1', now - 3),
+      event(owner, 'device.device_meta.updated', 'd1', now - 2),
+      event(owner, 'device.device_meta.updated', 'd2', now - 1),
+      event('prn:::accounts:/other', 'device.created', 'd3', now - 1),
+    ];
+    // The first layout, as its migration left it, with those events in it.
+    const first = new DatabaseSync(path);
+    first.exec(`CREATE TABLE migrations (component TEXT PRIMARY KEY, version INTEGER NOT NULL) STRICT;
+      INSERT INTO migrations VALUES ('eventlog', 1);
+      CREATE TABLE event_log (id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, type TEXT NOT NULL,
+        resource_prn TEXT NOT NULL, score INTEGER NOT NULL, source_position INTEGER NOT NULL,
+        sequence INTEGER NOT NULL, body TEXT NOT NULL) STRICT;
+      CREATE INDEX event_log_by_owner ON event_log (owner, score, source_position, sequence);
+      CREATE INDEX event_log_by_type ON event_log (owner, type, score, source_position, sequence);
+      CREATE INDEX event_log_by_device ON event_log (owner, resource_prn, score, source_position, sequence);`);
+    const insert = first.prepare('INSERT INTO event_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)');
+    for (const e of old)
+      insert.run(
+        e.id,
+        e.owner,
+        e.type,
+        e.resource_prn,
+        e.created * 1000,
+        e.source_position,
+        e.sequence,
+        JSON.stringify(e),
+      );
+    first.exec('DELETE FROM event_log WHERE rowid = 1'); // positions need not start at 1
+    first.close();
+    const said: string[] = [];
+    const derived = openDerivedDatabase(path, (m) => said.push(m));
+    try {
+      const log = new SqliteEventLog(derived, { retentionMs: 86_400_000 });
+      assert.match(
+        said.join('\n'),
+        /upgrading eventlog from version 1 to 2[\s\S]*eventlog upgraded in \d+ ms/,
+      );
+      const ids = (r: { items: WebhookEvent[] }) => r.items.map((e) => e.id);
+      const all = await log.list(owner, { limit: 10, skip: 0 });
+      assert.deepEqual(ids(all), [old[2]!.id, old[1]!.id]);
+      assert.equal(all.total, 2);
+      assert.deepEqual(all.items[0], old[2]);
+      const byType = await log.list(owner, { type: 'device.device_meta.updated', limit: 10, skip: 0 });
+      assert.deepEqual(ids(byType), [old[2]!.id, old[1]!.id]);
+      const byDevice = await log.list(owner, { resource_prn: 'prn:::devices:/d1', limit: 10, skip: 0 });
+      assert.deepEqual(ids(byDevice), [old[1]!.id]);
+      assert.deepEqual(await log.get(owner, old[1]!.id), old[1]);
+      assert.equal(await log.get(owner, old[3]!.id), undefined); // another owner's
+      assert.equal(await log.head(), '4');
+      const tail = await log.tail(owner, '2', 10);
+      assert.deepEqual(
+        tail.items.map((i) => [i.event.id, i.position]),
+        [[old[2]!.id, '3']],
+      );
+      const next = event(owner, 'device.device_meta.updated', 'd1', now);
+      await log.append([next]);
+      assert.equal(await log.head(), '5');
+      assert.deepEqual(
+        ids(await log.list(owner, { resource_prn: 'prn:::devices:/d1', limit: 10, skip: 0 })),
+        [next.id, old[1]!.id],
+      );
+    } finally {
+      await derived.close();
+    }
+  });
+});
+
+describe('SQLite event log: numbers given in a transaction that rolls back', () => {
+  it('are forgotten with it: a name numbered again later is not confused with another', async () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'hub-evlog-')), 'derived.sqlite');
+    const derived = openDerivedDatabase(path);
+    try {
+      const log = new SqliteEventLog(derived, { retentionMs: 86_400_000 });
+      const now = Math.floor(Date.now() / 1000);
+      const bad = event('prn:::accounts:/gone', 'device.created', 'dx', now);
+      // A body that cannot be written: the batch fails after numbering its names.
+      (bad.data as Record<string, unknown>).n = 1n;
+      await assert.rejects(log.append([bad]));
+      const kept = event('prn:::accounts:/kept', 'device.created', 'dy', now);
+      await log.append([kept]);
+      assert.deepEqual((await log.list('prn:::accounts:/kept', { limit: 10, skip: 0 })).items, [kept]);
+      assert.equal((await log.list('prn:::accounts:/gone', { limit: 10, skip: 0 })).total, 0);
+      assert.equal(await log.get('prn:::accounts:/gone', kept.id), undefined);
+    } finally {
+      await derived.close();
+    }
+  });
+});
