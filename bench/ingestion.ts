@@ -409,7 +409,14 @@ the bare server at their medians: the same boundary. What the hub spends per req
 measured per thread from \`/proc\`: the API threads about 70 µs (a request that changes nothing
 53 µs: 24,000 requests/s with no appends), the main thread's derived work about 60 µs and the
 writer's commit about 25 µs for each write, V8's helper threads about 8 µs; the bare server and
-its client together about 44 µs. No single function holds more than 6 % of any thread.
+its client together about 44 µs. No single function holds more than 6 % of any thread. On
+2026-11-29 (third session) the main thread's derived work got cheaper: a window's changes of a
+device's documents and actor state held in memory and written once at the commit, and the event
+log's indexes on numbers instead of PRNs (the first alone: 31.8 → 29.5 µs of the main thread
+per request, from `/proc`).
+Six alternated rounds of the scratch script, the tree before against this one, the bare server
+36,300-40,000: 30.5 % → 33.3 % of the bare server at the medians, the new tree ahead in each
+round; the recorded run below is of this tree.
 ${verdict}
 
 ${verdictDurable}
