@@ -413,7 +413,7 @@ its client together about 44 µs. No single function holds more than 6 % of any 
 2026-11-29 (third session) the main thread's derived work got cheaper: a window's changes of a
 device's documents and actor state held in memory and written once at the commit, and the event
 log's indexes on numbers instead of PRNs (the first alone: 31.8 → 29.5 µs of the main thread
-per request, from `/proc`).
+per request, from \`/proc\`).
 Six alternated rounds of the scratch script, the tree before against this one, the bare server
 36,300-40,000: 30.5 % → 33.3 % of the bare server at the medians, the new tree ahead in each
 round; the recorded run below is of this tree.

@@ -75,22 +75,35 @@ export function openDerivedDatabase(path: string, log?: (message: string) => voi
     }
     s.run();
   };
+  /** The held rows of a transaction that ended without its commit: SQLite rolls the whole
+   * transaction back by itself on some errors (I/O, a full disk, no memory), with the checkpoints
+   * moved in it, so those rows must not go into the next. */
+  const forgetHeld = () => {
+    for (const h of held) h.discard();
+  };
   const commit = () => {
     committing = undefined;
-    if (!db.isOpen || !db.isTransaction) return;
+    if (!db.isOpen) return;
+    if (!db.isTransaction) return forgetHeld();
     try {
       for (const h of held) h.flush();
       run('COMMIT');
     } catch (err) {
       // A full disk, an I/O error: the turn's writes go with their checkpoints, and followers find
       // their checkpoint moved back (they resume from it); a start resumes from what was committed.
-      for (const h of held) h.discard();
+      forgetHeld();
       if (db.isTransaction) run('ROLLBACK');
       process.emitWarning(`derived state not committed (${path}): ${(err as Error).message}`);
     }
   };
   const begun = () => {
     if (!db.isTransaction) {
+      // A commit still due: the last transaction ended without it.
+      if (committing) {
+        clearTimeout(committing);
+        committing = undefined;
+        forgetHeld();
+      }
       run('BEGIN IMMEDIATE');
       committing = setTimeout(commit, COMMIT_EVERY_MS);
     }

@@ -194,6 +194,46 @@ describe('SQLite read store: documents held for the commit (int)', () => {
     }
   });
 
+  it('a transaction SQLite rolled back by itself takes its held documents with it, not into the next', async () => {
+    const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite'));
+    const rs = new SqliteReadStore(derived);
+    try {
+      await rs.apply(
+        'held',
+        1,
+        [{ op: 'set', key: 'kept', doc: { v: 1 } }],
+        0,
+        { position: 1, created: 0 },
+        false,
+      );
+      await new Promise((r) => setTimeout(r, 700)); // committed
+      await rs.apply(
+        'held',
+        1,
+        [{ op: 'incr', key: 'kept', field: 'n', by: 1 }],
+        1,
+        { position: 2, created: 0 },
+        false,
+      );
+      // As SQLite does on an I/O error or a full disk mid-statement: the whole transaction goes.
+      derived.db.exec('ROLLBACK');
+      assert.deepEqual(await rs.checkpoint('held', 1), { position: 1, created: 0 });
+      // The batch derived again from the checkpoint, then committed: counted once.
+      await rs.apply(
+        'held',
+        1,
+        [{ op: 'incr', key: 'kept', field: 'n', by: 1 }],
+        1,
+        { position: 2, created: 0 },
+        false,
+      );
+      await new Promise((r) => setTimeout(r, 700));
+      assert.deepEqual(await rs.get('held', 1, 'kept'), { v: 1, n: 1 });
+    } finally {
+      await derived.close();
+    }
+  });
+
   it('a commit that fails forgets the held documents with the checkpoint moved in their window', async () => {
     const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite'));
     // Registered before the read store's: its documents are still held when this one fails.
