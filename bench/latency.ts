@@ -932,7 +932,18 @@ this knob does not do: a device's write is answered as soon as it is durable.
   at 32 the RSS after 60 s of the history bench's load was 1.67 × the ready one (1.36 × at 8), past
   issue 40's bound of 1.5 ×; a larger young generation for the API threads alone
   (\`resourceLimits\`): no difference; one or three API threads instead of two: 13 % and 9 % fewer
-  requests/s.`;
+  requests/s.
+
+### Held rows and numbered names (2026-11-29, third)
+
+A window's changes of a device's documents and actor state are held in memory and written once at
+the derived state's commit, and the event log's indexes hold numbers instead of PRNs
+(docs/ARCHITECTURE.md). \`HUB_BENCH_PROFILE=embedded HUB_BENCH_PRINT_ONLY=1 node bench/latency.ts 30\`,
+the tree before and this one alternated in one run: CPU per event at 500 writes/s 1,255 → 1,163 µs
+(main thread 378 → 315), at 1,000 writes/s 968 → 954; at saturation 340 → 323 µs, 4,361 → 4,590
+events/s, its p50 310 → 83 ms; p50 at the steady rates 5 and 6 ms either way. The ratio issue 45
+asks to bring to 2 × is 3.6 × (3.7 × before): at 500 writes/s a window gathers too few events of
+a device for holding to save much; what is left is the other threads' wake-ups per event.`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
