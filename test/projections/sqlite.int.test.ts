@@ -144,6 +144,11 @@ describe('SQLite derived state: savepoints in memory (int)', () => {
 describe('SQLite read store: documents held for the commit (int)', () => {
   const rowOf = (derived: DerivedDatabase, key: string) =>
     derived.db.prepare('SELECT doc FROM rm_docs WHERE key = ?').get(key) as { doc: string } | undefined;
+  /** One batch of the projection 'held' (generation 1), moving its checkpoint from `from` to the next. */
+  const batch = (rs: SqliteReadStore, writes: Write[], from: number) =>
+    rs.apply('held', 1, writes, from, { position: from + 1, created: 0 }, false);
+  /** Past the derived state's commit (every 500 ms). */
+  const committed = () => new Promise((r) => setTimeout(r, 700));
 
   it('batches of one window change a document in memory, read at once; the commit writes it once', async () => {
     const path = join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite');
@@ -161,8 +166,7 @@ describe('SQLite read store: documents held for the commit (int)', () => {
         { op: 'patch', key: 'device:2', doc: { c: 'new' } },
       ],
     ];
-    for (const [i, writes] of batches.entries())
-      assert.equal(await rs.apply('held', 1, writes, i, { position: i + 1, created: 0 }, false), 'ok');
+    for (const [i, writes] of batches.entries()) assert.equal(await batch(rs, writes, i), 'ok');
     assert.deepEqual(await rs.get('held', 1, 'device:1'), { nick: 'lamp', b: 3 });
     assert.deepEqual(await rs.get('held', 1, 'totals'), { x: 3 });
     assert.deepEqual(await rs.get('held', 1, 'device:2'), { c: 'new' });
@@ -175,14 +179,7 @@ describe('SQLite read store: documents held for the commit (int)', () => {
       assert.deepEqual(await reopened.get('held', 1, 'totals'), { x: 3 });
       assert.deepEqual(await reopened.checkpoint('held', 1), { position: 3, created: 0 });
       // A patch over a stored row (not held): merged into it when written.
-      await reopened.apply(
-        'held',
-        1,
-        [{ op: 'patch', key: 'device:1', doc: { b: null, d: [1] } }],
-        3,
-        { position: 4, created: 0 },
-        false,
-      );
+      await batch(reopened, [{ op: 'patch', key: 'device:1', doc: { b: null, d: [1] } }], 3);
       assert.deepEqual(await reopened.get('held', 1, 'device:1'), { nick: 'lamp', d: [1] });
       assert.deepEqual(await reopened.dump('held', 1), {
         'device:1': { nick: 'lamp', d: [1] },
@@ -198,36 +195,15 @@ describe('SQLite read store: documents held for the commit (int)', () => {
     const derived = openDerivedDatabase(join(mkdtempSync(join(tmpdir(), 'hub-rm-')), 'derived.sqlite'));
     const rs = new SqliteReadStore(derived);
     try {
-      await rs.apply(
-        'held',
-        1,
-        [{ op: 'set', key: 'kept', doc: { v: 1 } }],
-        0,
-        { position: 1, created: 0 },
-        false,
-      );
-      await new Promise((r) => setTimeout(r, 700)); // committed
-      await rs.apply(
-        'held',
-        1,
-        [{ op: 'incr', key: 'kept', field: 'n', by: 1 }],
-        1,
-        { position: 2, created: 0 },
-        false,
-      );
+      await batch(rs, [{ op: 'set', key: 'kept', doc: { v: 1 } }], 0);
+      await committed();
+      await batch(rs, [{ op: 'incr', key: 'kept', field: 'n', by: 1 }], 1);
       // As SQLite does on an I/O error or a full disk mid-statement: the whole transaction goes.
       derived.db.exec('ROLLBACK');
       assert.deepEqual(await rs.checkpoint('held', 1), { position: 1, created: 0 });
       // The batch derived again from the checkpoint, then committed: counted once.
-      await rs.apply(
-        'held',
-        1,
-        [{ op: 'incr', key: 'kept', field: 'n', by: 1 }],
-        1,
-        { position: 2, created: 0 },
-        false,
-      );
-      await new Promise((r) => setTimeout(r, 700));
+      await batch(rs, [{ op: 'incr', key: 'kept', field: 'n', by: 1 }], 1);
+      await committed();
       assert.deepEqual(await rs.get('held', 1, 'kept'), { v: 1, n: 1 });
     } finally {
       await derived.close();
@@ -246,25 +222,11 @@ describe('SQLite read store: documents held for the commit (int)', () => {
     });
     const rs = new SqliteReadStore(derived);
     try {
-      await rs.apply(
-        'held',
-        1,
-        [{ op: 'set', key: 'kept', doc: { v: 1 } }],
-        0,
-        { position: 1, created: 0 },
-        false,
-      );
-      await new Promise((r) => setTimeout(r, 700)); // committed
+      await batch(rs, [{ op: 'set', key: 'kept', doc: { v: 1 } }], 0);
+      await committed();
       failing = true;
       const warned = new Promise<Error>((resolve) => process.once('warning', resolve));
-      await rs.apply(
-        'held',
-        1,
-        [{ op: 'patch', key: 'kept', doc: { v: 2 } }],
-        1,
-        { position: 2, created: 0 },
-        false,
-      );
+      await batch(rs, [{ op: 'patch', key: 'kept', doc: { v: 2 } }], 1);
       assert.deepEqual(await rs.get('held', 1, 'kept'), { v: 2 });
       assert.match((await warned).message, /derived state not committed.*disk full/);
       failing = false;
