@@ -192,11 +192,11 @@ export class HeldRows<V> {
     return this.rows.get(key);
   }
 
-  /** Holds rows for the open transaction's commit: those of a batch whose statements (its
+  /** Holds a row for the open transaction's commit: one of a batch whose statements (its
    * checkpoint's move) succeeded in it. */
-  hold(rows: Iterable<[string, V]>): void {
+  hold(key: string, value: V): void {
     if (!this.derived.db.isTransaction) throw new Error('rows are held only for an open transaction');
-    for (const [key, value] of rows) this.rows.set(key, value);
+    this.rows.set(key, value);
   }
 
   /** Writes the held rows now, in the open transaction. Should a write fail, they stay held (each

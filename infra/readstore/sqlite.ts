@@ -226,7 +226,7 @@ export class SqliteReadStore extends InProcessReadStore implements ReadStore {
       for (const [id, change] of changes) {
         const held = this.docs.get(id);
         if (held && !change.whole) layer(held, change);
-        else this.docs.hold([[id, change]]);
+        else this.docs.hold(id, change);
       }
       this.events.emit('checkpoint', projection, generation, to.position, writes.length > 0);
     }

@@ -124,7 +124,7 @@ export class SqliteActorStates<S> implements ActorStates<S> {
     this.d.single(() => {
       if (checkpoint) this.sql.setCheckpoint.run(`${this.name}:${checkpoint.name}`, checkpoint.position);
     });
-    this.held.hold(states);
+    for (const [k, s] of states) this.held.hold(k, s);
   }
   async checkpoint(name: string): Promise<number> {
     return (
