@@ -3,6 +3,7 @@
 // PostgreSQL makes a transaction visible before it releases its locks, so positions become
 // visible strictly in order: a subscriber reading "position > checkpoint" never skips an event
 // whose transaction commits late (the gap problem that a bare sequence has).
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import {
   type AppendResult,
@@ -126,7 +127,17 @@ export const STATEMENTS = {
 export const sessionOptions = (schema: string) =>
   `-c search_path=${schema} -c enable_seqscan=off -c default_transaction_isolation=read\\ committed`;
 
-const CHANNEL = 'hub_events';
+/**
+ * The channel of a schema's commits: hubs that share a database, each in a schema of its own, hear
+ * only their own (a notification wakes every follower of the process to read its log).
+ * PostgreSQL cuts channel names at 63 bytes: a longer schema name is hashed.
+ */
+export const channelOf = (schema: string): string => {
+  const channel = `hub_events_${schema}`;
+  return channel.length <= 63
+    ? channel
+    : `hub_events_${createHash('sha256').update(schema).digest('hex').slice(0, 32)}`;
+};
 
 // bigint columns as numbers: positions stay far below 2^53.
 const types = {
@@ -149,6 +160,7 @@ export class PostgresEventStore implements EventStore {
   readonly snapshotEvery: number;
   private readonly pool: pg.Pool;
   private readonly schema: string;
+  private readonly channel: string;
   private readonly maxBatch: number;
   private readonly queue: Waiting[] = [];
   private flushing = false;
@@ -167,6 +179,7 @@ export class PostgresEventStore implements EventStore {
   constructor(options: PostgresOptions) {
     this.schema = options.schema ?? 'public';
     if (!/^[a-z_][a-z0-9_]*$/.test(this.schema)) throw new Error(`invalid schema name ${this.schema}`);
+    this.channel = channelOf(this.schema);
     this.maxBatch = options.maxBatch ?? 1000;
     this.snapshotEvery = options.snapshotEvery ?? 0;
     this.pool = new pg.Pool({
@@ -294,7 +307,7 @@ export class PostgresEventStore implements EventStore {
     }>({
       name: 'hub-append',
       text: 'SELECT hub_append($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS written',
-      values: [streams, priors, expected, ...cols.slice(1), now, CHANNEL],
+      values: [streams, priors, expected, ...cols.slice(1), now, this.channel],
     });
     const done = rows[0]!.written;
     if (done === null) return undefined;
@@ -347,7 +360,7 @@ export class PostgresEventStore implements EventStore {
              FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::json[], $7::json[])
              RETURNING 1)
            SELECT pg_notify($9, $10), (SELECT count(*) FROM inserted)`,
-          values: [...cols, now, CHANNEL, String(cols[0][cols[0].length - 1])],
+          values: [...cols, now, this.channel, String(cols[0][cols[0].length - 1])],
         });
       }
       await client.query('COMMIT');
@@ -477,7 +490,7 @@ export class PostgresEventStore implements EventStore {
     });
     try {
       await client.connect();
-      await client.query(`LISTEN ${CHANNEL}`);
+      await client.query(`LISTEN ${this.channel}`);
     } catch {
       this.listener = undefined;
       await client.end().catch(() => {});

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
+import type { RecordedEvent } from '../../infra/eventstore/port.ts';
 import { PostgresEventStore, STATEMENTS, sessionOptions } from '../../infra/eventstore/postgres.ts';
 import { dropSchema, testConfig } from '../harness.ts';
 import { eventStoreContract } from './contract.ts';
@@ -92,6 +93,57 @@ describe('PostgreSQL event store: reads of the log', () => {
       3,
       'the shared one (three rows from the start), then one for each page it cut short',
     );
+  });
+});
+
+describe("PostgreSQL event store: notifications of a schema's commits", () => {
+  const schema = `test_${randomBytes(6).toString('hex')}`;
+  const elsewhere = `test_${randomBytes(6).toString('hex')}`;
+  let store: PostgresEventStore;
+  let neighbour: PostgresEventStore; // another hub, in the same database
+  let queries = 0;
+  const ev = () => ({ id: randomUUID(), type: 'Tested', data: { n: 1 } });
+
+  before(async () => {
+    store = new PostgresEventStore({ url: postgresUrl, schema });
+    neighbour = new PostgresEventStore({ url: postgresUrl, schema: elsewhere });
+    const pool = (store as unknown as { pool: pg.Pool }).pool;
+    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+    pool.query = ((...args: unknown[]) => {
+      if ((args[0] as { name?: string }).name === 'hub-read-all') queries++;
+      return query(...args);
+    }) as typeof pool.query;
+  });
+  after(async () => {
+    await store.close();
+    await neighbour.close();
+    await dropSchema(postgresUrl, schema);
+    await dropSchema(postgresUrl, elsewhere);
+  });
+
+  it("wake its followers, not another hub's in the same database", async () => {
+    const got: RecordedEvent[] = [];
+    const sub = store.subscribe(0, { pollMs: 60_000 });
+    const following = (async () => {
+      for await (const page of sub) got.push(...page);
+    })();
+    await store.append('s-a', [ev()]);
+    await new Promise((r) => setTimeout(r, 300)); // listening, and caught up
+    assert.equal(got.length, 1);
+    queries = 0;
+    for (let i = 0; i < 5; i++) await neighbour.append('s-n', [ev()]);
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(queries, 0, "the other hub's commits woke no follower here");
+    await store.append('s-a', [ev()]);
+    for (const end = Date.now() + 5_000; got.length < 2 && Date.now() < end; )
+      await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(
+      got.map((e) => e.position),
+      [1, 2],
+      'its own commit woke it (the poll is a minute)',
+    );
+    sub.close();
+    await following;
   });
 });
 
