@@ -24,6 +24,8 @@ describe('PostgreSQL event store: reads of the log', () => {
   const schema = `test_${randomBytes(6).toString('hex')}`;
   let store: PostgresEventStore;
   let queries = 0;
+  let streamQueries = 0;
+  let snapshotQueries = 0;
   const ev = () => ({ id: randomUUID(), type: 'Tested', data: { n: 1 } });
 
   before(async () => {
@@ -32,7 +34,10 @@ describe('PostgreSQL event store: reads of the log', () => {
     const pool = (store as unknown as { pool: pg.Pool }).pool;
     const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
     pool.query = ((...args: unknown[]) => {
-      if ((args[0] as { name?: string }).name === 'hub-read-all') queries++;
+      const name = (args[0] as { name?: string }).name;
+      if (name === 'hub-read-all') queries++;
+      if (name?.startsWith('hub-read-stream')) streamQueries++;
+      if (name?.startsWith('hub-read-snapshot')) snapshotQueries++;
       return query(...args);
     }) as typeof pool.query;
   });
@@ -62,6 +67,59 @@ describe('PostgreSQL event store: reads of the log', () => {
     assert.equal(second.length, 2, 'the later read sees what was appended before it was asked for');
     await first;
     assert.equal(queries, 3);
+  });
+
+  it("reads of streams asked for in one turn go as one statement, each answered its own stream's page", async () => {
+    await store.append('r-1', [ev(), ev(), ev()]);
+    await store.append('r-2', [ev()]);
+    await store.append('r-1', [ev()]);
+    streamQueries = 0;
+    const pages = await Promise.all([
+      store.readStream('r-1', 0, 10),
+      store.readStream('r-2', 0, 10),
+      store.readStream('r-1', 1, 2),
+      store.readStream('r-1', 0, 10),
+      store.readStream('r-3', 0, 10),
+      store.readStream('r-2', 1, 10),
+    ]);
+    assert.equal(streamQueries, 1, 'one statement');
+    assert.deepEqual(
+      pages.map((p) => p.map((e) => `${e.stream}@${e.revision}`)),
+      [
+        ['r-1@0', 'r-1@1', 'r-1@2', 'r-1@3'],
+        ['r-2@0'],
+        ['r-1@1', 'r-1@2'],
+        ['r-1@0', 'r-1@1', 'r-1@2', 'r-1@3'],
+        [],
+        [],
+      ],
+    );
+    assert.deepEqual(pages[0], await store.readStream('r-1', 0, 10), 'as a read of its own answers');
+    assert.equal(streamQueries, 2);
+  });
+
+  it('reads of snapshots asked for in one turn go as one statement, each answered its own', async () => {
+    await store.saveSnapshot('r-1', { kind: 'device', shape: '1.a', revision: 3, state: { n: 1 } });
+    await store.saveSnapshot('r-1', { kind: 'trail', shape: '1.b', revision: 2, state: { n: 2 } });
+    await store.saveSnapshot('r-2', { kind: 'device', shape: '1.a', revision: 0, state: { n: 3 } });
+    snapshotQueries = 0;
+    const found = await Promise.all([
+      store.readSnapshot('r-1', 'device'),
+      store.readSnapshot('r-9', 'device'),
+      store.readSnapshot('r-2', 'device'),
+      store.readSnapshot('r-1', 'trail'),
+      store.readSnapshot('r-1', 'device'),
+    ]);
+    assert.equal(snapshotQueries, 1, 'one statement');
+    assert.deepEqual(found, [
+      { kind: 'device', shape: '1.a', revision: 3, state: { n: 1 } },
+      undefined,
+      { kind: 'device', shape: '1.a', revision: 0, state: { n: 3 } },
+      { kind: 'trail', shape: '1.b', revision: 2, state: { n: 2 } },
+      { kind: 'device', shape: '1.a', revision: 3, state: { n: 1 } },
+    ]);
+    assert.deepEqual(await store.readSnapshot('r-1', 'trail'), found[3], 'as a read of its own answers');
+    assert.equal(snapshotQueries, 2);
   });
 
   it('a read whose page the shared query cut short gets a query of its own', async () => {
@@ -153,15 +211,19 @@ describe('PostgreSQL event store: the plans it keeps', () => {
   const args: Record<keyof typeof STATEMENTS, string> = {
     'hub-append-known': `ARRAY['id-1','id-2','x'], ARRAY['device-0','device-1','nope']`,
     'hub-read-stream': `'device-0', 10, 100`,
+    'hub-read-streams': `ARRAY['device-0','device-1','nope'], ARRAY[10, 0, 5]::bigint[], ARRAY[100, 3, 100]`,
     'hub-read-all': `10, 100`,
     'hub-read-snapshot': `'device-0', 'device'`,
+    'hub-read-snapshots': `ARRAY['device-0','device-1'], ARRAY['device','device']`,
     'hub-save-snapshot': `'device-0', 'device', '1.abc', 10, '{}'`,
   };
   const types: Record<keyof typeof STATEMENTS, string> = {
     'hub-append-known': 'text[], text[]',
     'hub-read-stream': 'text, bigint, int',
+    'hub-read-streams': 'text[], bigint[], int[]',
     'hub-read-all': 'bigint, int',
     'hub-read-snapshot': 'text, text',
+    'hub-read-snapshots': 'text[], text[]',
     'hub-save-snapshot': 'text, text, text, bigint, json',
   };
   const names = Object.keys(STATEMENTS) as (keyof typeof STATEMENTS)[];
