@@ -1140,7 +1140,33 @@ not the commits' flushes. The hub's threads slept 2.5-2.9 times per event at 500
 table's last column), against about 11 in the embedded hub: its main thread, with every role on
 it, is busy enough to find work waiting. Keeping the dispatcher's POSTs on the dispatching thread
 up to 1,000 a second (docs/webhooks.md) changed neither figure here (3.08 and 3.08 ms per event;
-1,431 and 1,395 events/s at saturation, one alternated round).`;
+1,431 and 1,395 events/s at saturation, one alternated round).
+2026-11-29 (fifth session), each against the tree before in alternated 15-s windows:
+- **Hubs sharing a database woke each other.** Every schema's commits notified on one channel
+  (\`hub_events\`), so each hub's followers (the projector's runners, the relay, the mailer) read
+  their log at every commit of every other hub in the same database, as this bench's variants,
+  set up side by side, and the tests do. Each schema now has a channel of its own
+  (docs/eventstore.md). Found when the next item, which trusted the notifications' heads, left
+  the relay waiting for its 500-ms poll (the hop stored → relayed at p50 271 ms).
+- **Tried, not kept: the process's own commits answering its followers.** The store kept its own
+  newest commits in memory and answered the followers' reads from them while they covered the
+  head the notifications told (a commit of another process between two of its own was read from
+  the table): the log's reads fell from 14,477 to 4,538 statements in a 30-s run at 500 writes/s,
+  but CPU per event (3.11 and 3.14 against 3.15 and 3.15 ms), the relay's hop (5 and 4 against 5
+  and 5 ms) and saturation (1,612 and 1,747 against 1,679 and 1,563 events/s) stayed within the
+  runs' spread: those reads are cheap; the statements that cost are the writes.
+- **Tried, not kept: a linger for the relay** (5 and 15 ms between its reads): 1.4 → 1.7 changes
+  per record batch at 15 ms, CPU per event 3.11 → 3.04 and 3.05 ms, p50 32 → 35 and 28 ms: the
+  relay's batches are cut by partition (twelve), so a few ms gather little for each. With two
+  partitions instead of twelve (\`HUB_KAFKA_PARTITIONS=2\`), 2.6 changes a batch at 500 writes/s
+  and the same 3.13 ms per event. What batching would buy shows in a mistaken run where the relay
+  read only at its 500-ms poll: 2.16 against 3.06 ms per event at 500 writes/s and 2,112 against
+  1,701 events/s at saturation, for 361 ms at p50: the fixed costs are every stage's per batch,
+  and only batches of hundreds of ms amortize them, which the latency targets forbid.
+- **Reads of streams and snapshots in one statement per turn** (docs/eventstore.md, for
+  device-meta ingestion): here, where every write changes its device's map, the same (3.07 and 3.14
+  against 3.10 and 3.08 ms per event at 500 writes/s; 1,563 and 1,665 against 1,543 and 1,661
+  events/s at saturation).`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
