@@ -113,18 +113,19 @@ export const STATEMENTS = {
   /** Several streams' reads in one statement ($1 streams, $2 first revisions, $3 limits), each row
    * with the 1-based place of its read (n); rows of one read come in revision order. */
   'hub-read-streams': `SELECT q.n::int AS n, e.position, e.stream, e.revision, e.id, e.type, e.data, e.metadata, e.created
-   FROM unnest($1::text[], $2::bigint[], $3::int[]) WITH ORDINALITY AS q(stream, from_revision, max, n)
+   FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS q(stream, from_revision, max, n)
    CROSS JOIN LATERAL (SELECT ${COLUMNS} FROM hub_events e WHERE e.stream = q.stream AND e.revision >= q.from_revision
                        ORDER BY e.revision LIMIT q.max) e`,
   'hub-read-all': `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
   'hub-read-snapshot':
     'SELECT kind, shape, revision, state FROM hub_snapshots WHERE stream = $1 AND kind = $2',
   /** Several snapshots' reads in one statement ($1 streams, $2 kinds), each row with the 1-based
-   * place of its read (n). */
+   * place of its read (n). LIMIT 1 (the key is unique) keeps the look-up in the lateral: flattened
+   * into a join, the plan kept from a tiny analyzed table hashed the whole table at every call. */
   'hub-read-snapshots': `SELECT q.n::int AS n, s.kind, s.shape, s.revision, s.state
    FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS q(stream, kind, n)
    CROSS JOIN LATERAL (SELECT kind, shape, revision, state FROM hub_snapshots s
-                       WHERE s.stream = q.stream AND s.kind = q.kind) s`,
+                       WHERE s.stream = q.stream AND s.kind = q.kind LIMIT 1) s`,
   /** Replaces the stored snapshot unless it is of a later revision (one of the same revision may be
    * of another shape, written before an upgrade). */
   'hub-save-snapshot': `INSERT INTO hub_snapshots (stream, kind, shape, revision, state) VALUES ($1, $2, $3, $4, $5)
@@ -170,21 +171,24 @@ export interface PostgresOptions {
 /**
  * Calls asked for in one turn of the event loop, sent together after it (so the statement begins
  * after every caller asked: none receives a read that began before it did); calls with the same
- * key share one answer. `send` answers each call in order.
+ * key share one answer. `send` answers each call in order, each answer settling its callers alone
+ * (a caller's own follow-up query neither holds up nor fails the others).
  */
 class TurnBatch<A, R> {
   private readonly unsent = new Map<string, PromiseWithResolvers<R>>();
   private asked: { args: A; answer: PromiseWithResolvers<R> }[] = [];
-  private readonly send: (asked: A[]) => Promise<R[]>;
+  private readonly sending = new Set<Promise<void>>();
+  private scheduled: Promise<void> | undefined;
+  private readonly send: (asked: A[]) => Promise<(R | Promise<R>)[]>;
 
-  constructor(send: (asked: A[]) => Promise<R[]>) {
+  constructor(send: (asked: A[]) => Promise<(R | Promise<R>)[]>) {
     this.send = send;
   }
 
   ask(key: string, args: A): Promise<R> {
     let answer = this.unsent.get(key);
     if (!answer) {
-      if (this.unsent.size === 0) setImmediate(() => void this.flush());
+      this.scheduled ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.flush());
       answer = Promise.withResolvers<R>();
       this.unsent.set(key, answer);
       this.asked.push({ args, answer });
@@ -192,18 +196,28 @@ class TurnBatch<A, R> {
     return answer.promise;
   }
 
-  private async flush(): Promise<void> {
+  /** Resolves once every call asked so far is answered (a store closes its pool after). */
+  async idle(): Promise<void> {
+    await this.scheduled;
+    await Promise.allSettled([...this.sending]);
+  }
+
+  private flush(): void {
     const asked = this.asked;
     this.asked = [];
     this.unsent.clear();
-    try {
-      const answers = await this.send(asked.map((a) => a.args));
-      asked.forEach((a, i) => {
-        a.answer.resolve(answers[i]!);
-      });
-    } catch (err) {
-      for (const a of asked) a.answer.reject(err);
-    }
+    this.scheduled = undefined;
+    const sent = this.send(asked.map((a) => a.args)).then(
+      (answers) =>
+        Promise.allSettled(
+          asked.map((a, i) => Promise.resolve(answers[i]!).then(a.answer.resolve, a.answer.reject)),
+        ).then(() => {}),
+      (err) => {
+        for (const a of asked) a.answer.reject(err);
+      },
+    );
+    this.sending.add(sent);
+    void sent.finally(() => this.sending.delete(sent));
   }
 }
 
@@ -240,7 +254,8 @@ export class PostgresEventStore implements EventStore {
 
   constructor(options: PostgresOptions) {
     this.schema = options.schema ?? 'public';
-    if (!/^[a-z_][a-z0-9_]*$/.test(this.schema)) throw new Error(`invalid schema name ${this.schema}`);
+    // At most 63 bytes, PostgreSQL's limit: a longer name would be cut to another schema's.
+    if (!/^[a-z_][a-z0-9_]{0,62}$/.test(this.schema)) throw new Error(`invalid schema name ${this.schema}`);
     this.channel = channelOf(this.schema);
     this.maxBatch = options.maxBatch ?? 1000;
     this.snapshotEvery = options.snapshotEvery ?? 0;
@@ -466,7 +481,7 @@ export class PostgresEventStore implements EventStore {
 
   /** One statement with the other reads of its turn: see streamReads. */
   readSnapshot(stream: string, kind: string): Promise<Snapshot | undefined> {
-    return this.snapshotReads.ask(`${kind}:${stream}`, { stream, kind });
+    return this.snapshotReads.ask(`${kind.length}:${kind}:${stream}`, { stream, kind });
   }
 
   private async sendSnapshotReads(
@@ -516,20 +531,20 @@ export class PostgresEventStore implements EventStore {
     return this.logReads.ask(`${after}:${max}`, { after, max });
   }
 
-  private async sendLogReads(asked: { after: number; max: number }[]): Promise<RecordedEvent[][]> {
+  private async sendLogReads(
+    asked: { after: number; max: number }[],
+  ): Promise<(RecordedEvent[] | Promise<RecordedEvent[]>)[]> {
     await this.whenReady();
     const from = Math.min(...asked.map((a) => a.after));
     const limit = Math.max(...asked.map((a) => a.max));
     const rows = await this.queryAll(from, limit);
     const complete = rows.length < limit; // everything stored after `from` when it ran
-    return Promise.all(
-      asked.map((a) => {
-        let first = 0;
-        while (first < rows.length && rows[first]!.position <= a.after) first++;
-        const page = rows.slice(first, first + a.max);
-        return complete || page.length === a.max ? page : this.queryAll(a.after, a.max);
-      }),
-    );
+    return asked.map((a) => {
+      let first = 0;
+      while (first < rows.length && rows[first]!.position <= a.after) first++;
+      const page = rows.slice(first, first + a.max);
+      return complete || page.length === a.max ? page : this.queryAll(a.after, a.max);
+    });
   }
 
   private async queryAll(after: number, max: number): Promise<RecordedEvent[]> {
@@ -591,6 +606,8 @@ export class PostgresEventStore implements EventStore {
 
   async close(): Promise<void> {
     this.closed = true;
+    // Reads asked for before the close are answered, not failed by the pool's end.
+    await Promise.all([this.logReads, this.streamReads, this.snapshotReads].map((b) => b.idle()));
     while (this.flushing) await new Promise((r) => setTimeout(r, 5));
     await this.listener?.end().catch(() => {});
     await this.pool.end();

@@ -122,6 +122,21 @@ describe('PostgreSQL event store: reads of the log', () => {
     assert.equal(snapshotQueries, 2);
   });
 
+  it('reads asked for just before the store closes are answered', async () => {
+    const closing = new PostgresEventStore({ url: postgresUrl, schema });
+    await closing.head();
+    const reads = [
+      closing.readStream('r-1', 0, 10),
+      closing.readSnapshot('r-1', 'device'),
+      closing.readAll(0, 1),
+    ];
+    await closing.close();
+    const [events, snapshot, log] = await Promise.all(reads);
+    assert.equal((events as RecordedEvent[]).length, 4);
+    assert.equal((snapshot as { revision: number }).revision, 3);
+    assert.equal((log as RecordedEvent[]).length, 1);
+  });
+
   it('a read whose page the shared query cut short gets a query of its own', async () => {
     const head = (await store.readAll(0, 1000)).length;
     await store.append(
@@ -273,6 +288,12 @@ describe('PostgreSQL event store: the plans it keeps', () => {
        FROM generate_series(${from}, ${to}) g`,
     );
 
+  const snapshots = (from: number, to: number) =>
+    client.query(
+      `INSERT INTO hub_snapshots (stream, kind, shape, revision, state)
+       SELECT 'device-' || g, 'device', '1.a', g, '{}' FROM generate_series(${from}, ${to}) g`,
+    );
+
   it('are index look-ups, made from an empty table', async () => {
     await prepareAll();
     for (const [name, plan] of await plans(false)) indexOnly(plan, name);
@@ -280,10 +301,13 @@ describe('PostgreSQL event store: the plans it keeps', () => {
 
   it('made from a tiny analyzed table, stay index look-ups as it grows large', async () => {
     await insert(1, 5);
+    await snapshots(0, 4);
     await client.query('ANALYZE hub_events');
+    await client.query('ANALYZE hub_snapshots');
     await prepareAll();
     for (const [i, name] of names.entries()) await client.query(`EXECUTE s${i}(${args[name]})`); // planned
     await insert(6, 100_000); // two streams of 50,000 events; the plans are kept
+    await snapshots(5, 50_000);
     for (const [name, plan] of await plans(true)) indexOnly(plan, name);
     // Each maximum is the first entry of a backward scan of its index.
     const known = (await plans(false))[0]![1];
