@@ -447,6 +447,8 @@ the median, 16.4 → 18.3 % of the bare server, three of four rounds ahead. Trie
 young generation for the API threads (\`resourceLimits\`, 96 MiB: 5,188 → 4,954, four rounds); for
 the main thread (\`--max-semi-space-size=32\`: 4,791 → 5,253, four rounds, +10 %) it is fixed when
 Node starts, before the profile is known, and issue 40's memory bound holds the embedded hub at 8.
+Nor each API thread reading streams and snapshots on a PostgreSQL pool of its own instead of
+through the main thread (4,398 → 4,432 requests/s at the median of four rounds, within the spread).
 What is left is spread thin over the roles on the main thread (no project function over 7 % of it
 inclusive), the API threads' crossings to it, and the servers' own CPU: meeting 25 % takes about a
 third less CPU per request over every process.
