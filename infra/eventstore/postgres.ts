@@ -109,18 +109,15 @@ export const STATEMENTS = {
                               ORDER BY e.revision DESC LIMIT 1) AS revision
             FROM unnest($2::text[]) AS s(stream) OFFSET 0) r) AS revisions,
    coalesce((SELECT position FROM hub_events ORDER BY position DESC LIMIT 1), 0)::bigint AS head`,
-  'hub-read-stream': `SELECT ${COLUMNS} FROM hub_events WHERE stream = $1 AND revision >= $2 ORDER BY revision LIMIT $3`,
-  /** Several streams' reads in one statement ($1 streams, $2 first revisions, $3 limits), each row
-   * with the 1-based place of its read (n); rows of one read come in revision order. */
+  /** The reads of streams asked for in one turn ($1 streams, $2 first revisions, $3 limits), each
+   * row with the 1-based place of its read (n); rows of one read come in revision order. */
   'hub-read-streams': `SELECT q.n::int AS n, e.position, e.stream, e.revision, e.id, e.type, e.data, e.metadata, e.created
    FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS q(stream, from_revision, max, n)
    CROSS JOIN LATERAL (SELECT ${COLUMNS} FROM hub_events e WHERE e.stream = q.stream AND e.revision >= q.from_revision
                        ORDER BY e.revision LIMIT q.max) e`,
   'hub-read-all': `SELECT ${COLUMNS} FROM hub_events WHERE position > $1 ORDER BY position LIMIT $2`,
-  'hub-read-snapshot':
-    'SELECT kind, shape, revision, state FROM hub_snapshots WHERE stream = $1 AND kind = $2',
-  /** Several snapshots' reads in one statement ($1 streams, $2 kinds), each row with the 1-based
-   * place of its read (n). LIMIT 1 (the key is unique) keeps the look-up in the lateral: flattened
+  /** The reads of snapshots asked for in one turn ($1 streams, $2 kinds), each row with the
+   * 1-based place of its read (n). LIMIT 1 (the key is unique) keeps the look-up in the lateral: flattened
    * into a join, the plan kept from a tiny analyzed table hashed the whole table at every call. */
   'hub-read-snapshots': `SELECT q.n::int AS n, s.kind, s.shape, s.revision, s.state
    FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS q(stream, kind, n)
@@ -145,7 +142,7 @@ export const sessionOptions = (schema: string) =>
  * only their own (a notification wakes every follower of the process to read its log).
  * PostgreSQL cuts channel names at 63 bytes: a longer schema name is hashed.
  */
-export const channelOf = (schema: string): string => {
+const channelOf = (schema: string): string => {
   const channel = `hub_events_${schema}`;
   return channel.length <= 63
     ? channel
@@ -459,15 +456,6 @@ export class PostgresEventStore implements EventStore {
     asked: { stream: string; fromRevision: number; max: number }[],
   ): Promise<RecordedEvent[][]> {
     await this.whenReady();
-    if (asked.length === 1) {
-      const { stream, fromRevision, max } = asked[0]!;
-      const { rows } = await this.pool.query({
-        name: 'hub-read-stream',
-        text: STATEMENTS['hub-read-stream'],
-        values: [stream, fromRevision, max],
-      });
-      return [rows.map(toRecorded)];
-    }
     const { rows } = await this.pool.query<Parameters<typeof toRecorded>[0] & { n: number }>({
       name: 'hub-read-streams',
       text: STATEMENTS['hub-read-streams'],
@@ -488,14 +476,6 @@ export class PostgresEventStore implements EventStore {
     asked: { stream: string; kind: string }[],
   ): Promise<(Snapshot | undefined)[]> {
     await this.whenReady();
-    if (asked.length === 1) {
-      const { rows } = await this.pool.query<Snapshot>({
-        name: 'hub-read-snapshot',
-        text: STATEMENTS['hub-read-snapshot'],
-        values: [asked[0]!.stream, asked[0]!.kind],
-      });
-      return [rows[0]];
-    }
     const { rows } = await this.pool.query<Snapshot & { n: number }>({
       name: 'hub-read-snapshots',
       text: STATEMENTS['hub-read-snapshots'],

@@ -225,19 +225,15 @@ describe('PostgreSQL event store: the plans it keeps', () => {
   let client: pg.Client;
   const args: Record<keyof typeof STATEMENTS, string> = {
     'hub-append-known': `ARRAY['id-1','id-2','x'], ARRAY['device-0','device-1','nope']`,
-    'hub-read-stream': `'device-0', 10, 100`,
     'hub-read-streams': `ARRAY['device-0','device-1','nope'], ARRAY[10, 0, 5]::bigint[], ARRAY[100, 3, 100]`,
     'hub-read-all': `10, 100`,
-    'hub-read-snapshot': `'device-0', 'device'`,
     'hub-read-snapshots': `ARRAY['device-0','device-1'], ARRAY['device','device']`,
     'hub-save-snapshot': `'device-0', 'device', '1.abc', 10, '{}'`,
   };
   const types: Record<keyof typeof STATEMENTS, string> = {
     'hub-append-known': 'text[], text[]',
-    'hub-read-stream': 'text, bigint, int',
-    'hub-read-streams': 'text[], bigint[], int[]',
+    'hub-read-streams': 'text[], bigint[], bigint[]',
     'hub-read-all': 'bigint, int',
-    'hub-read-snapshot': 'text, text',
     'hub-read-snapshots': 'text[], text[]',
     'hub-save-snapshot': 'text, text, text, bigint, json',
   };
