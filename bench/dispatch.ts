@@ -693,6 +693,18 @@ consuming all twelve partitions at once instead of four, or fetches of 1 MiB a p
 of 4, were within the runs' spread. The 50 % target (about 20,000/s here) is not met: the embedded
 dispatcher does it at 55–60 µs of CPU per delivery with no server beside it, and this run's
 dispatcher alone spends more than that before PostgreSQL and Redis take their share of the cores.
+2026-11-29 (sixth session), with HUB_BENCH_KAFKA_ONLY=1 and alternated runs of this tree against
+itself with one cost taken out for the measure only. Per process in the measured window (/proc,
+2-s samples): the dispatcher 108-120 % of a core, the receiver 34-35 %, PostgreSQL's two backends
+about 35 %, Redis 15 %, the broker 3-4 %; the machine full, about 180 µs of CPU per delivery over
+every process (the dispatcher 81-93, PostgreSQL about 35, the receiver about 33, Redis about 15).
+Half the loop (14,200-18,200 deliveries/s in these runs) allows 110-140, two cores' worth at that rate. The attempts went to
+PostgreSQL 62 to a statement (1,131 statements for 70,000). Two upper bounds, each cost removed
+outright: the Redis finish of the jobs delivered before they were ever stored (no done-mark at
+all; three pairs) 33, 32 and 34 → 30, 34 and 35 % of the loop; the attempt log's four secondary
+indexes (dropped; two pairs) 31 and 32 → 34 and 35 % (the status index alone: 34 and 33 %). Both
+are within the runs' spread and far from the 18 points the target needs: no one cost of the path
+holds it back; the sum of every process's does.
 
 ### End-to-end latency
 

@@ -452,6 +452,13 @@ through the main thread (4,398 → 4,432 requests/s at the median of four rounds
 What is left is spread thin over the roles on the main thread (no project function over 7 % of it
 inclusive), the API threads' crossings to it, and the servers' own CPU: meeting 25 % takes about a
 third less CPU per request over every process.
+Measured again on 2026-11-29 (sixth session), three alternated rounds of this tree: the
+distributed hub with 32-MiB semi-spaces against 8, 4,582 → 4,834, 4,116 → 4,266 and 4,088 →
+4,445 requests/s (+3.7 to +8.7 %; 15.5-18.1 → 16.7-19.1 % of the bare server). Not kept yet: Node
+fixes the size when it starts, bin/hub.ts's first line holds it at 8 for issue 40's bound on the
+embedded hub, and a launcher that picked it by profile would have to replace itself with Node (a
+shell script's exec, keeping the process id), so that a role killed with SIGKILL, as the fault
+suite does, leaves nothing running behind it.
 
 ${verdictDistributed}
 `;
