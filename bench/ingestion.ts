@@ -143,7 +143,7 @@ async function load(
 async function hubRun(target: string, env: Record<string, string>, floor?: string): Promise<Result[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
   const { child, url } = await startListening(
-    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), ...hubArgs('start')],
+    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), ...hubArgs(env, 'start')],
     {
       HUB_PORT: '0',
       HUB_LOG_LEVEL: 'warn',
@@ -345,8 +345,8 @@ third, in both thread modes, with its derived state in memory as on disk (measur
 the two versions alternating on this machine, hub CPU per request from \`/proc\`: de339cc 153-197 µs,
 main 207-257 µs on two API threads; 176-197 against 241-245 µs with the API on the main thread).
 \`perf\` over the loaded window puts a third of the difference in the young-generation collector
-(scavenges about three times as costly per request): \`bin/hub.ts\` has started Node with
-\`--max-semi-space-size=8\` since then, for the memory bound of bench/history.ts (RSS after a
+(scavenges about three times as costly per request): the embedded hub's Node has started with
+\`--max-semi-space-size=8\` since then (bin/hub.ts's first line, now bin/hub), for the memory bound of bench/history.ts (RSS after a
 minute of load ≤ 1.5 × ready), and V8's default (16) was 8-15 % cheaper per request in two of
 three alternating sets. The rest is spread thin (the bounded LRU caches, about 1 %; Koa, bodies,
 routes a little each), no one part to remove. Trading the memory bound back for the rate is not
@@ -452,13 +452,15 @@ through the main thread (4,398 → 4,432 requests/s at the median of four rounds
 What is left is spread thin over the roles on the main thread (no project function over 7 % of it
 inclusive), the API threads' crossings to it, and the servers' own CPU: meeting 25 % takes about a
 third less CPU per request over every process.
-Measured again on 2026-11-29 (sixth session), three alternated rounds of this tree: the
-distributed hub with 32-MiB semi-spaces against 8, 4,582 → 4,834, 4,116 → 4,266 and 4,088 →
-4,445 requests/s (+3.7 to +8.7 %; 15.5-18.1 → 16.7-19.1 % of the bare server). Not kept yet: Node
-fixes the size when it starts, bin/hub.ts's first line holds it at 8 for issue 40's bound on the
-embedded hub, and a launcher that picked it by profile would have to replace itself with Node (a
-shell script's exec, keeping the process id), so that a role killed with SIGKILL, as the fault
-suite does, leaves nothing running behind it.
+Kept on 2026-11-29 (sixth session): the distributed profile's processes start with 32-MiB
+semi-spaces, the embedded hub still with 8 (issue 40's bound). Node fixes the size when it starts,
+so bin/hub, what npm start and the hub command run, picks it by HUB_PROFILE and replaces itself
+with Node (a shell's exec: the hub keeps the process id, and a role killed with SIGKILL, as the
+fault suite does, leaves nothing behind). The flag alone, three alternated rounds of one tree:
+4,582 → 4,834, 4,116 → 4,266 and 4,088 → 4,445 requests/s. The tree before against this one,
+eight alternated rounds (the bare server 22,467-27,363 requests/s, median 25,238): 4,361 → 4,556
+requests/s at the median (+4.5 %, 17.3 → 18.1 % of the bare server), six rounds ahead, the pairs
+from -4.1 to +8.6 %. In the latency bench (two alternated rounds) the same within the spread.
 
 ${verdictDistributed}
 `;

@@ -38,7 +38,7 @@ import {
   benchUser,
   type Figure,
   fmt,
-  HUB_NODE_FLAGS,
+  hubNodeFlags,
   isolatedDistributed,
   machine,
   medianBy,
@@ -265,7 +265,11 @@ async function startHub(variant: Variant, env: Record<string, string>): Promise<
     ...env,
     ...variant.env,
   };
-  const args = (role: string) => [...(variant.nodeFlags ?? HUB_NODE_FLAGS), join(root, 'bin/hub.ts'), role];
+  const args = (role: string) => [
+    ...(variant.nodeFlags ?? hubNodeFlags(hubEnv, root)),
+    join(root, 'bin/hub.ts'),
+    role,
+  ];
   const children = new Map<string, ChildProcess>();
   process.once('exit', () => {
     for (const child of children.values()) child.kill('SIGKILL'); // the bench failed: none left

@@ -3,7 +3,15 @@
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -135,13 +143,28 @@ export async function releaseDistributed(env: Record<string, string>, redisDb: n
 
 const ROOT = new URL('..', import.meta.url).pathname;
 
-/** The Node flags of bin/hub.ts's first line, which `npm start` runs: a bench's hub runs with them. */
-export const HUB_NODE_FLAGS = readFileSync(join(ROOT, 'bin/hub.ts'), 'utf8')
-  .split('\n', 1)[0]!
-  .split(/\s+/)
-  .filter((word) => word.startsWith('--'));
-/** `node bin/hub.ts <args>` as `npm start` runs it. */
-export const hubArgs = (...args: string[]) => [...HUB_NODE_FLAGS, 'bin/hub.ts', ...args];
+/** The Node flags bin/hub (what `npm start` and the `hub` command run) starts a hub with under
+ * the profile `env` names, read from its `case`: a bench's hub runs with them. A tree from before
+ * bin/hub (`root`, a variant to compare with) had them on bin/hub.ts's first line. */
+export function hubNodeFlags(env: Record<string, string | undefined>, root = ROOT): string[] {
+  if (!existsSync(join(root, 'bin/hub')))
+    return readFileSync(join(root, 'bin/hub.ts'), 'utf8')
+      .split('\n', 1)[0]!
+      .split(/\s+/)
+      .filter((word) => word.startsWith('--'));
+  const launcher = readFileSync(join(root, 'bin/hub'), 'utf8');
+  const profile = env.HUB_PROFILE ?? process.env.HUB_PROFILE ?? 'embedded';
+  const arm = (pattern: string) => new RegExp(`^\\s*${pattern}\\) flags="([^"]*)"`, 'm').exec(launcher)?.[1];
+  const flags = (/^[a-z]+$/.test(profile) ? arm(profile) : undefined) ?? arm('\\*');
+  if (flags === undefined) throw new Error(`bin/hub names no flags for ${profile}`);
+  return flags.split(/\s+/).filter(Boolean);
+}
+/** `node <flags> bin/hub.ts <args>` as bin/hub runs it under `env`'s profile. */
+export const hubArgs = (env: Record<string, string | undefined>, ...args: string[]) => [
+  ...hubNodeFlags(env),
+  'bin/hub.ts',
+  ...args,
+];
 
 /** A Node process (a hub, a receiver, a bare server) resolved once it prints "listening on <url>". */
 export async function startListening(

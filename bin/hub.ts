@@ -1,7 +1,7 @@
-#!/usr/bin/env -S node --max-semi-space-size=8
-// `hub`. The flag above bounds each thread's young generation (V8's default, 16 MiB a semi-space,
-// let the three heaps of `hub start` take about 0.4 GiB more under load; 8 about half that, at
-// the same rate: docs/reliability.md). `npm start` and the benchmarks run this line as it is.
+#!/usr/bin/env node
+// `hub`'s program. bin/hub starts it with the Node flags of the configured profile (each thread's
+// young generation: docs/reliability.md); `npm start`, the `hub` command and the benchmarks go
+// through it.
 //
 // Node compiles the hub's modules from its on-disk code cache (NODE_COMPILE_CACHE, else the temp
 // dir), which saves about a third of a start; it is turned on here, before they load.

@@ -1,17 +1,30 @@
 // The `hub` binary as a user runs it.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { inSchema, request } from '../harness.ts';
 
 const HUB = new URL('../../bin/hub.ts', import.meta.url).pathname;
+/** What `npm start` and the `hub` command run: Node with the profile's flags, then bin/hub.ts. */
+const LAUNCHER = new URL('../../bin/hub', import.meta.url).pathname;
 
 describe('hub binary (e2e)', () => {
   it('hub start serves /healthz and /openapi.json on the printed port, and exits 0 on SIGTERM', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'hub-bin-'));
-    const child = spawn(process.execPath, [HUB, 'start'], {
+    // Through the launcher, as `npm start` runs it: it replaces itself with Node (the refusal
+    // below names this process id as the hub's), with the embedded profile's young generation.
+    const child = spawn(LAUNCHER, ['start'], {
       env: { ...process.env, HUB_PORT: '0', HUB_DATA_DIR: dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -26,6 +39,10 @@ describe('hub binary (e2e)', () => {
         child.once('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
       });
       assert.equal((await request(`${url}/healthz`)).status, 200);
+      assert.deepEqual(
+        readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean).slice(1),
+        ['--max-semi-space-size=8', realpathSync(HUB), 'start'],
+      );
       const doc = await request(`${url}/openapi.json`);
       assert.equal(doc.body.openapi, '3.1.0');
       // A second hub refuses, in one line, its data dir or its port while this one has them.
@@ -57,6 +74,36 @@ describe('hub binary (e2e)', () => {
       await lockDataDir(dataDir)();
     } finally {
       child.kill('SIGKILL');
+    }
+  });
+
+  it("the launcher picks the profile's young generation, and finds bin/hub.ts through a link to it (npm's bin)", () => {
+    // A stand-in for Node first on PATH prints the command line the launcher hands over.
+    const dir = mkdtempSync(join(tmpdir(), 'hub-launcher-'));
+    writeFileSync(join(dir, 'node'), '#!/bin/sh\necho "$@"\n', { mode: 0o755 });
+    symlinkSync(LAUNCHER, join(dir, 'hub'));
+    try {
+      const run = (profile: string | undefined) => {
+        const env: Record<string, string | undefined> = {
+          ...process.env,
+          PATH: `${dir}:${process.env.PATH}`,
+        };
+        if (profile === undefined) delete env.HUB_PROFILE;
+        else env.HUB_PROFILE = profile;
+        const r = spawnSync(join(dir, 'hub'), ['processor', '--flag'], { env, encoding: 'utf8' });
+        assert.equal(r.status, 0, r.stderr);
+        return r.stdout.trim();
+      };
+      const hub = realpathSync(HUB);
+      assert.equal(run('distributed'), `--max-semi-space-size=32 ${hub} processor --flag`);
+      assert.equal(run('embedded'), `--max-semi-space-size=8 ${hub} processor --flag`);
+      assert.equal(
+        run(undefined),
+        `--max-semi-space-size=8 ${hub} processor --flag`,
+        'embedded is the default',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
