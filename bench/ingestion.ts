@@ -461,6 +461,8 @@ fault suite does, leaves nothing behind). The flag alone, three alternated round
 eight alternated rounds (the bare server 22,467-27,363 requests/s, median 25,238): 4,361 → 4,556
 requests/s at the median (+4.5 %, 17.3 → 18.1 % of the bare server), six rounds ahead, the pairs
 from -4.1 to +8.6 %. In the latency bench (two alternated rounds) the same within the spread.
+The price: about 170 MiB more RSS under this load (503-516 → 680-683 MiB after 25 s, two rounds);
+a --max-semi-space-size in NODE_OPTIONS takes precedence (docs/reliability.md).
 
 ${verdictDistributed}
 `;

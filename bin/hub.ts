@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// `hub`'s program. bin/hub starts it with the Node flags of the configured profile (each thread's
-// young generation: docs/reliability.md); `npm start`, the `hub` command and the benchmarks go
-// through it.
+// `hub`'s program. bin/hub (what `npm start` and the `hub` command run) starts it with the Node
+// flags of the configured profile (each thread's young generation: docs/reliability.md); the
+// benchmarks start their hubs with the same flags.
 //
 // Node compiles the hub's modules from its on-disk code cache (NODE_COMPILE_CACHE, else the temp
 // dir), which saves about a third of a start; it is turned on here, before they load.

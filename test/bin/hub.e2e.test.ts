@@ -25,7 +25,7 @@ describe('hub binary (e2e)', () => {
     // Through the launcher, as `npm start` runs it: it replaces itself with Node (the refusal
     // below names this process id as the hub's), with the embedded profile's young generation.
     const child = spawn(LAUNCHER, ['start'], {
-      env: { ...process.env, HUB_PORT: '0', HUB_DATA_DIR: dataDir },
+      env: { ...process.env, HUB_PROFILE: 'embedded', HUB_PORT: '0', HUB_DATA_DIR: dataDir },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     try {
@@ -77,33 +77,77 @@ describe('hub binary (e2e)', () => {
     }
   });
 
-  it("the launcher picks the profile's young generation, and finds bin/hub.ts through a link to it (npm's bin)", () => {
-    // A stand-in for Node first on PATH prints the command line the launcher hands over.
-    const dir = mkdtempSync(join(tmpdir(), 'hub-launcher-'));
-    writeFileSync(join(dir, 'node'), '#!/bin/sh\necho "$@"\n', { mode: 0o755 });
-    symlinkSync(LAUNCHER, join(dir, 'hub'));
+  it("the launcher picks the profile's flags and Node, through a link to it as npm's bin makes", async () => {
+    // A copy of the launcher in a package of its own, linked from a .bin beside it (relatively, as
+    // npm links), with stand-ins for Node that print the command line they are handed, one a line.
+    const root = mkdtempSync(join(tmpdir(), 'hub-launcher-'));
+    const print = '#!/bin/sh\necho "$(basename "$(dirname "$(dirname "$0")")")"\nprintf \'%s\\n\' "$@"\n';
+    mkdirSync(join(root, 'pkg/bin'), { recursive: true });
+    mkdirSync(join(root, 'pkg/node_modules/.bin'), { recursive: true });
+    mkdirSync(join(root, 'path/bin'), { recursive: true });
+    mkdirSync(join(root, '.bin'));
+    writeFileSync(join(root, 'pkg/bin/hub'), readFileSync(LAUNCHER), { mode: 0o755 });
+    writeFileSync(join(root, 'pkg/node_modules/.bin/node'), print, { mode: 0o755 });
+    writeFileSync(join(root, 'path/bin/node'), print, { mode: 0o755 });
+    symlinkSync('../pkg/bin/hub', join(root, '.bin/hub'));
+    const { hubNodeFlags } = await import('../../bench/report.ts');
     try {
-      const run = (profile: string | undefined) => {
-        const env: Record<string, string | undefined> = {
-          ...process.env,
-          PATH: `${dir}:${process.env.PATH}`,
-        };
-        if (profile === undefined) delete env.HUB_PROFILE;
-        else env.HUB_PROFILE = profile;
-        const r = spawnSync(join(dir, 'hub'), ['processor', '--flag'], { env, encoding: 'utf8' });
+      const run = (env: Record<string, string | undefined>) => {
+        const r = spawnSync(join(root, '.bin/hub'), ['processor', 'two words'], {
+          env: {
+            ...process.env,
+            HUB_PROFILE: undefined,
+            NODE_OPTIONS: undefined,
+            PATH: `${join(root, 'path/bin')}:${process.env.PATH}`,
+            ...env,
+          },
+          encoding: 'utf8',
+        });
         assert.equal(r.status, 0, r.stderr);
-        return r.stdout.trim();
+        return r.stdout.trimEnd().split('\n');
       };
-      const hub = realpathSync(HUB);
-      assert.equal(run('distributed'), `--max-semi-space-size=32 ${hub} processor --flag`);
-      assert.equal(run('embedded'), `--max-semi-space-size=8 ${hub} processor --flag`);
-      assert.equal(
-        run(undefined),
-        `--max-semi-space-size=8 ${hub} processor --flag`,
+      const hub = join(realpathSync(root), 'pkg/bin/hub.ts');
+      // The package's own Node (`node_modules/.bin` beside it), the profile's young generation.
+      assert.deepEqual(run({ HUB_PROFILE: 'distributed' }), [
+        'node_modules',
+        '--max-semi-space-size=32',
+        hub,
+        'processor',
+        'two words',
+      ]);
+      assert.deepEqual(run({ HUB_PROFILE: 'embedded' }), [
+        'node_modules',
+        '--max-semi-space-size=8',
+        hub,
+        'processor',
+        'two words',
+      ]);
+      assert.deepEqual(
+        run({}),
+        ['node_modules', '--max-semi-space-size=8', hub, 'processor', 'two words'],
         'embedded is the default',
       );
+      // A size in NODE_OPTIONS rules: the launcher passes none that would override it.
+      assert.deepEqual(run({ HUB_PROFILE: 'distributed', NODE_OPTIONS: '--max-semi-space-size=4' }), [
+        'node_modules',
+        hub,
+        'processor',
+        'two words',
+      ]);
+      // The benchmarks start their hubs with the flags the launcher passes.
+      assert.deepEqual(hubNodeFlags({ HUB_PROFILE: 'distributed' }), ['--max-semi-space-size=32']);
+      assert.deepEqual(hubNodeFlags({ HUB_PROFILE: 'embedded' }), ['--max-semi-space-size=8']);
+      // Without Node beside the package (installed as a dependency, hoisted): PATH's.
+      rmSync(join(root, 'pkg/node_modules'), { recursive: true });
+      assert.deepEqual(run({ HUB_PROFILE: 'distributed' }), [
+        'path',
+        '--max-semi-space-size=32',
+        hub,
+        'processor',
+        'two words',
+      ]);
     } finally {
-      rmSync(dir, { recursive: true, force: true });
+      rmSync(root, { recursive: true, force: true });
     }
   });
 
