@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
+import { Kafka, logLevel } from 'kafkajs';
 import type Koa from 'koa';
 import pg from 'pg';
 import { apiServer } from '../api/http.ts';
@@ -54,6 +55,20 @@ export async function dropSchema(postgresUrl: string, schema: string): Promise<v
     await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   } finally {
     await client.end();
+  }
+}
+
+/** Deletes the Kafka topics a test made under its own `prefix` (HUB_KAFKA_PREFIX). Left, they
+ * piled up run after run on a developer's broker (573 topics, about 5,000 partitions). */
+export async function deleteTopics(brokers: string[], prefix: string): Promise<void> {
+  if (!/^[\w.]+-/.test(prefix)) throw new Error(`not a test's own prefix: "${prefix}"`);
+  const admin = new Kafka({ clientId: 'hub-test-cleanup', brokers, logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  try {
+    const topics = (await admin.listTopics()).filter((t) => t.startsWith(prefix));
+    if (topics.length > 0) await admin.deleteTopics({ topics });
+  } finally {
+    await admin.disconnect();
   }
 }
 

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { freePort } from '../faults/cluster.ts';
-import { dropSchema, inSchema, redisDb, testConfig } from '../harness.ts';
+import { deleteTopics, dropSchema, inSchema, redisDb, testConfig } from '../harness.ts';
 import {
   createDevice,
   type Device,
@@ -78,6 +78,7 @@ const profiles: Profile[] = [
           await hub.stop();
           await endProcess(projector.child, 'SIGTERM');
           await dropSchema(postgresUrl, schema);
+          await deleteTopics(testConfig().kafkaBrokers, `admin-${id}-`);
         },
       };
     },

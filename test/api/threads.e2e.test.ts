@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads';
 import * as x509 from '@peculiar/x509';
 import { Redis } from 'ioredis';
 import { forRoles, type Role } from '../../hub/node.ts';
-import { dropSchema, inSchema, type JsonResponse, redisDb, testConfig } from '../harness.ts';
+import { deleteTopics, dropSchema, inSchema, type JsonResponse, redisDb, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 /** One request on a connection of its own. */
@@ -262,7 +262,7 @@ const REDIS_DB = 7;
 
 describe('a distributed API process on two threads, beside another on its main thread (e2e)', function () {
   this.timeout(120_000);
-  const { postgresUrl, redisUrl } = testConfig();
+  const { postgresUrl, redisUrl, kafkaBrokers } = testConfig();
   const id = randomBytes(4).toString('hex');
   const schema = `threads_${id}`;
   const redis = new Redis(redisDb(redisUrl, REDIS_DB));
@@ -290,6 +290,7 @@ describe('a distributed API process on two threads, beside another on its main t
     await threaded?.stop();
     redis.disconnect();
     await dropSchema(postgresUrl, schema);
+    await deleteTopics(kafkaBrokers, `threads-${id}-`);
   });
 
   it('the threads sign and seal with the key the processes share: tokens and device secrets work in either process', async () => {

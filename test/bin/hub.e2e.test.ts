@@ -348,7 +348,7 @@ describe('embedded profile start (e2e)', () => {
 
   it('a distributed processor and dispatcher report Kafka readiness', async () => {
     const { startNode } = await import('../../hub/node.ts');
-    const { dropSchema } = await import('../harness.ts');
+    const { deleteTopics, dropSchema } = await import('../harness.ts');
     const prefix = `ready-${Date.now().toString(36)}-`;
     const { schema, config } = await distributedEnv({ HUB_KAFKA_PREFIX: prefix });
     const node = await startNode(config, ['processor', 'dispatcher']);
@@ -359,6 +359,7 @@ describe('embedded profile start (e2e)', () => {
     } finally {
       await node.stop();
       await dropSchema(config.postgresUrl, schema);
+      await deleteTopics(config.kafkaBrokers, prefix);
     }
   });
 });

@@ -15,7 +15,7 @@ import type { ReadStore } from '../../infra/readstore/port.ts';
 import { createLogger } from '../../infra/telemetry.ts';
 import { projections } from '../../projections/index.ts';
 import { replayProjection } from '../../projections/replay.ts';
-import { inSchema, redisDb, request, testConfig } from '../harness.ts';
+import { deleteTopics, dropSchema, inSchema, redisDb, request, testConfig } from '../harness.ts';
 import { endProcess, type RoleProcess, remoteHub, spawnRole, type TestHub, type User } from '../hub.ts';
 import type { Receiver } from '../webhooks/receiver.ts';
 
@@ -53,11 +53,13 @@ export async function startCluster(
   await redis.flushdb();
   redis.disconnect();
   const apiPort = await freePort();
+  const schema = `${name}_${id}`;
+  const prefix = `${name}-${id}-`;
   const env = {
     HUB_PROFILE: 'distributed',
     HUB_REDIS_URL: redisUrl,
-    HUB_POSTGRES_URL: inSchema(base.postgresUrl, `${name}_${id}`),
-    HUB_KAFKA_PREFIX: `${name}-${id}-`,
+    HUB_POSTGRES_URL: inSchema(base.postgresUrl, schema),
+    HUB_KAFKA_PREFIX: prefix,
     HUB_DATA_DIR: mkdtempSync(join(tmpdir(), `hub-${name}-`)),
     HUB_WEBHOOK_ALLOW_HTTP: 'true',
     HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
@@ -81,6 +83,8 @@ export async function startCluster(
     },
     stop: async () => {
       await Promise.all([...roles.values()].map((r) => endProcess(r.child, 'SIGKILL')));
+      await dropSchema(base.postgresUrl, schema);
+      await deleteTopics(base.kafkaBrokers, prefix);
     },
   };
 }

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { Kafka, logLevel } from 'kafkajs';
 import { KafkaBus, KafkaRequestQueue } from '../../infra/bus/kafka.ts';
 import { createLogger } from '../../infra/telemetry.ts';
+import { deleteTopics } from '../harness.ts';
 
 const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -42,6 +43,7 @@ describe('Kafka bus consumer groups (int)', function () {
   after(async () => {
     await Promise.all([bus.close(), slowCommits.close()]);
     await admin.disconnect();
+    await deleteTopics(BROKERS, prefix);
   });
 
   /** The group's committed offsets of `topic`, by partition (-1: none). */

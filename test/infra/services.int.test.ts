@@ -32,6 +32,9 @@ describe('local infrastructure (int)', () => {
       void consumer.run({ eachMessage: async ({ message }) => resolve(String(message.value)) });
     });
     await consumer.disconnect();
+    await admin.connect();
+    await admin.deleteTopics({ topics: [topic] });
+    await admin.disconnect();
     assert.equal(received, value);
   });
 

@@ -23,7 +23,7 @@ import {
   StreamProcessor,
 } from '../../processors/stream/processor.ts';
 import { SchemaRegistry } from '../../schemas/registry.ts';
-import { memoryLogger } from '../harness.ts';
+import { deleteTopics, memoryLogger } from '../harness.ts';
 
 const OWNER = 'prn:::accounts:/handoff';
 const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
@@ -257,6 +257,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       await processor.stop();
       await bus.close();
       await admin.disconnect();
+      await deleteTopics(BROKERS, prefix);
     }
   });
 });

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { readEventStream, type StreamEvent } from '../../bin/listen.ts';
-import { dropSchema, inSchema, redisDb, testConfig } from '../harness.ts';
+import { deleteTopics, dropSchema, inSchema, redisDb, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
 export interface OpenStream {
@@ -79,7 +79,7 @@ const profiles: {
 }[] = [];
 profiles.push({ name: 'embedded', env: async () => ({}), cleanup: async () => {} });
 {
-  const { postgresUrl, redisUrl } = testConfig();
+  const { postgresUrl, redisUrl, kafkaBrokers } = testConfig();
   const id = randomBytes(4).toString('hex');
   const schema = `stream_${id}`;
   // A Redis database of its own, emptied: the projections' checkpoints there start with the store.
@@ -97,7 +97,10 @@ profiles.push({ name: 'embedded', env: async () => ({}), cleanup: async () => {}
         HUB_KAFKA_PREFIX: `stream-${id}-`,
       };
     },
-    cleanup: () => dropSchema(postgresUrl, schema),
+    cleanup: async () => {
+      await dropSchema(postgresUrl, schema);
+      await deleteTopics(kafkaBrokers, `stream-${id}-`);
+    },
     rows: async (prn) => {
       const client = new pg.Client({ connectionString: postgresUrl });
       await client.connect();
