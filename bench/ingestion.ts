@@ -463,6 +463,25 @@ requests/s at the median (+4.5 %, 17.3 → 18.1 % of the bare server), six round
 from -4.1 to +8.6 %. In the latency bench (two alternated rounds) the same within the spread.
 The price: about 170 MiB more RSS under this load (503-516 → 680-683 MiB after 25 s, two rounds);
 a --max-semi-space-size in NODE_OPTIONS takes precedence (docs/reliability.md).
+Measured 2026-11-29 (seventh session), by taking parts away (upper bounds, not kept; 10-s rounds
+alternated, medians): without the processor role (neither the relay nor the derivation) the hub
+answered 57 % more (3,966 → 6,233 requests/s, three rounds); with the processor consuming the
+change topic but deriving nothing, 4,380; without the event log's inserts, 3,860 (no difference).
+In a later set of four rounds: without the processor 5,719; with the relay reading and encoding
+every change but not sending it, 6,006 (the same); sending it to Kafka as it does, 5,112 (-11 %).
+So the change stream's Kafka hop is the largest single part of what the pipeline costs here, the
+relay's produce first. kafkajs's producer alone in that shape (a plain loop: 2,200 messages/s in
+sends of 35 over 12 partitions, values of 300 bytes): 78 µs of its process's CPU per message and
+39-50 µs of the broker's; in sends of 100, 56 and 33 µs. V8's profiler puts the client's share in
+allocation (Buffers 10 %, the collector 14 %) and socket writes (11 %), kafkajs's own encoding a few
+per cent each. Fewer partitions make each record batch larger: with \`HUB_KAFKA_PARTITIONS=4\` the hub
+answered 5,154 and with 2, 5,398 requests/s, against 4,778 with 12 (four alternated rounds: 19.5,
+20.4 and 18.1 % of the bare server). The default stays 12, the most members a group can keep busy
+(see Scale-out); a deployment that will not scale past a few processors may set fewer. What would
+move the line further is fewer Kafka messages per change (the relay packing a partition's changes
+into one message, a change of the change stream's format): by the producer's figures above at most
+about a third of the hop's cost (4-5 % of the rate), far short of the quarter to a third less
+CPU per request over every process that 25 % needs.
 
 ${verdictDistributed}
 `;

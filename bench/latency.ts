@@ -28,6 +28,8 @@ import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { Agent, request } from 'undici';
+// kafkajs as the hub runs it (its idle request-queue timer stopped) for the plain loop and the taps.
+import '../infra/bus/kafka.ts';
 import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
 import { decodeJob } from '../processors/delivery/codec.ts';
@@ -799,7 +801,10 @@ async function floor(kind: 'thread' | 'commit', rate: number): Promise<Floor> {
 }
 
 /** A plain kafkajs producer (acks from all replicas) and consumer (answered at the first byte) of
- * one 12-partition topic at `rate`, each message timed from its send to its consumption. */
+ * one 12-partition topic at `rate`, each message timed from its send to its consumption; the CPU
+ * per message of the two clients (this process, which runs nothing else meanwhile; the pacing
+ * loop's own CPU, measured alone at the same rate, left out) and of the broker, over the same
+ * window. */
 async function plainKafka(rate: number) {
   const topic = `bench_${Date.now()}-plain`;
   const kafka = new Kafka({
@@ -826,7 +831,14 @@ async function plainKafka(rate: number) {
     },
   });
   await new Promise((r) => setTimeout(r, 3000));
-  await atRate(rate, 10, (n) =>
+  const pacing0 = process.cpuUsage();
+  const paced = await atRate(rate, 3, () => Promise.resolve());
+  const pacing = process.cpuUsage(pacing0);
+  const pacingUs = (pacing.user + pacing.system) / paced;
+  const broker = infraPids().get('Kafka');
+  const clients0 = process.cpuUsage();
+  const broker0 = serverMs('Kafka', broker);
+  const sent = await atRate(rate, 10, (n) =>
     producer.send({
       topic,
       acks: -1,
@@ -834,12 +846,31 @@ async function plainKafka(rate: number) {
     }),
   );
   await new Promise((r) => setTimeout(r, 1000));
+  const clients = process.cpuUsage(clients0);
+  const brokerMs = serverMs('Kafka', broker) - broker0;
   await consumer.disconnect();
   await producer.disconnect();
   await admin.deleteTopics({ topics: [topic] });
   await admin.disconnect();
   latencies.sort((a, b) => a - b);
-  return { p50: percentile(latencies.slice(rate), 50), p99: percentile(latencies.slice(rate), 99) };
+  return {
+    p50: percentile(latencies.slice(rate), 50),
+    p99: percentile(latencies.slice(rate), 99),
+    clientsUs: (clients.user + clients.system) / sent - pacingUs,
+    brokerUs: (1000 * brokerMs) / sent,
+  };
+}
+
+/** What a Kafka hop costs when nothing batches (the plain kafkajs hop of this run at 500 messages
+ * a second), beside the path's two hops' batch sizes and the budget the CPU target leaves. */
+function kafkaFloorLine(results: RunResult[], ceilings: Map<number, Ceilings>): string {
+  const plain = ceilings.get(500)?.kafka;
+  const at500 = results.filter((r) => r.load === '500 writes/s');
+  const saturated = results.filter((r) => r.load.startsWith('saturation'));
+  if (!plain || at500.length === 0 || saturated.length === 0) return '';
+  const steady = medianBy(at500, (r) => r.cpuPerEventMs);
+  const budgetMs = 2 * medianBy(saturated, (r) => r.rate).cpuPerEventMs;
+  return `What a Kafka hop costs when each message goes alone: the plain kafkajs hop at 500 messages/s (the ceiling above, one message a send) took ${fmt(plain.clientsUs)} µs of its clients' CPU and ${fmt(plain.brokerUs)} µs of the broker's per message, ${fmt((plain.clientsUs + plain.brokerUs) / 1000, 2)} ms in all, against ${fmt(budgetMs, 2)} ms per event for the whole path at twice the saturated figure. The path has two such hops (the relay's changes, ${fmt(steady.perBatch.changes, 1)} a record batch at 500 writes/s in this run; the processor's jobs, ${fmt(steady.perBatch.deliveries, 1)}), and the broker's CPU alone was ${fmt((1000 * (steady.cpu.infra.get('Kafka') ?? 0)) / (steady.rate * SECONDS))} µs per event.`;
 }
 
 /** The issue's targets, and whether this run met them (the median window of each load). */
@@ -1186,11 +1217,27 @@ window) a third of its samples are socket writes (PostgreSQL's 17 %, Kafka's 6 %
 4 % posting to other threads; a sample taken while the server it woke holds the core counts to
 that write, so these shares are upper bounds on the writes' CPU. What the ratio and the
 latency at 500 writes/s are made of is the number of statements, requests and thread crossings per
-event, each paid whole at a steady rate.`;
+event, each paid whole at a steady rate.
+2026-11-29 (seventh session): what a Kafka hop costs. The ceiling table now gives the plain kafkajs
+hop's CPU per message: its producer and consumer in the bench's process (the pacing loop's own CPU,
+measured alone at the same rate, left out; kafkajs with the hub's fix to its request queue, whose
+1-ms timers had inflated the figure), and the broker's over the same window. A message that goes
+alone costs more than the whole path's event at saturation (the line under the targets); the hub's
+hops cost less per event than that, as they batch a little, but the broker's CPU per event at 500
+writes/s is still several times its saturated figure (the table below). Idle, with nothing to do: a
+distributed hub (every role, one process) spent 34-65 ms of CPU a second, its main thread woken
+about 140 times a second; the broker 43-56 ms a second with no client at all (its KRaft
+controller's own work: the raft I/O thread about 3 % of a core, the quorum controller 1.4 %) and
+80-100 with the hub's idle consumers; an embedded hub 18-21 ms. Of the main thread's wake-ups, 100 a
+second are prom-client's event-loop monitor (a 10-ms timer, for \`hub_nodejs_eventloop_lag_*\`).
+Sampled every 100 ms instead, an idle hub woke 38 (embedded) and 60 (distributed) times a second
+instead of 125 and 147, but its CPU did not move beyond the spread, nor did CPU per event at 500
+writes/s (embedded, three alternated rounds: 1.74, 1.79 and 1.81 → 1.90, 1.74 and 1.73 ms): not
+kept, the finer lag figures are worth more.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
-  kafka: { p50: number; p99: number } | undefined;
+  kafka: { p50: number; p99: number; clientsUs: number; brokerUs: number } | undefined;
   thread: Floor;
   commit: Floor;
 }
@@ -1232,7 +1279,7 @@ async function main() {
       });
     for (const [rate, c] of ceilings)
       process.stderr.write(
-        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms; ` : ''}floors: a thread round trip ${fmt(c.thread.cpuUsPerTick)} µs of CPU, a durable commit ${fmt(c.commit.cpuUsPerTick)}; ${fmt(c.thread.cpuUsPerWakeup)} µs per wake-up\n`,
+        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms, CPU ${fmt(c.kafka.clientsUs)} µs the clients' and ${fmt(c.kafka.brokerUs)} the broker's a message; ` : ''}floors: a thread round trip ${fmt(c.thread.cpuUsPerTick)} µs of CPU, a durable commit ${fmt(c.commit.cpuUsPerTick)}; ${fmt(c.thread.cpuUsPerWakeup)} µs per wake-up\n`,
       );
     const results: RunResult[] = [];
     // Every variant's hub set up and warmed first; then their windows alternate, load by load,
@@ -1274,11 +1321,13 @@ async function main() {
 |---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|
 ${results.map(row).join('\n')}
 
-| Ceiling | Rate | p50 ms | p99 ms |
-|---|---:|---:|---:|
-${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} |`]).join('\n')}
+| Ceiling | Rate | p50 ms | p99 ms | CPU µs per message: the clients' / the broker's |
+|---|---:|---:|---:|---:|
+${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} | |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} | ${fmt(c.kafka!.clientsUs)} / ${fmt(c.kafka!.brokerUs)} |`]).join('\n')}
 
 ${targetsLine(results)}
+
+${kafkaFloorLine(results, ceilings)}
 
 Per event delivered, the same windows: CPU µs by process (the hub's main thread, V8's helper threads
 (mostly the collector), its other threads (the dispatcher's HTTP thread), then the shared servers),
