@@ -1299,7 +1299,8 @@ async function main() {
       for (let round = 0; round < ROUNDS; round++)
         for (const load of loads) for (const p of prepared) results.push(await window(p, rx.url, load));
     } finally {
-      for (const p of prepared) await p.release().catch(() => {});
+      for (const p of prepared)
+        await p.release().catch((err) => process.stderr.write(`${p.variant.name}: not released: ${err}\n`));
     }
     if (EMBEDDED) {
       embeddedReport(results, ceilings);
