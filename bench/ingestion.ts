@@ -482,8 +482,8 @@ move the line further is fewer Kafka messages per change (the relay packing a pa
 into one message, a change of the change stream's format): by the producer's figures above at most
 about a third of the hop's cost (4-5 % of the rate), far short of the quarter to a third less
 CPU per request over every process that 25 % needs. (An idle distributed hub left by a crashed
-scratch run ran beside all but the first set of these rounds: alternated, they compare with each
-other, but their absolute rates are a few per cent low.)
+scratch run ran beside every set of these rounds: alternated, they compare with each other, but
+their absolute rates are a few per cent low.)
 
 ${verdictDistributed}
 `;
