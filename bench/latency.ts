@@ -801,10 +801,11 @@ async function floor(kind: 'thread' | 'commit', rate: number): Promise<Floor> {
 }
 
 /** A plain kafkajs producer (acks from all replicas) and consumer (answered at the first byte) of
- * one 12-partition topic at `rate`, each message timed from its send to its consumption; the CPU
- * per message of the two clients (this process, which runs nothing else meanwhile; the pacing
- * loop's own CPU, measured alone at the same rate, left out) and of the broker, over the same
- * window. */
+ * one 12-partition topic at `rate`, each message timed from its send to its consumption (the first
+ * second's left out); the CPU per message that sending adds, over the same window, to the two
+ * clients (this process, which runs nothing else meanwhile) and to the broker: what both spend
+ * with the clients connected and the pacing loop running but nothing sent, measured just before,
+ * left out (the broker's idle work, the clients' fetches and heartbeats, the loop's timer). */
 async function plainKafka(rate: number) {
   const topic = `bench_${Date.now()}-plain`;
   const kafka = new Kafka({
@@ -831,33 +832,45 @@ async function plainKafka(rate: number) {
     },
   });
   await new Promise((r) => setTimeout(r, 3000));
-  const pacing0 = process.cpuUsage();
-  const paced = await atRate(rate, 3, () => Promise.resolve());
-  const pacing = process.cpuUsage(pacing0);
-  const pacingUs = (pacing.user + pacing.system) / paced;
   const broker = infraPids().get('Kafka');
-  const clients0 = process.cpuUsage();
-  const broker0 = serverMs('Kafka', broker);
-  const sent = await atRate(rate, 10, (n) =>
-    producer.send({
-      topic,
-      acks: -1,
-      messages: [{ key: String(n), value: String(performance.timeOrigin + performance.now()) }],
-    }),
-  );
-  await new Promise((r) => setTimeout(r, 1000));
-  const clients = process.cpuUsage(clients0);
-  const brokerMs = serverMs('Kafka', broker) - broker0;
+  /** CPU µs a second of this process and the broker over `run`, and what it returned. */
+  const measured = async <T>(run: () => Promise<T>) => {
+    const [c0, b0, t0] = [process.cpuUsage(), serverMs('Kafka', broker), performance.now()];
+    const out = await run();
+    const c = process.cpuUsage(c0);
+    const s = (performance.now() - t0) / 1000;
+    return {
+      out,
+      s,
+      clients: (c.user + c.system) / s,
+      broker: (1000 * (serverMs('Kafka', broker) - b0)) / s,
+    };
+  };
+  const idle = await measured(() => atRate(rate, 3, () => Promise.resolve()));
+  const busy = await measured(async () => {
+    const sent = await atRate(rate, 10, (n) =>
+      producer.send({
+        topic,
+        acks: -1,
+        messages: [{ key: String(n), value: String(performance.timeOrigin + performance.now()) }],
+      }),
+    );
+    for (const until = performance.now() + 5000; latencies.length < sent && performance.now() < until; )
+      await new Promise((r) => setTimeout(r, 5));
+    return sent;
+  });
   await consumer.disconnect();
   await producer.disconnect();
   await admin.deleteTopics({ topics: [topic] });
   await admin.disconnect();
-  latencies.sort((a, b) => a - b);
+  const timed = latencies.slice(rate).sort((a, b) => a - b);
+  const added = (of: 'clients' | 'broker') => ((busy[of] - idle[of]) * busy.s) / busy.out;
   return {
-    p50: percentile(latencies.slice(rate), 50),
-    p99: percentile(latencies.slice(rate), 99),
-    clientsUs: (clients.user + clients.system) / sent - pacingUs,
-    brokerUs: (1000 * brokerMs) / sent,
+    p50: percentile(timed, 50),
+    p99: percentile(timed, 99),
+    clientsUs: added('clients'),
+    // No broker process found here (a broker elsewhere): no figure rather than 0.
+    brokerUs: broker ? added('broker') : Number.NaN,
   };
 }
 
@@ -867,10 +880,10 @@ function kafkaFloorLine(results: RunResult[], ceilings: Map<number, Ceilings>): 
   const plain = ceilings.get(500)?.kafka;
   const at500 = results.filter((r) => r.load === '500 writes/s');
   const saturated = results.filter((r) => r.load.startsWith('saturation'));
-  if (!plain || at500.length === 0 || saturated.length === 0) return '';
+  if (!plain || Number.isNaN(plain.brokerUs) || at500.length === 0 || saturated.length === 0) return '';
   const steady = medianBy(at500, (r) => r.cpuPerEventMs);
   const budgetMs = 2 * medianBy(saturated, (r) => r.rate).cpuPerEventMs;
-  return `What a Kafka hop costs when each message goes alone: the plain kafkajs hop at 500 messages/s (the ceiling above, one message a send) took ${fmt(plain.clientsUs)} µs of its clients' CPU and ${fmt(plain.brokerUs)} µs of the broker's per message, ${fmt((plain.clientsUs + plain.brokerUs) / 1000, 2)} ms in all, against ${fmt(budgetMs, 2)} ms per event for the whole path at twice the saturated figure. The path has two such hops (the relay's changes, ${fmt(steady.perBatch.changes, 1)} a record batch at 500 writes/s in this run; the processor's jobs, ${fmt(steady.perBatch.deliveries, 1)}), and the broker's CPU alone was ${fmt((1000 * (steady.cpu.infra.get('Kafka') ?? 0)) / (steady.rate * SECONDS))} µs per event.`;
+  return `What a Kafka hop costs when each message goes alone: the plain kafkajs hop at 500 messages/s (the ceiling above, one message a send) added ${fmt(plain.clientsUs)} µs to its clients' CPU and ${fmt(plain.brokerUs)} µs to the broker's per message, ${fmt((plain.clientsUs + plain.brokerUs) / 1000, 2)} ms in all, against ${fmt(budgetMs, 2)} ms per event for the whole path at twice the saturated figure. The path has two such hops (the relay's changes, ${fmt(steady.perBatch.changes, 1)} a record batch at 500 writes/s in this run; the processor's jobs, ${fmt(steady.perBatch.deliveries, 1)}), and the broker's CPU alone was ${fmt((1000 * (steady.cpu.infra.get('Kafka') ?? 0)) / (steady.rate * SECONDS))} µs per event.`;
 }
 
 /** The issue's targets, and whether this run met them (the median window of each load). */
@@ -1219,9 +1232,10 @@ that write, so these shares are upper bounds on the writes' CPU. What the ratio 
 latency at 500 writes/s are made of is the number of statements, requests and thread crossings per
 event, each paid whole at a steady rate.
 2026-11-29 (seventh session): what a Kafka hop costs. The ceiling table now gives the plain kafkajs
-hop's CPU per message: its producer and consumer in the bench's process (the pacing loop's own CPU,
-measured alone at the same rate, left out; kafkajs with the hub's fix to its request queue, whose
-1-ms timers had inflated the figure), and the broker's over the same window. A message that goes
+hop's CPU per message: what sending adds to its producer and consumer, in the bench's process
+(kafkajs with the hub's fix to its request queue, whose 1-ms timers had inflated the figure), and to
+the broker, over the same window (what both spend with the clients connected and the pacing loop
+running but nothing sent, measured just before, left out). A message that goes
 alone costs more than the whole path's event at saturation (the line under the targets); the hub's
 hops cost less per event than that, as they batch a little, but the broker's CPU per event at 500
 writes/s is still several times its saturated figure (the table below). Idle, with nothing to do: a
@@ -1324,7 +1338,7 @@ ${results.map(row).join('\n')}
 
 | Ceiling | Rate | p50 ms | p99 ms | CPU µs per message: the clients' / the broker's |
 |---|---:|---:|---:|---:|
-${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} | |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} | ${fmt(c.kafka!.clientsUs)} / ${fmt(c.kafka!.brokerUs)} |`]).join('\n')}
+${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} | |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} | ${fmt(c.kafka!.clientsUs)} / ${Number.isNaN(c.kafka!.brokerUs) ? 'n/a' : fmt(c.kafka!.brokerUs)} |`]).join('\n')}
 
 ${targetsLine(results)}
 

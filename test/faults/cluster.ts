@@ -83,7 +83,10 @@ export async function startCluster(
     },
     stop: async () => {
       await Promise.all([...roles.values()].map((r) => endProcess(r.child, 'SIGKILL')));
-      await dropSchema(base.postgresUrl, schema);
+      // Cleanup that fails must not leave the rest undone (nor hide why a test failed).
+      await dropSchema(base.postgresUrl, schema).catch((err) =>
+        process.stderr.write(`schema ${schema} not dropped: ${(err as Error).message}\n`),
+      );
       await deleteTopics(base.kafkaBrokers, prefix);
     },
   };
