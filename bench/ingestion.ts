@@ -469,8 +469,8 @@ answered 57 % more (3,966 → 6,233 requests/s, three rounds); with the processo
 change topic but deriving nothing, 4,380; without the event log's inserts, 3,860 (no difference).
 In a later set of four rounds: without the processor 5,719; with the relay reading and encoding
 every change but not sending it, 6,006 (the same); sending it to Kafka as it does, 5,112 (-11 %).
-So the change stream's Kafka hop is the largest single part of what the pipeline costs here, the
-relay's produce first. kafkajs's producer alone in that shape (a plain loop: 2,200 messages/s in
+So the change stream's Kafka hop (the relay's produce, the broker, the processor's fetch) is the
+largest part of what the pipeline costs here; the derivation after it about a tenth of the rate. kafkajs's producer alone in that shape (a plain loop: 2,200 messages/s in
 sends of 35 over 12 partitions, values of 300 bytes): 78 µs of its process's CPU per message and
 39-50 µs of the broker's; in sends of 100, 56 and 33 µs. V8's profiler puts the client's share in
 allocation (Buffers 10 %, the collector 14 %) and socket writes (11 %), kafkajs's own encoding a few
