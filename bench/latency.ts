@@ -28,8 +28,6 @@ import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { Agent, request } from 'undici';
-// kafkajs as the hub runs it (its idle request-queue timer stopped) for the plain loop and the taps.
-import '../infra/bus/kafka.ts';
 import { SCHEMA_HEADER, TOPICS } from '../infra/bus/port.ts';
 import { loadConfig } from '../infra/config.ts';
 import { decodeJob } from '../processors/delivery/codec.ts';

@@ -18,6 +18,9 @@ import { Redis } from 'ioredis';
 import { Kafka, logLevel } from 'kafkajs';
 import pg from 'pg';
 import { webhookStream } from '../domain/subscriptions.ts';
+// kafkajs as the hub runs it, for every bench's own clients (admins, taps, plain loops): its idle
+// request-queue timer stopped (infra/bus/kafka.ts; unpatched, it printed TimeoutNegativeWarning).
+import '../infra/bus/kafka.ts';
 import { loadConfig } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { seal } from '../infra/secrets.ts';
