@@ -470,18 +470,18 @@ change topic but deriving nothing, 4,380; without the event log's inserts, 3,860
 In a later set of four rounds: without the processor 5,719; with the relay reading and encoding
 every change but not sending it, 6,006 (the same); sending it to Kafka as it does, 5,112 (-11 %).
 So the change stream's Kafka hop (the relay's produce, the broker, the processor's fetch) is the
-largest part of what the pipeline costs here; the derivation after it about a tenth of the rate. kafkajs's producer alone in that shape (a plain loop: 2,200 messages/s in
-sends of 35 over 12 partitions, values of 300 bytes): 78 µs of its process's CPU per message and
-39-50 µs of the broker's; in sends of 100, 56 and 33 µs. V8's profiler puts the client's share in
-allocation (Buffers 10 %, the collector 14 %) and socket writes (11 %), kafkajs's own encoding a few
-per cent each. Fewer partitions make each record batch larger: with \`HUB_KAFKA_PARTITIONS=4\` the hub
+largest part of what the pipeline costs here; the derivation after it about a tenth of the rate. kafkajs's producer alone in that shape (a plain loop
+with the hub's fix to its request queue: 2,200 messages/s in sends of 35 over 12 partitions, values
+of 300 bytes): 48-56 µs of its process's CPU per message and 46-123 µs of the broker's (its idle
+work included); in sends of 100, 43-44 and 38-39 µs. Packing a partition's changes into one message,
+tried in the same loop (twelve messages of about three changes a send instead of 35): 38-48 µs of
+the client's CPU per change and 50-77 of the broker's, about the same: the client's cost follows
+its sends and bytes more than its messages. Fewer partitions make each record batch larger: with \`HUB_KAFKA_PARTITIONS=4\` the hub
 answered 5,154 and with 2, 5,398 requests/s, against 4,778 with 12 (four alternated rounds: 19.5,
 20.4 and 18.1 % of the bare server). The default stays 12, the most members a group can keep busy
-(see Scale-out); a deployment that will not scale past a few processors may set fewer. What would
-move the line further is fewer Kafka messages per change (the relay packing a partition's changes
-into one message, a change of the change stream's format): by the producer's figures above at most
-about a third of the hop's cost (4-5 % of the rate), far short of the quarter to a third less
-CPU per request over every process that 25 % needs. (An idle distributed hub left by a crashed
+(see Scale-out); a deployment that will not scale past a few processors may set fewer. That
+is the one lever found here, and it costs scale-out; 25 % needs a quarter to a third less CPU per
+request over every process. (An idle distributed hub left by a crashed
 scratch run ran beside every set of these rounds: alternated, they compare with each other, but
 their absolute rates are a few per cent low.)
 
