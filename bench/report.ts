@@ -15,8 +15,6 @@ import {
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { Kafka, logLevel } from 'kafkajs';
-import pg from 'pg';
 import { webhookStream } from '../domain/subscriptions.ts';
 // kafkajs as the hub runs it, for every bench's own clients (admins, taps, plain loops): its idle
 // request-queue timer stopped (infra/bus/kafka.ts; unpatched, it printed TimeoutNegativeWarning).
@@ -24,6 +22,7 @@ import '../infra/bus/kafka.ts';
 import { loadConfig } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { seal } from '../infra/secrets.ts';
+import { deleteTopics, dropSchema } from '../test/harness.ts';
 
 // Every temporary directory of a bench run (its stores, the hubs it spawns) goes under one
 // directory of the run, removed when the bench exits: os.tmpdir() reads TMPDIR at each call,
@@ -125,23 +124,11 @@ export async function isolatedDistributed(redisDb: number): Promise<Record<strin
  * 3,483 partitions, 4 GB, and the broker slowed with them). */
 export async function releaseDistributed(env: Record<string, string>, redisDb: number): Promise<void> {
   await flushRedisDb(redisDb);
+  const { postgresUrl, kafkaBrokers } = loadConfig();
   const schema = /[?&]schema=(\w+)/.exec(env.HUB_POSTGRES_URL ?? '')?.[1];
-  if (schema?.startsWith('bench_')) {
-    const client = new pg.Client({ connectionString: loadConfig().postgresUrl });
-    await client.connect();
-    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).finally(() => client.end());
-  }
+  if (schema?.startsWith('bench_')) await dropSchema(postgresUrl, schema);
   const prefix = env.HUB_KAFKA_PREFIX;
-  if (prefix?.startsWith('bench_')) {
-    const admin = new Kafka({ brokers: loadConfig().kafkaBrokers, logLevel: logLevel.NOTHING }).admin();
-    await admin.connect();
-    try {
-      const topics = (await admin.listTopics()).filter((t) => t.startsWith(prefix));
-      if (topics.length > 0) await admin.deleteTopics({ topics });
-    } finally {
-      await admin.disconnect();
-    }
-  }
+  if (prefix?.startsWith('bench_')) await deleteTopics(kafkaBrokers, prefix);
 }
 
 const ROOT = new URL('..', import.meta.url).pathname;
