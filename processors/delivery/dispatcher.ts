@@ -86,6 +86,8 @@ export class Dispatcher {
   /** Of `held`, those waiting for their subscription's slot. */
   private waitingCount = 0;
   private starved = false; // the last claim found due jobs only of subscriptions with full queues
+  /** The claim loop waits for free slots (rather than for a due job): a finished attempt wakes it. */
+  private waitingForSlots = false;
   /** Takes and hand-offs waiting for room (see waitForRoom). */
   private roomWaits = 0;
   /** Set as a stop begins: takes and hand-offs store what they hold no room for, instead of waiting. */
@@ -416,7 +418,9 @@ export class Dispatcher {
         // that would wait are taken only while their share has room (see `rooms`).
         const free = this.startRoom;
         if (free <= 0 || (this.held > 0 && free < this.roomChunk)) {
+          this.waitingForSlots = true;
           await this.sleep(1000); // woken when a slot frees
+          this.waitingForSlots = false;
           continue;
         }
         const now = Date.now();
@@ -501,7 +505,15 @@ export class Dispatcher {
         release();
         this.holding.delete(held.job.job_id);
         this.held--;
-        if (!this.starved || (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2) this.wake?.();
+        // A freed slot matters to the claim loop only if it waits for slots, or for a queue of a
+        // subscription whose due jobs it could not take. Nothing due in the schedule: its next
+        // due time, an enqueue or the 1-s poll wakes it (waking it at every attempt's end cost
+        // three Redis round trips each, about one per ten deliveries at 500 a second).
+        if (
+          this.waitingForSlots ||
+          (this.starved && (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2)
+        )
+          this.wake?.();
         if (this.slow.has(sub) && this.queueRoom(sub) >= this.subChunk) this.slow.delete(sub);
         this.wakeRoomWaiters();
       });

@@ -365,6 +365,33 @@ for (const httpThreads of [1, 0])
       }
     });
 
+    it('an attempt’s end does not send the claim loop to a schedule with nothing due', async () => {
+      const { deliveries, rx, dispatcher, close, subscribe } = await rig({ httpThreads, timeoutMs: 1000 });
+      const owner = 'prn:::accounts:/claims';
+      const sub = await subscribe(owner, '/ok');
+      const claim = deliveries.claim.bind(deliveries);
+      let claims = 0;
+      deliveries.claim = (...args) => {
+        claims++;
+        return claim(...args);
+      };
+      try {
+        await dispatcher.start();
+        await (await dispatcher.handOff(jobsFor(owner, sub, 1))).durable;
+        const before = claims;
+        const started = Date.now();
+        // Thirty deliveries one after another, each ending while the loop sleeps: before, each end
+        // woke it to claim from the empty schedule (and to read its next due time).
+        for (let i = 0; i < 30; i++) await (await dispatcher.handOff(jobsFor(owner, sub, 1))).durable;
+        assert.equal(rx.at('/ok').length, 31);
+        // Its own poll, once a second, still runs (jobs other processes schedule).
+        const polls = Math.ceil((Date.now() - started) / 1000);
+        assert.ok(claims - before <= polls + 1, `${claims - before} claims in ${Date.now() - started} ms`);
+      } finally {
+        await close();
+      }
+    });
+
     it('slow subscriptions’ queues leave room for other subscriptions’ jobs: these start at once', async () => {
       // 24 jobs a process, 2 in flight and 16 waiting a subscription: two hanging subscriptions
       // with backlogs would hold them all, and the healthy one's jobs then waited for their timeouts.
