@@ -989,7 +989,23 @@ the tree before and this one alternated in one run: CPU per event at 500 writes/
 (main thread 378 → 315), at 1,000 writes/s 968 → 954; at saturation 340 → 323 µs, 4,361 → 4,590
 events/s, its p50 310 → 83 ms; p50 at the steady rates 5 and 6 ms either way. The ratio issue 45
 asks to bring to 2 × is 3.6 × (3.7 × before): at 500 writes/s a window gathers too few events of
-a device for holding to save much; what is left is the other threads' wake-ups per event.`;
+a device for holding to save much; what is left is the other threads' wake-ups per event.
+
+### The claim loop at each attempt's end (2026-11-29, eighth)
+
+The dispatcher's claim loop had been woken at the end of every attempt, also with nothing due in the
+schedule: it then asked the schedule for jobs (a call to its SQLite thread here, three Redis round
+trips in the distributed profile) and went back to sleep. An attempt's end now wakes it only when it
+waits for free places, or for the queue of a subscription whose due jobs it had to leave
+(docs/webhooks.md). \`HUB_BENCH_PROFILE=embedded HUB_BENCH_PRINT_ONLY=1 HUB_BENCH_RATES=500 node
+bench/latency.ts 20\`, the tree before and this one, three alternated rounds on a slow day (the
+machine gave about half of this table's saturated rate): at saturation 2,832, 2,754 and 3,348 → 2,922,
+3,076 and 3,654 events/s, 519, 531 and 437 → 495, 476 and 403 µs per event; at 500 writes/s 1,890,
+1,866 and 1,895 → 1,840, 1,896 and 1,640 µs per event, wake-ups 7.6-7.7 → 6.9-7.3 an event. Both
+figures fell: the ratio stays where it was. The same in the distributed profile (two rounds): at
+saturation 1,082 and 1,068 → 1,126 and 1,143 events/s, 1.42 and 1.43 → 1.35 and 1.34 ms per event;
+at 500 writes/s the same (3.16 and 3.08 → 3.10 and 3.09 ms). The Kafka dispatch bench (three alternated
+runs, 31-35 % of the loop before, 33-36 after) did not move beyond its spread.`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -1245,7 +1261,17 @@ second are prom-client's event-loop monitor (a 10-ms timer, for \`hub_nodejs_eve
 Sampled every 100 ms instead, an idle hub woke 38 (embedded) and 60 (distributed) times a second
 instead of 125 and 147, but its CPU did not move beyond the spread, nor did CPU per event at 500
 writes/s (embedded, three alternated rounds: 1.74, 1.79 and 1.81 → 1.90, 1.74 and 1.73 ms): not
-kept, the finer lag figures are worth more.`;
+kept, the finer lag figures are worth more.
+2026-11-29 (eighth session), tried and not kept. The broker's own settings, on a second broker
+beside the first, each measured with the plain kafkajs hop at 500 messages/s (three alternated rounds
+once warm): one network and one I/O thread with the serial collector instead of two, four and G1,
+689-768 against 711-835 µs of the broker's CPU a message, the clients' 763-839 either way: within the
+spread. Fetches held on the broker for more of the topic (HUB_KAFKA_FETCH_MIN_BYTES 65,536 with
+HUB_KAFKA_FETCH_WAIT_MS 2 or 5, so that each hop's fetch gathers a few milliseconds of messages): two
+alternated rounds at 50, 500 and 1,000 writes/s and at saturation, every figure within the spread
+(CPU per event at 500 writes/s 2.91-2.92 ms against 2.96-3.02), while an idle consumer would fetch
+200-500 times a second instead of twice. (Two idle brokers ran beside this second set, so its
+figures are low against the table's.)`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
