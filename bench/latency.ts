@@ -995,7 +995,9 @@ a device for holding to save much; what is left is the other threads' wake-ups p
 
 The dispatcher's claim loop had been woken at the end of every attempt, also with nothing due in the
 schedule: it then asked the schedule for jobs (a call to its SQLite thread here, three Redis round
-trips in the distributed profile) and went back to sleep. An attempt's end now wakes it only when it
+trips in the distributed profile) and went back to sleep; here its look at the next due time also
+sent the attempts' records gathered so far to the SQLite thread (a read must see them), so the 10-ms
+window that groups them into one commit held one attempt at a time. An attempt's end now wakes it only when it
 waits for free places, or for the queue of a subscription whose due jobs it had to leave
 (docs/webhooks.md). \`HUB_BENCH_PROFILE=embedded HUB_BENCH_PRINT_ONLY=1 HUB_BENCH_RATES=500 node
 bench/latency.ts 20\`, the tree before and this one, three alternated rounds on a slow day (the
