@@ -1007,7 +1007,9 @@ machine gave about half of this table's saturated rate): at saturation 2,832, 2,
 figures fell: the ratio stays where it was. The same in the distributed profile (two rounds): at
 saturation 1,082 and 1,068 → 1,126 and 1,143 events/s, 1.42 and 1.43 → 1.35 and 1.34 ms per event;
 at 500 writes/s the same (3.16 and 3.08 → 3.10 and 3.09 ms). The Kafka dispatch bench (three alternated
-runs, 31-35 % of the loop before, 33-36 after) did not move beyond its spread.`;
+runs, 31-35 % of the loop before, 33-36 after) did not move beyond its spread, nor did the distributed
+device-meta ingestion (bench/ingestion.ts's load, four alternated rounds: medians 4,676 → 4,854
+requests/s, 18.2 → 18.9 % of the bare server's 25,680).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
