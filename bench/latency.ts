@@ -993,15 +993,15 @@ a device for holding to save much; what is left is the other threads' wake-ups p
 
 ### The claim loop at each attempt's end (2026-11-29, eighth)
 
-The dispatcher's claim loop had been woken at the end of every attempt, also with nothing due in the
-schedule: it then asked the schedule for jobs (a call to its SQLite thread here, three Redis round
-trips in the distributed profile) and went back to sleep; here its look at the next due time also
+The dispatcher's claim loop had been woken at the end of nearly every attempt, also with nothing due in the
+schedule: it then asked the schedule for jobs and for its next due time (two calls to its SQLite
+thread here, two Redis round trips in the distributed profile) and went back to sleep; here its look at the next due time also
 sent the attempts' records gathered so far to the SQLite thread (a read must see them), so the 10-ms
 window that groups them into one commit held one attempt at a time. An attempt's end now wakes it only when it
 waits for free places, or for the queue of a subscription whose due jobs it had to leave
 (docs/webhooks.md). \`HUB_BENCH_PROFILE=embedded HUB_BENCH_PRINT_ONLY=1 HUB_BENCH_RATES=500 node
-bench/latency.ts 20\`, the tree before and this one, three alternated rounds on a slow day (the
-machine gave about half of this table's saturated rate): at saturation 2,832, 2,754 and 3,348 → 2,922,
+bench/latency.ts 20\`, the tree before and this one, three alternated rounds (the machine
+busier than for this table, its saturated rates lower): at saturation 2,832, 2,754 and 3,348 → 2,922,
 3,076 and 3,654 events/s, 519, 531 and 437 → 495, 476 and 403 µs per event; at 500 writes/s 1,890,
 1,866 and 1,895 → 1,840, 1,896 and 1,640 µs per event, wake-ups 7.6-7.7 → 6.9-7.3 an event. Both
 figures fell: the ratio stays where it was. The same in the distributed profile (two rounds): at

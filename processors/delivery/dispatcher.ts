@@ -79,7 +79,11 @@ export class Dispatcher {
   private consumer: Consumer | undefined;
   private running = false;
   private loopDone: Promise<void> | undefined;
+  /** Ends the claim loop's sleep: set while it sleeps. */
   private wake: (() => void) | undefined;
+  /** A wake that came while the loop was not asleep (reading the schedule): its next sleep ends at
+   * once, as what woke it may have come after that read. */
+  private wokenMeanwhile = false;
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
   private readonly waiting = new Map<string, Held[]>(); // subscription → jobs waiting for a slot
   private held = 0; // running + waiting (+ recording)
@@ -145,7 +149,7 @@ export class Dispatcher {
         return this.handOff(known?.size ? jobs.filter((j) => !known.has(j.job_id)) : jobs);
       },
     });
-    this.unsubscribe = deliveries.onEnqueue(() => this.wake?.());
+    this.unsubscribe = deliveries.onEnqueue(() => this.wakeLoop());
     this.running = true;
     this.loopDone = this.loop();
     this.renewer = setInterval(() => {
@@ -368,7 +372,7 @@ export class Dispatcher {
     for (const w of this.roomWaiters.splice(0)) w.woken();
     await this.consumer?.stop();
     this.running = false;
-    this.wake?.();
+    this.wakeLoop();
     clearInterval(this.spiller);
     await this.loopDone;
     await Promise.all([...this.fresh].map((h) => h.spill));
@@ -401,14 +405,24 @@ export class Dispatcher {
   }
 
   private sleep(ms: number): Promise<void> {
+    if (this.wokenMeanwhile) {
+      this.wokenMeanwhile = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
+      const done = () => {
         clearTimeout(timer);
+        if (this.wake === done) this.wake = undefined;
         resolve();
-      }
+      };
+      const timer = setTimeout(done, ms);
       this.wake = done;
     });
+  }
+
+  private wakeLoop(): void {
+    if (this.wake) this.wake();
+    else this.wokenMeanwhile = true;
   }
 
   private async loop(): Promise<void> {
@@ -427,6 +441,7 @@ export class Dispatcher {
         // Takes and hand-offs waiting for room get half of it: the schedule's jobs are not starved
         // by a busy topic, nor the topic's by a backlog in the schedule.
         const limit = Math.min(this.roomWaits > 0 ? Math.ceil(free / 2) : free, 500);
+        this.wokenMeanwhile = false; // this claim sees what came before it
         const claimed = await this.o.deliveries.claim(now, limit, LEASE_MS, this.rooms());
         this.starved = false;
         if (claimed.length === 0) {
@@ -507,13 +522,14 @@ export class Dispatcher {
         this.held--;
         // A freed slot matters to the claim loop only if it waits for slots, or for a queue of a
         // subscription whose due jobs it could not take. Nothing due in the schedule: its next
-        // due time, an enqueue or the 1-s poll wakes it (waking it at every attempt's end cost
-        // three Redis round trips each, about one per ten deliveries at 500 a second).
+        // due time, an enqueue or the 1-s poll wakes it (waking it at every attempt's end cost a
+        // claim and a look at the next due time, two Redis round trips or two calls to the
+        // SQLite thread, about one per ten deliveries at 500 a second).
         if (
           this.waitingForSlots ||
           (this.starved && (this.waiting.get(sub)?.length ?? 0) <= this.queueLimit / 2)
         )
-          this.wake?.();
+          this.wakeLoop();
         if (this.slow.has(sub) && this.queueRoom(sub) >= this.subChunk) this.slow.delete(sub);
         this.wakeRoomWaiters();
       });

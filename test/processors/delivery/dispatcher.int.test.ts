@@ -392,6 +392,33 @@ for (const httpThreads of [1, 0])
       }
     });
 
+    it('a job enqueued while the claim loop reads the schedule is claimed at once, not at the next poll', async () => {
+      const { deliveries, rx, dispatcher, close, subscribe } = await rig({ httpThreads, timeoutMs: 1000 });
+      const owner = 'prn:::accounts:/claims-meanwhile';
+      const sub = await subscribe(owner, '/ok');
+      try {
+        await dispatcher.start();
+        await (await dispatcher.handOff(jobsFor(owner, sub, 1))).durable; // the HTTP side is up
+        // Another caller's enqueue lands while the loop waits for the schedule's next due time:
+        // its wake comes before the loop sleeps on an answer that does not know the job.
+        const nextDue = deliveries.nextDue.bind(deliveries);
+        let enqueuedAt = 0;
+        deliveries.nextDue = async () => {
+          const next = await nextDue();
+          if (!enqueuedAt) {
+            enqueuedAt = Date.now();
+            await deliveries.enqueue(jobsFor(owner, sub, 1));
+          }
+          return next;
+        };
+        const [, got] = await rx.waitFor('/ok', 2);
+        const waited = got!.at - enqueuedAt;
+        assert.ok(enqueuedAt > 0 && waited < 700, `delivered ${waited} ms after it was enqueued`);
+      } finally {
+        await close();
+      }
+    });
+
     it('slow subscriptions’ queues leave room for other subscriptions’ jobs: these start at once', async () => {
       // 24 jobs a process, 2 in flight and 16 waiting a subscription: two hanging subscriptions
       // with backlogs would hold them all, and the healthy one's jobs then waited for their timeouts.
