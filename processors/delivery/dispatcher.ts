@@ -89,7 +89,9 @@ export class Dispatcher {
   private held = 0; // running + waiting (+ recording)
   /** Of `held`, those waiting for their subscription's slot. */
   private waitingCount = 0;
-  private starved = false; // the last claim found due jobs only of subscriptions with full queues
+  /** The last claim left due jobs it could take no more of (their subscriptions' queues here full,
+   * or the waiting share spent). */
+  private starved = false;
   /** The claim loop waits for free slots (rather than for a due job): a finished attempt wakes it. */
   private waitingForSlots = false;
   /** Takes and hand-offs waiting for room (see waitForRoom). */
@@ -520,8 +522,8 @@ export class Dispatcher {
         release();
         this.holding.delete(held.job.job_id);
         this.held--;
-        // A freed slot matters to the claim loop only if it waits for slots, or for a queue of a
-        // subscription whose due jobs it could not take. Nothing due in the schedule: its next
+        // A freed slot matters to the claim loop only if it waits for slots, or if its last claim
+        // left due jobs it could not take and this queue is at most half full. Else its next
         // due time, an enqueue or the 1-s poll wakes it (waking it at every attempt's end cost a
         // claim and a look at the next due time, two Redis round trips or two calls to the
         // SQLite thread, about one per ten deliveries at 500 a second).
