@@ -583,14 +583,19 @@ loop). The embedded runs are ${PAIRS}, each right after a loop of its own; the
 figures are the median run against the median loop (each pair's share is shown too), and the
 Kafka run's share is of that loop as well.
 
-Targets: embedded ≥ 10,000 deliveries/s and ≥ 50 % of the plain loop; Kafka ≥ 5,000 deliveries/s.
+Targets: embedded ≥ 10,000 deliveries/s and ≥ 50 % of the plain loop; Kafka ≥ 5,000 deliveries/s and
+(issue 45) ≥ 50 % of the plain loop.
 
 | Run | Deliveries/s | Attempt p50 ms | Attempt p99 ms | Share of ceiling |
 |---|---:|---:|---:|---:|
 ${rows.map((r) => `| ${r.target} | ${fmt(r.rate)} | ≤ ${fmt(r.p50, 1)} | ≤ ${fmt(r.p99, 1)} | ${fmt((100 * r.rate) / plain)} % |`).join('\n')}
 | ceiling: plain undici loop | ${fmt(plain)} | | | 100 % |
 
-Attempt durations are histogram bucket bounds.
+Attempt durations are histogram bucket bounds.${
+      kafkaRow
+        ? ` In this run the Kafka dispatcher delivered ${fmt(kafkaRow.rate)} a second, ${fmt((100 * kafkaRow.rate) / plain)} % of the plain loop (≥ 5,000: ${kafkaRow.rate >= 5000 ? 'met' : '**not met**'}; ≥ 50 %: ${kafkaRow.rate >= plain / 2 ? 'met' : '**not met**'}).`
+        : ''
+    }
 
 Where the embedded run's time goes (measured with \`process.cpuUsage\`, the main thread's own
 figure, V8's profiler and \`perf\`): ${EMBEDDED_CPU} Since 2026-11-26 the HTTP side of each
@@ -787,8 +792,8 @@ ${e2e.map((r) => `| ${r.target} | ${fmt(r.sent)} | ${fmt(r.failed)}${r.failed ? 
                 unit: 'deliveries/s',
                 ceiling: plain,
                 ceilingName: 'plain undici loop',
-                target: '≥ 5,000 deliveries/s',
-                met: distributed.rate >= 5000,
+                target: '≥ 5,000 deliveries/s and ≥ 50 % of the loop (issue 45)',
+                met: distributed.rate >= 5000 && distributed.rate >= plain / 2,
               },
             ]
           : []),
