@@ -696,13 +696,18 @@ function targets(runs: ProfileRun[]): { text: string; figures: Parameters<typeof
         },
       );
     }
-    const worst = (f: (r: SizeRun) => number) => Math.max(...sizes.map(f));
-    const firsts = sizes
-      .map((r) => `${fmt(r.patchLong)} and ${fmt(r.getLong)} ms with ${fmt(r.long)} events`)
-      .join('; ');
-    const quick = worst((r) => Math.max(r.patchLong, r.getLong)) <= 50;
+    // The issue's line is of the largest history's long device; a smaller history's, shorter
+    // device is shown beside it with a short device's first requests (a new process's own cost).
+    const quick = Math.max(large.patchLong, large.getLong) <= 50;
+    const smaller = sizes
+      .slice(0, -1)
+      .map(
+        (r) =>
+          `; with ${fmt(r.events)} events, its ${fmt(r.long)}-event device ${fmt(r.patchLong)} and ${fmt(r.getLong)} ms, a short device ${fmt(r.patchShort)} and ${fmt(r.getShort)} ms`,
+      )
+      .join('');
     lines.push(
-      `- First PATCH and first GET of the long device after a restart ≤ 50 ms each, ${profile}: ${firsts}; **${verdict(quick)}**.`,
+      `- First PATCH and first GET of the ${fmt(large.long)}-event device after a restart ≤ 50 ms each, ${profile}: ${fmt(large.patchLong)} and ${fmt(large.getLong)} ms, **${verdict(quick)}** (a short device ${fmt(large.patchShort)} and ${fmt(large.getShort)} ms${smaller}).`,
     );
     for (const [kind, of, ofShort] of [
       ['PATCH', (r: SizeRun) => r.patchLong, (r: SizeRun) => r.patchShort],
