@@ -41,7 +41,7 @@ describe('hub binary (e2e)', () => {
       assert.equal((await request(`${url}/healthz`)).status, 200);
       assert.deepEqual(
         readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean).slice(1),
-        ['--max-semi-space-size=8', realpathSync(HUB), 'start'],
+        ['--max-semi-space-size=8', '--heap-growing-percent=100', realpathSync(HUB), 'start'],
       );
       const doc = await request(`${url}/openapi.json`);
       assert.equal(doc.body.openapi, '3.1.0');
@@ -118,13 +118,21 @@ describe('hub binary (e2e)', () => {
       assert.deepEqual(run({ HUB_PROFILE: 'embedded' }), [
         'node_modules',
         '--max-semi-space-size=8',
+        '--heap-growing-percent=100',
         hub,
         'processor',
         'two words',
       ]);
       assert.deepEqual(
         run({}),
-        ['node_modules', '--max-semi-space-size=8', hub, 'processor', 'two words'],
+        [
+          'node_modules',
+          '--max-semi-space-size=8',
+          '--heap-growing-percent=100',
+          hub,
+          'processor',
+          'two words',
+        ],
         'embedded is the default',
       );
       // A size in NODE_OPTIONS rules: the launcher passes none that would override it.
@@ -134,9 +142,20 @@ describe('hub binary (e2e)', () => {
         'processor',
         'two words',
       ]);
+      // Each flag on its own: the one NODE_OPTIONS names is left out, the other passed.
+      assert.deepEqual(run({ HUB_PROFILE: 'embedded', NODE_OPTIONS: '--max-semi-space-size=4' }), [
+        'node_modules',
+        '--heap-growing-percent=100',
+        hub,
+        'processor',
+        'two words',
+      ]);
       // The benchmarks start their hubs with the flags the launcher passes.
       assert.deepEqual(hubNodeFlags({ HUB_PROFILE: 'distributed' }), ['--max-semi-space-size=32']);
-      assert.deepEqual(hubNodeFlags({ HUB_PROFILE: 'embedded' }), ['--max-semi-space-size=8']);
+      assert.deepEqual(hubNodeFlags({ HUB_PROFILE: 'embedded' }), [
+        '--max-semi-space-size=8',
+        '--heap-growing-percent=100',
+      ]);
       // Without Node beside the package (installed as a dependency, hoisted): PATH's.
       rmSync(join(root, 'pkg/node_modules'), { recursive: true });
       assert.deepEqual(run({ HUB_PROFILE: 'distributed' }), [
