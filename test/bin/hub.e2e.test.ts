@@ -115,26 +115,16 @@ describe('hub binary (e2e)', () => {
         'processor',
         'two words',
       ]);
-      assert.deepEqual(run({ HUB_PROFILE: 'embedded' }), [
+      const embedded = [
         'node_modules',
         '--max-semi-space-size=8',
         '--heap-growing-percent=100',
         hub,
         'processor',
         'two words',
-      ]);
-      assert.deepEqual(
-        run({}),
-        [
-          'node_modules',
-          '--max-semi-space-size=8',
-          '--heap-growing-percent=100',
-          hub,
-          'processor',
-          'two words',
-        ],
-        'embedded is the default',
-      );
+      ];
+      assert.deepEqual(run({ HUB_PROFILE: 'embedded' }), embedded);
+      assert.deepEqual(run({}), embedded, 'embedded is the default');
       // A size in NODE_OPTIONS rules: the launcher passes none that would override it.
       assert.deepEqual(run({ HUB_PROFILE: 'distributed', NODE_OPTIONS: '--max-semi-space-size=4' }), [
         'node_modules',
