@@ -484,6 +484,10 @@ is the one lever found here, and it costs scale-out; 25 % needs a quarter to a t
 request over every process. (An idle distributed hub left by a crashed
 scratch run ran beside every set of these rounds: alternated, they compare with each other, but
 their absolute rates are a few per cent low.)
+Tried 2026-11-29 (tenth session), not kept: the consumers' fetches held on the broker for up to
+5 ms to gather more of the topic (HUB_KAFKA_FETCH_MIN_BYTES 65,536, HUB_KAFKA_FETCH_WAIT_MS 5),
+three alternated rounds in a slow hour: 2,466 against 2,490 requests/s at the medians, rounds from
+-17 to +4 %: the same.
 
 ${verdictDistributed}
 `;

@@ -1275,7 +1275,20 @@ HUB_KAFKA_FETCH_WAIT_MS 2 or 5, so that each hop's fetch gathers a few milliseco
 alternated rounds at 50, 500 and 1,000 writes/s and at saturation, every figure within the spread
 (CPU per event at 500 writes/s 2.91-2.92 ms against 2.96-3.02), while an idle consumer would fetch
 200-500 times a second instead of twice. (Two idle brokers ran beside this second set, so its
-figures are low against the table's.)`;
+figures are low against the table's.)
+2026-11-29 (tenth session): another Kafka client behind the bus port, measured. @platformatic/kafka
+2.12.1 (JavaScript, no native part, as kafkajs) against kafkajs 2.2.4 with the hub's fix, each in
+the plain hop of the ceiling above (one message a send, acknowledged by every replica, a consumer
+answered at the first byte, 12 partitions), in a scratch script, one process per round, three
+alternated rounds each once the broker was warm: at 500 messages/s 715-766 against 968-1,071 µs of
+the clients' CPU a message (about a quarter less), p50 0.70-0.78 against 0.88-1.13 ms; at 1,000
+messages/s 508-514 against 603-650 µs (about a sixth less); the broker's CPU the same (882-968 µs a
+message at 500 with either). Draining 200,000 prefilled messages of 400 bytes, as a busy consumer
+does: 4.9-5.5 against 5.1-5.8 µs a message, the same. At 500 writes/s the path's two hops would
+then cost at most about 500 µs less an event (less: its hops batch a little), a sixth of its 3.1 ms,
+which leaves the ratio above 2.3 × and changes nothing at saturation: a client change would meet
+none of the lines, so kafkajs, the design's client, stays. The port (infra/bus/port.ts) keeps such
+a change to one adapter if a client ever does.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
