@@ -643,6 +643,10 @@ async function window(
     return { name, p50: percentile(xs, 50), p99: percentile(xs, 99) };
   };
   const { hops } = taps;
+  // The processor handed its jobs to the dispatcher of its process (HUB_PROCESSOR_HANDOFF): no
+  // deliveries topic to time them on, so the last hop runs from the relay's produce to the arrival
+  // (its derived column empty).
+  const handedHere = hops.derived.size === 0;
   const hopRows = EMBEDDED
     ? []
     : [
@@ -661,11 +665,17 @@ async function window(
           (a) => hops.relayed.get(a[2]),
           (a) => hops.derived.get(a[2]),
         ),
-        hop(
-          'processor produce → arrival (Kafka hop, schedule, HTTP)',
-          (a) => hops.derived.get(a[2]),
-          (a) => a[0] + a[1],
-        ),
+        handedHere
+          ? hop(
+              'relay produce → arrival (Kafka hop, derive, log, hand-off in the process, HTTP)',
+              (a) => hops.relayed.get(a[2]),
+              (a) => a[0] + a[1],
+            )
+          : hop(
+              'processor produce → arrival (Kafka hop, schedule, HTTP)',
+              (a) => hops.derived.get(a[2]),
+              (a) => a[0] + a[1],
+            ),
       ];
   const sum = (ms: Map<string, number>) => [...ms.values()].reduce((a, b) => a + b, 0);
   const hubMs = sum(cpu.processes);
@@ -1288,7 +1298,25 @@ does: 4.9-5.5 against 5.1-5.8 µs a message, the same. At 500 writes/s the path'
 then cost at most about 500 µs less an event (less: its hops batch a little), a sixth of its 3.1 ms,
 which leaves the ratio above 2.3 × and changes nothing at saturation: a client change would meet
 none of the lines, so kafkajs, the design's client, stays. The port (infra/bus/port.ts) keeps such
-a change to one adapter if a client ever does.`;
+a change to one adapter if a client ever does.
+2026-11-29 (eleventh session): the deliveries topic taken off the path within one process. A
+process running the stream processor and the only dispatcher (\`hub start\`, as this bench runs it)
+now hands the jobs from one to the other in memory (\`HUB_PROCESSOR_HANDOFF=auto\`,
+docs/webhooks.md), the actor states saved once the jobs are finished or stored, the offsets
+committed after them. Measured on the 2 × AMD EPYC machine (about half as fast as the recorded
+run's), two hubs set up side by side, \`topic\` against \`auto\` in alternated 20-s windows: five
+rounds at 500 writes/s and at saturation, two at 1,000 writes/s.
+- 500 writes/s: p50 51-112 → 21-43 ms, p99 127-2,017 → 57-125 ms; CPU per event 2.92-3.17 →
+  3.03-3.16 ms, the same. The relay's produce to the arrival took 10-22 ms at p50, where the two
+  hops it replaces took 35-83 (17-39 to the processor's produce, 18-44 from it).
+- 1,000 writes/s: p50 181 and 1,017 → 52 and 81 ms, p99 607 and 9,382 → 159 and 673 ms.
+- Saturation: 794-928 → 788-1,224 events/s (medians 843 → 912), p50 120-131 → 54-79 ms; CPU per
+  event medians 1.77 → 1.60 ms.
+CPU per event at 500 writes/s did not fall. The topic's produce, fetch and look-up went (Kafka's
+CPU per event 0.36 → 0.29 ms), but the dispatcher now takes its jobs one processor chunk at a
+time (1.5 changes) rather than one fetch at a time (5.9 jobs), each hand-off its own turn. The
+latency lines stay out of reach on this machine: at 500 writes/s it is over 90 % busy, and each
+remaining hop (the append, the relay, the processor's Kafka hop) waits for a core.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
@@ -1362,7 +1390,7 @@ async function main() {
       return;
     }
     const row = (r: RunResult) =>
-      `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${r.hops.map((h) => fmt(h.p50, 1)).join(' / ')} | ${fmt(r.cpuPerEventMs, 2)} (${fmt(r.hubCpuPerEventMs, 2)}) | ${fmt(100 * r.cpu.machineBusy)} % |`;
+      `| ${r.variant} | ${r.load} | ${fmt(r.sent)} | ${fmt(r.failed)} | ${fmt(r.lost)} | ${fmt(r.rate)} | ${fmt(r.p50, 1)} | ${fmt(r.p99, 1)} | ${r.hops.map((h) => (Number.isNaN(h.p50) ? '–' : fmt(h.p50, 1))).join(' / ')} | ${fmt(r.cpuPerEventMs, 2)} (${fmt(r.hubCpuPerEventMs, 2)}) | ${fmt(100 * r.cpu.machineBusy)} % |`;
     const cpuRow = (r: RunResult) => {
       const events = r.rate * SECONDS;
       const us = (ms: number | undefined) => fmt((1000 * (ms ?? 0)) / events);
@@ -1371,7 +1399,7 @@ async function main() {
     };
     const body = `## End-to-end latency, distributed
 
-\`node bench/latency.ts ${SECONDS}\` on ${machine()}. ${TOPOLOGY === 'one' ? 'A distributed hub with every role in one process (`hub start`)' : 'A distributed hub, one process per role (`hub api`, `hub projector`, `hub processor`, `hub dispatcher`)'}, on a PostgreSQL schema, Kafka topics and a Redis database of its own, receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription; the receiver times each from when its request was due. Then the same hub at saturation: ${SATURATION_CONNECTIONS} requests in flight, delivered events/s counted at the receiver over the same window. Hops: the change's stored time, the relay's and the processor's produce times (the topics' record timestamps, read by a tap consumer) and the arrival. CPU from \`/proc\` over the window, per event delivered: every process of the hub and the shared infrastructure (Kafka, Redis, PostgreSQL: other users of this machine add to it); the hub's own in brackets.
+\`node bench/latency.ts ${SECONDS}\` on ${machine()}. ${TOPOLOGY === 'one' ? 'A distributed hub with every role in one process (`hub start`)' : 'A distributed hub, one process per role (`hub api`, `hub projector`, `hub processor`, `hub dispatcher`)'}, on a PostgreSQL schema, Kafka topics and a Redis database of its own, receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription; the receiver times each from when its request was due. Then the same hub at saturation: ${SATURATION_CONNECTIONS} requests in flight, delivered events/s counted at the receiver over the same window. Hops: the change's stored time, the relay's and the processor's produce times (the topics' record timestamps, read by a tap consumer) and the arrival; with the jobs handed to the dispatcher within the process (\`HUB_PROCESSOR_HANDOFF\`) there is no processor's produce, its column shows – and the arrival's hop counts from the relay's produce. CPU from \`/proc\` over the window, per event delivered: every process of the hub and the shared infrastructure (Kafka, Redis, PostgreSQL: other users of this machine add to it); the hub's own in brackets.
 
 | Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | Hop p50s ms: stored / relayed / derived / arrived | CPU ms per event (hub's) | Machine busy |
 |---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|

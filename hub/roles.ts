@@ -130,7 +130,9 @@ export function startProjector(hub: Assembly, keys: Keys): ProjectionRunner[] {
 /**
  * The processor: the relay puts the store's events on the changes topic, the stream processor
  * derives webhook events, logs them and hands off delivery jobs. The embedded profile runs it on
- * the in-process bus and hands its jobs straight to this process's dispatcher once that runs.
+ * the in-process bus and hands its jobs straight to this process's dispatcher once that runs; the
+ * distributed one too while that is the only dispatcher (HUB_PROCESSOR_HANDOFF), the deliveries
+ * topic otherwise.
  */
 export async function startProcessor(
   hub: Assembly,
@@ -167,6 +169,10 @@ export async function startProcessor(
           await stores.deliveries.enqueue(jobs);
         }
       : async (jobs) => {
+          // The only dispatcher, running here: each job would come to it through the topic, so it
+          // takes them as the embedded one does (delivered first, stored only if it must).
+          const here = config.processorHandOff === 'auto' ? dispatcher() : undefined;
+          if (here?.takesEveryJob) return here.handOff(jobs);
           // Deliveries promise no order: the producer may keep several requests in flight.
           await bus.send(
             TOPICS.deliveries,

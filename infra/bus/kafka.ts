@@ -542,11 +542,14 @@ export class KafkaBus implements Bus {
     /** Chunks being handled: a stop lets them finish, then commits. */
     const running = new Set<Promise<void>>();
     let stopping = false;
+    // The topic's partitions as of this member's start (the hub never adds any to a topic; an
+    // operator who does restarts the consumers), for onAssignment's `of`.
+    const topicPartitions = o.onAssignment ? await this.partitionCount(topic) : 0;
     consumer.on(consumer.events.GROUP_JOIN, (e) => {
       const partitions = e.payload.memberAssignment[topic] ?? [];
       // Emitted before the first fetch of the new assignment, which starts from these.
       for (const [partition, offset] of commits.keep(partitions)) consumer.seek({ topic, partition, offset });
-      o.onAssignment?.(partitions);
+      o.onAssignment?.(partitions, topicPartitions);
     });
     await consumer.connect();
     await consumer.subscribe({ topic, fromBeginning: true });
@@ -595,6 +598,17 @@ export class KafkaBus implements Bus {
         await consumer.disconnect();
       },
     };
+  }
+
+  private async partitionCount(topic: string): Promise<number> {
+    const admin = this.kafka.admin();
+    await admin.connect();
+    try {
+      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      return topics[0]?.partitions.length ?? 0;
+    } finally {
+      await admin.disconnect();
+    }
   }
 
   private incoming(m: KafkaMessage, partition: number): InMessage {

@@ -120,7 +120,10 @@ export class MemoryBus implements Bus {
         if (p.cursors.get(o.group)! < p.next) await nextTurn();
       }
     };
-    o.onAssignment?.(partitions.map((_, i) => i));
+    o.onAssignment?.(
+      partitions.map((_, i) => i),
+      partitions.length,
+    );
     const loops = partitions.map((_, i) => loop(i));
     return {
       stop: async () => {

@@ -45,8 +45,9 @@ export interface ConsumeOptions {
   /** Partitions handled at once by this member. */
   partitionsConcurrently?: number;
   /** Called when this member's partitions may have changed (a rebalance): caches keyed by
-   * partition are no longer this member's alone. */
-  onAssignment?: (partitions: number[]) => void;
+   * partition are no longer this member's alone. `of`: the topic's partitions (as the member
+   * found them at its start), so a member can tell whether it holds them all. */
+  onAssignment?: (partitions: number[], of: number) => void;
 }
 
 export interface Consumer {

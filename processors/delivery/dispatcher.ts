@@ -77,6 +77,8 @@ export class Dispatcher {
   /** What each job's subscription lets it do before its attempt: paused, or its circuit open. */
   private readonly circuits: Circuits;
   private consumer: Consumer | undefined;
+  /** This dispatcher holds every partition of the deliveries topic (see takesEveryJob). */
+  private holdsEveryPartition = false;
   private running = false;
   private loopDone: Promise<void> | undefined;
   /** Ends the claim loop's sleep: set while it sleeps. */
@@ -139,6 +141,9 @@ export class Dispatcher {
       group: 'hub-dispatcher',
       topic: TOPICS.deliveries,
       partitionsConcurrently: 4,
+      onAssignment: (partitions, of) => {
+        this.holdsEveryPartition = of > 0 && partitions.length === of;
+      },
       // Delivered first, as the embedded processor's hand-offs are: a chunk's offsets are
       // committed once each of its jobs is finished or stored (see handOff), and the next chunk
       // comes meanwhile. Stored first, every job cost the schedule a write before its attempt and
@@ -165,7 +170,18 @@ export class Dispatcher {
   }
 
   /**
-   * Jobs handed off by the embedded processor or taken from the deliveries topic, delivered first
+   * Whether every delivery job would come to this dispatcher through the deliveries topic: it holds
+   * each of the topic's partitions (it is the only dispatcher running). A processor in this process
+   * may then hand its jobs here (`handOff`) rather than through the topic, and each subscription's
+   * limits still hold for the whole hub. Once a second dispatcher joins, the next rebalance ends it;
+   * jobs handed here until then are delivered here (the limits may be exceeded by them meanwhile).
+   */
+  get takesEveryJob(): boolean {
+    return this.holdsEveryPartition && this.running && !this.draining;
+  }
+
+  /**
+   * Jobs handed off by a processor in this process or taken from the deliveries topic, delivered first
    * and stored only if they must be: a job its subscription's queue here has room for is held in
    * memory and started as a slot frees; it is stored (leased to this process) only if it is not
    * finished within SPILL_MS, or when the process stops first. Delivery is at least once, and a

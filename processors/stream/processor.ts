@@ -1,8 +1,9 @@
 // The stream processor: consumes the `changes` topic as a consumer group, runs each device's
 // changes through its actor (derive.ts), records every derived event in its owner's log, and
-// hands one delivery job per matching subscription to the `deliveries` topic. A batch's offsets
-// are committed only after all of that, and actor states are saved last, so a crash at any point
-// replays the batch into the same events (same ids) and nothing is lost.
+// hands one delivery job per matching subscription on (the `deliveries` topic, or the dispatcher
+// of this process: ProcessorOptions.handOff). A batch's offsets are committed only after all of
+// that, and actor states are saved once its jobs are durable, so a crash at any point replays the
+// batch into the same events (same ids) and nothing is lost.
 import { LRUCache } from 'lru-cache';
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { Bus, Consumer, Handled, InMessage } from '../../infra/bus/port.ts';
@@ -127,7 +128,7 @@ export class ProcessorMetrics {
     });
     this.jobs = new Counter({
       name: 'hub_processor_delivery_jobs_total',
-      help: 'Delivery jobs handed to the deliveries topic.',
+      help: 'Delivery jobs handed on: to the deliveries topic, or to the dispatcher of this process.',
       registers: [registry],
     });
     this.lag = new Gauge({
@@ -194,7 +195,8 @@ export interface ProcessorOptions {
    * jobs are durable, together with the position of its last change under this name, so a start
    * resumes the change stream there (`resumePosition`) with the states as they were at it.
    * Actors woken meanwhile see the states not yet saved. Without it, states are saved as soon as
-   * the jobs are handed off (the distributed profile: the deliveries topic is durable then).
+   * the jobs are handed off when that makes them durable (the deliveries topic), else once they
+   * are (the distributed profile's hand-off to a dispatcher of this process: saveOnceDurable).
    */
   resume?: { name: string };
 }
@@ -210,7 +212,10 @@ export class StreamProcessor {
   private checkpointing: Promise<void> = Promise.resolve();
   /** Set when a batch's jobs could not be made durable: the checkpoint stays before them. */
   private checkpointHeld = false;
-  /** With `resume`: batches' changed states waiting for their jobs to be durable, oldest first. */
+  /** Per partition, the last batch's states saved once its jobs are durable (see saveOnceDurable). */
+  private readonly saving = new Map<number, Promise<void>>();
+  /** With `resume`, or jobs taken by this process's dispatcher: batches' changed states waiting
+   * for their jobs to be durable, oldest first. */
   private readonly unsaved: Map<string, DeviceActor>[] = [];
   /** The states actors wake from: those not yet saved first, newest first, then the store. */
   private readonly states: ActorStates<DeviceActor>;
@@ -253,7 +258,12 @@ export class StreamProcessor {
       group: 'hub-processor',
       topic: TOPICS.changes,
       partitionsConcurrently: this.o.partitionsConcurrently ?? 4,
-      onAssignment: () => this.runtimes.clear(),
+      onAssignment: () => {
+        this.runtimes.clear();
+        // A partition kept or taken is read from its last commit or where this member finished:
+        // a failed chain of saves is behind it.
+        this.saving.clear();
+      },
       handle: async (messages, info) => {
         const timer = this.o.metrics.duration.startTimer();
         let handled: Handled | undefined;
@@ -339,12 +349,13 @@ export class StreamProcessor {
     // need not wait for it (its actors' states are in memory, and a load of one evicted since
     // follows this save on the same connection): the batch's offsets are committed only once it
     // is done, and should it fail the partition is read again from before the batch.
+    const cp = this.o.handOffCheckpoint;
     let saved: Promise<void> | undefined;
-    if (!resume) saved = this.o.states.save(changed);
-    else this.unsaved.push(changed);
+    if (resume) this.unsaved.push(changed);
+    else if (handed && !cp) saved = this.saveOnceDurable(partition, changed, handed.durable);
+    else saved = this.o.states.save(changed);
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
-    const cp = this.o.handOffCheckpoint;
     const moves = cp !== undefined && last > this.handedOff;
     if (moves) this.handedOff = last;
     if (moves || resume) {
@@ -383,6 +394,28 @@ export class StreamProcessor {
       });
     }
     return saved && { durable: saved };
+  }
+
+  /**
+   * Distributed, with the jobs taken by the dispatcher of this process: they are durable only once
+   * finished or stored, so the batch's states are saved then, and its offsets committed after (a
+   * crash before derives the batch again). In order per partition, as a later batch's states are
+   * derived from this one's (actors woken meanwhile read them from `unsaved`). A batch whose jobs
+   * or states fail fails every later one of its partition, which is then read again from its last
+   * commit (the bus), its actors from the states saved.
+   */
+  private saveOnceDurable(partition: number, changed: Map<string, DeviceActor>, durable: Promise<void>) {
+    this.unsaved.push(changed);
+    const saved = (this.saving.get(partition) ?? Promise.resolve())
+      .then(() => durable)
+      .then(() => this.o.states.save(changed));
+    const forget = () => {
+      const at = this.unsaved.indexOf(changed);
+      if (at >= 0) this.unsaved.splice(at, 1);
+    };
+    saved.then(forget, forget);
+    this.saving.set(partition, saved);
+    return saved;
   }
 
   private async jobsFor(events: WebhookEvent[]): Promise<Job[]> {

@@ -1,4 +1,4 @@
-// A distributed hub for the fault and drain tests: every role its own process on the real
+// A distributed hub for the fault and drain tests: every role its own process (or all in one) on the real
 // PostgreSQL, Redis and Kafka (isolated: a Redis database, a PostgreSQL schema and Kafka names of
 // its own), a fleet under a steady load of device-meta writes, and the audit that compares what
 // was accepted with the event log and what the receivers got.
@@ -45,6 +45,9 @@ export async function startCluster(
   /** The Redis database of this cluster (flushed at its start). */
   database: number,
   extra: Record<string, string> = {},
+  /** apart: every role its own process; together: one process running them all (`hub start`),
+   * which each role's name in `roles` then names, and `restart` starts again. */
+  layout: 'apart' | 'together' = 'apart',
 ): Promise<Cluster> {
   const base = testConfig();
   const id = randomBytes(4).toString('hex');
@@ -69,9 +72,15 @@ export async function startCluster(
     ...extra,
   };
   const roles = new Map<RoleName, RoleProcess>();
-  const start = async (role: RoleName) =>
-    roles.set(role, await spawnRole(role, { ...env, HUB_PORT: role === 'api' ? String(apiPort) : '0' }));
-  for (const role of ROLES) await start(role);
+  const start = async (role: RoleName) => {
+    if (layout === 'apart')
+      roles.set(role, await spawnRole(role, { ...env, HUB_PORT: role === 'api' ? String(apiPort) : '0' }));
+    else {
+      const all = await spawnRole('start', { ...env, HUB_PORT: String(apiPort) });
+      for (const r of ROLES) roles.set(r, all);
+    }
+  };
+  for (const role of layout === 'apart' ? ROLES : ROLES.slice(0, 1)) await start(role);
   const api = roles.get('api')!.url;
   return {
     env,

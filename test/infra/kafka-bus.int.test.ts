@@ -59,15 +59,20 @@ describe('Kafka bus consumer groups (int)', function () {
   const member = async (on: KafkaBus, group: string, topic = 'one') => {
     const seen: { value: string; partition: number }[] = [];
     const held: number[][] = [];
+    /** The topic's partitions each assignment was told of. */
+    const of: number[] = [];
     const consumer = await on.consume({
       group,
       topic,
       handle: async (messages) => {
         for (const m of messages) seen.push({ value: m.value.toString(), partition: m.partition });
       },
-      onAssignment: (partitions) => held.push(partitions),
+      onAssignment: (partitions, count) => {
+        held.push(partitions);
+        of.push(count);
+      },
     });
-    return { seen, held, consumer, values: () => seen.map((s) => s.value) };
+    return { seen, held, of, consumer, values: () => seen.map((s) => s.value) };
   };
   const newGroup = () => `g-${randomBytes(4).toString('hex')}`;
 
@@ -244,6 +249,8 @@ describe('Kafka bus consumer groups (int)', function () {
     const group = newGroup();
     const a = await member(slowCommits, group, 'two');
     await until(() => a.held.length > 0);
+    // Alone in its group, the member is told it holds every partition of the topic.
+    assert.deepEqual([a.held[0]!.length, a.of[0]], [2, 2]);
     // One message committed (a's first chunk), then twenty over both partitions, finished and not
     // committed when the second member joins.
     await send('x', 'two', 'x');
@@ -260,6 +267,7 @@ describe('Kafka bus consumer groups (int)', function () {
     await until(() => b.held.length > 0 && a.held.length > 1 && a.held.at(-1)!.length === 1, 40_000);
     const kept = a.held.at(-1)!;
     assert.equal(kept.length, 1);
+    assert.equal(a.of.at(-1), 2, 'one partition of two');
     for (const [i, key] of keys.entries()) await send(`d${i}`, 'two', key);
     await until(() => [...a.values(), ...b.values()].filter((v) => v.startsWith('d')).length >= 20);
     await Promise.all([a.consumer.stop(), b.consumer.stop()]);

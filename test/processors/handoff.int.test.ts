@@ -2,7 +2,8 @@
 // deliver jobs before it stores them, so the checkpoint moves past a batch only once its jobs are
 // durable, in order, and never past jobs that could not be made so. The log and the hand-off go at
 // once, the states after both; on Kafka the next batch does not wait for the states, whose batch
-// is committed once they are saved. The in-process bus or the real broker, a stub dispatcher, with
+// is committed once they are saved, and with jobs durable later (taken by the dispatcher of the
+// process) the states wait for them. The in-process bus or the real broker, a stub dispatcher, with
 // real derivation.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -84,13 +85,56 @@ function recordingProcessor(o: Pick<ProcessorOptions, 'bus' | 'states' | 'log' |
   return { processor, handed };
 }
 
+/** A hand-off as the dispatcher's answers (taken now, durable later): each recorded in `handed`
+ * with what settles its durability. */
+function durableLater() {
+  const handed: { jobs: Job[]; settle: (err?: Error) => void }[] = [];
+  const handOff = async (jobs: Job[]) => {
+    let settle!: (err?: Error) => void;
+    const durable = new Promise<void>((resolve, reject) => {
+      settle = (err) => (err ? reject(err) : resolve());
+    });
+    handed.push({ jobs, settle });
+    return { durable };
+  };
+  return { handed, handOff };
+}
+
+/** A Kafka bus on names of its own with a one-partition changes topic, the processor group's
+ * committed offset of it (-1: none), and what ends it all. */
+async function onKafka(level: 'warn' | 'error') {
+  const prefix = `handoff-${randomBytes(4).toString('hex')}-`;
+  const bus = new KafkaBus({
+    brokers: BROKERS,
+    clientId: 'handoff-test',
+    logger: createLogger(level),
+    prefix,
+  });
+  const admin = new Kafka({ clientId: 'handoff-test', brokers: BROKERS, logLevel: logLevel.NOTHING }).admin();
+  await admin.connect();
+  await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+  const committed = async () => {
+    const [t] = await admin.fetchOffsets({
+      groupId: `${prefix}hub-processor`,
+      topics: [prefix + TOPICS.changes],
+    });
+    return Number(t!.partitions[0]!.offset);
+  };
+  const close = async () => {
+    await bus.close();
+    await admin.disconnect();
+    await deleteTopics(BROKERS, prefix);
+  };
+  return { bus, committed, close };
+}
+
 describe('processor hand-off checkpoint (int)', () => {
   it('moves past a batch once its jobs are durable, in order; stays before jobs that could not be', async () => {
     const { logger, lines } = memoryLogger();
     const bus = new MemoryBus({ logger });
     await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
     const checkpoints = new MemoryCheckpoints();
-    const handed: { jobs: Job[]; settle: (err?: Error) => void }[] = [];
+    const { handed, handOff } = durableLater();
     const processor = new StreamProcessor({
       bus,
       registry,
@@ -100,14 +144,7 @@ describe('processor hand-off checkpoint (int)', () => {
       logger,
       metrics: new ProcessorMetrics(new Registry()),
       partitionsConcurrently: 1,
-      handOff: async (jobs) => {
-        let settle!: (err?: Error) => void;
-        const durable = new Promise<void>((resolve, reject) => {
-          settle = (err) => (err ? reject(err) : resolve());
-        });
-        handed.push({ jobs, settle });
-        return { durable };
-      },
+      handOff,
       handOffCheckpoint: { checkpoints, name: 'processor-handoff' },
     });
     const checkpoint = () => checkpoints.get('processor-handoff');
@@ -193,20 +230,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
   this.timeout(60_000);
 
   it("hands the next batch off while the last one's actor states are being saved; commits a batch once they are", async () => {
-    const prefix = `handoff-${randomBytes(4).toString('hex')}-`;
-    const bus = new KafkaBus({
-      brokers: BROKERS,
-      clientId: 'handoff-test',
-      logger: createLogger('warn'),
-      prefix,
-    });
-    const admin = new Kafka({
-      clientId: 'handoff-test',
-      brokers: BROKERS,
-      logLevel: logLevel.NOTHING,
-    }).admin();
-    await admin.connect();
-    await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
+    const { bus, committed, close } = await onKafka('warn');
     /** Saves held until released, in the order asked. */
     class HeldStates extends MemoryActorStates<DeviceActor> {
       readonly held: (() => void)[] = [];
@@ -222,14 +246,6 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       log: new MemoryEventLog({ retentionMs: 86_400_000 }),
       logger: createLogger('warn'),
     });
-    /** The group's committed offset of the one partition (-1: none). */
-    const committed = async () => {
-      const [t] = await admin.fetchOffsets({
-        groupId: `${prefix}hub-processor`,
-        topics: [prefix + TOPICS.changes],
-      });
-      return Number(t!.partitions[0]!.offset);
-    };
     const waitFor = (what: () => boolean | Promise<boolean>, label: string) =>
       until(what, {
         ms: 20_000,
@@ -255,9 +271,67 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
     } finally {
       for (const release of states.held.splice(0)) release();
       await processor.stop();
-      await bus.close();
-      await admin.disconnect();
-      await deleteTopics(BROKERS, prefix);
+      await close();
+    }
+  });
+
+  it("with its jobs taken by this process's dispatcher, saves states and commits once they are durable, in order; reads a failed batch again", async () => {
+    const { bus, committed, close } = await onKafka('error');
+    class SavedStates extends MemoryActorStates<DeviceActor> {
+      readonly saved: string[][] = [];
+      override async save(states: Map<string, DeviceActor>, checkpoint?: StatesCheckpoint): Promise<void> {
+        this.saved.push([...states.keys()]);
+        return super.save(states, checkpoint);
+      }
+    }
+    const states = new SavedStates();
+    // As the dispatcher's hand-off answers: taken now, durable once finished or stored.
+    const { handed, handOff } = durableLater();
+    const processor = new StreamProcessor({
+      bus,
+      registry,
+      states,
+      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      subscriptions,
+      logger: createLogger('silent'),
+      metrics: new ProcessorMetrics(new Registry()),
+      partitionsConcurrently: 1,
+      handOff,
+    });
+    const waitFor = (what: () => boolean | Promise<boolean>, label: string) =>
+      until(what, {
+        ms: 20_000,
+        why: async () =>
+          `${label}: handed ${handed.length}, saved ${states.saved.length}, committed ${await committed()}`,
+      });
+    await processor.start();
+    try {
+      await bus.send(TOPICS.changes, [created(1)]);
+      await waitFor(() => handed.length === 1, 'first hand-off');
+      await bus.send(TOPICS.changes, [created(2)]);
+      await waitFor(() => handed.length === 2, 'second hand-off'); // not held up by the first
+      handed[1]!.settle();
+      await new Promise((r) => setTimeout(r, 1500)); // past the bus's commit interval (1 s)
+      assert.deepEqual(states.saved, [], "no states saved while the first batch's jobs are not durable");
+      assert.ok((await committed()) < 1, 'nothing committed');
+      handed[0]!.settle();
+      await waitFor(async () => (await committed()) === 2, 'both committed');
+      assert.deepEqual(states.saved, [['d1'], ['d2']], 'saved in order');
+
+      // Jobs that could not be made durable: not saved, not committed, the batch read again.
+      await bus.send(TOPICS.changes, [created(3)]);
+      await waitFor(() => handed.length === 3, 'third hand-off');
+      handed[2]!.settle(new Error('the schedule did not answer'));
+      await waitFor(() => handed.length === 4, 'the third batch handed off again');
+      assert.equal(handed[3]!.jobs[0]!.job_id, handed[2]!.jobs[0]!.job_id, 'into the same job');
+      assert.equal(states.saved.length, 2);
+      handed[3]!.settle();
+      await waitFor(async () => (await committed()) === 3, 'third committed');
+      assert.deepEqual(states.saved.at(-1), ['d3']);
+    } finally {
+      for (const h of handed) h.settle();
+      await processor.stop();
+      await close();
     }
   });
 });
