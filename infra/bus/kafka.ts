@@ -447,6 +447,8 @@ export class KafkaBus implements Bus {
           replacing = (async () => {
             if (stopped || current !== member) return;
             await leave().catch(() => {});
+            // Until the next member joins, this process holds none of the topic's partitions.
+            o.onAssignment?.([], 0);
             while (!stopped && current === member) {
               try {
                 await start();

@@ -46,7 +46,8 @@ export interface ConsumeOptions {
   partitionsConcurrently?: number;
   /** Called when this member's partitions may have changed (a rebalance): caches keyed by
    * partition are no longer this member's alone. `of`: the topic's partitions (as the member
-   * found them at its start), so a member can tell whether it holds them all. */
+   * found them at its start), so a member can tell whether it holds them all. Called with none
+   * (and `of` 0) once a member has left to join again (Kafka: after a crash or a failed chunk). */
   onAssignment?: (partitions: number[], of: number) => void;
 }
 

@@ -196,7 +196,7 @@ export interface ProcessorOptions {
    * resumes the change stream there (`resumePosition`) with the states as they were at it.
    * Actors woken meanwhile see the states not yet saved. Without it, states are saved as soon as
    * the jobs are handed off when that makes them durable (the deliveries topic), else once they
-   * are (the distributed profile's hand-off to a dispatcher of this process: saveOnceDurable).
+   * are (the distributed profile's hand-off to a dispatcher of this process: saveInOrder).
    */
   resume?: { name: string };
 }
@@ -212,10 +212,12 @@ export class StreamProcessor {
   private checkpointing: Promise<void> = Promise.resolve();
   /** Set when a batch's jobs could not be made durable: the checkpoint stays before them. */
   private checkpointHeld = false;
-  /** Per partition, the last batch's states saved once its jobs are durable (see saveOnceDurable). */
+  /** Distributed: per partition, when the last batch's save is asked for (see saveInOrder). */
   private readonly saving = new Map<number, Promise<void>>();
-  /** With `resume`, or jobs taken by this process's dispatcher: batches' changed states waiting
-   * for their jobs to be durable, oldest first. */
+  /** Distributed: counts the joins; a save asked for before the last one is dropped. */
+  private generation = 0;
+  /** Batches' changed states not saved yet (with `resume`, or distributed: see saveInOrder), oldest
+   * first. */
   private readonly unsaved: Map<string, DeviceActor>[] = [];
   /** The states actors wake from: those not yet saved first, newest first, then the store. */
   private readonly states: ActorStates<DeviceActor>;
@@ -260,9 +262,13 @@ export class StreamProcessor {
       partitionsConcurrently: this.o.partitionsConcurrently ?? 4,
       onAssignment: () => {
         this.runtimes.clear();
-        // A partition kept or taken is read from its last commit or where this member finished:
-        // a failed chain of saves is behind it.
+        if (this.o.resume || this.o.handOffCheckpoint) return;
+        // Every partition is read again from its last commit, or from where this member finished
+        // (its batches saved): those not yet saved are derived again, from the states saved, and
+        // their pending saves dropped, lest an older state land after a newer one.
+        this.generation++;
         this.saving.clear();
+        this.unsaved.length = 0;
       },
       handle: async (messages, info) => {
         const timer = this.o.metrics.duration.startTimer();
@@ -352,8 +358,8 @@ export class StreamProcessor {
     const cp = this.o.handOffCheckpoint;
     let saved: Promise<void> | undefined;
     if (resume) this.unsaved.push(changed);
-    else if (handed && !cp) saved = this.saveOnceDurable(partition, changed, handed.durable);
-    else saved = this.o.states.save(changed);
+    else if (cp) saved = this.o.states.save(changed);
+    else saved = this.saveInOrder(partition, changed, handed?.durable);
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
     const moves = cp !== undefined && last > this.handedOff;
@@ -397,24 +403,34 @@ export class StreamProcessor {
   }
 
   /**
-   * Distributed, with the jobs taken by the dispatcher of this process: they are durable only once
-   * finished or stored, so the batch's states are saved then, and its offsets committed after (a
-   * crash before derives the batch again). In order per partition, as a later batch's states are
-   * derived from this one's (actors woken meanwhile read them from `unsaved`). A batch whose jobs
-   * or states fail fails every later one of its partition, which is then read again from its last
-   * commit (the bus), its actors from the states saved.
+   * Distributed: a batch's states saved once its jobs are durable (at once for the topic's, which
+   * are durable when sent; once finished or stored for those the dispatcher of this process took),
+   * its offsets committed after (a crash before derives the batch again), in order per partition
+   * whatever path each batch's jobs took, as a later batch's states are derived from this one's:
+   * actors woken meanwhile read them from `unsaved`. A batch whose jobs or states fail fails every
+   * later one of its partition, which is then read again from its last commit (the bus). After a
+   * join, the batches not yet saved are read again: their saves are dropped (see onAssignment).
    */
-  private saveOnceDurable(partition: number, changed: Map<string, DeviceActor>, durable: Promise<void>) {
+  private saveInOrder(partition: number, changed: Map<string, DeviceActor>, durable?: Promise<void>) {
+    const generation = this.generation;
     this.unsaved.push(changed);
-    const saved = (this.saving.get(partition) ?? Promise.resolve())
+    let saving: Promise<void> = Promise.resolve();
+    // Asked for once the last batch's save was asked for: one connection keeps them in order, so the
+    // next need not wait for this one's answer.
+    const asked = (this.saving.get(partition) ?? Promise.resolve())
       .then(() => durable)
-      .then(() => this.o.states.save(changed));
+      .then(() => {
+        // Read again since: derived again, saved by that batch (the bus ignores this failure).
+        if (generation !== this.generation) throw new Error('the partition was assigned again');
+        saving = this.o.states.save(changed);
+      });
+    const saved = asked.then(() => saving);
     const forget = () => {
       const at = this.unsaved.indexOf(changed);
       if (at >= 0) this.unsaved.splice(at, 1);
     };
     saved.then(forget, forget);
-    this.saving.set(partition, saved);
+    this.saving.set(partition, asked);
     return saved;
   }
 

@@ -57,6 +57,26 @@ const created = (position: number) => ({
   }),
   headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
 });
+/** A device-meta change of device d<device> at store position `position`. */
+const updated = (device: number, position: number) => ({
+  key: `d${device}`,
+  value: registry.encode('ChangeRecord', {
+    id: `00000000-0000-4000-9000-${String(position).padStart(12, '0')}`,
+    type: 'DeviceMetaUpdated',
+    stream: `device-d${device}`,
+    revision: 1,
+    schema_version: 1,
+    position,
+    created: Date.now(),
+    data: JSON.stringify({
+      device_id: `d${device}`,
+      owner_prn: OWNER,
+      changed: { n: String(position) },
+      removed: [],
+    }),
+  }),
+  headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
+});
 /** Waits until `what()` holds, polling, at most `ms`; fails with `why()` when it does not. */
 const until = async (
   what: () => boolean | Promise<boolean>,
@@ -100,9 +120,9 @@ function durableLater() {
   return { handed, handOff };
 }
 
-/** A Kafka bus on names of its own with a one-partition changes topic, the processor group's
- * committed offset of it (-1: none), and what ends it all. */
-async function onKafka(level: 'warn' | 'error') {
+/** A Kafka bus on names of its own with a changes topic of `partitions`, the processor group's
+ * committed offset of a partition (-1: none), a send to a partition of choice, and what ends it all. */
+async function onKafka(level: 'warn' | 'error', partitions = 1) {
   const prefix = `handoff-${randomBytes(4).toString('hex')}-`;
   const bus = new KafkaBus({
     brokers: BROKERS,
@@ -110,22 +130,25 @@ async function onKafka(level: 'warn' | 'error') {
     logger: createLogger(level),
     prefix,
   });
-  const admin = new Kafka({ clientId: 'handoff-test', brokers: BROKERS, logLevel: logLevel.NOTHING }).admin();
-  await admin.connect();
-  await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
-  const committed = async () => {
-    const [t] = await admin.fetchOffsets({
-      groupId: `${prefix}hub-processor`,
-      topics: [prefix + TOPICS.changes],
-    });
-    return Number(t!.partitions[0]!.offset);
+  const kafka = new Kafka({ clientId: 'handoff-test', brokers: BROKERS, logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  const producer = kafka.producer();
+  await Promise.all([admin.connect(), producer.connect()]);
+  await bus.ensureTopics([{ topic: TOPICS.changes, partitions }]);
+  const topic = prefix + TOPICS.changes;
+  const committed = async (partition = 0) => {
+    const [t] = await admin.fetchOffsets({ groupId: `${prefix}hub-processor`, topics: [topic] });
+    return Number(t!.partitions.find((p) => p.partition === partition)!.offset);
+  };
+  const sendTo = async (partition: number, m: ReturnType<typeof created>) => {
+    await producer.send({ topic, acks: -1, messages: [{ ...m, partition }] });
   };
   const close = async () => {
     await bus.close();
-    await admin.disconnect();
+    await Promise.all([admin.disconnect(), producer.disconnect()]);
     await deleteTopics(BROKERS, prefix);
   };
-  return { bus, committed, close };
+  return { bus, committed, sendTo, close };
 }
 
 describe('processor hand-off checkpoint (int)', () => {
@@ -275,20 +298,23 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
     }
   });
 
-  it("with its jobs taken by this process's dispatcher, saves states and commits once they are durable, in order; reads a failed batch again", async () => {
-    const { bus, committed, close } = await onKafka('error');
+  /** A processor on Kafka whose hand-offs answer as the dispatcher of its process does (taken now,
+   * durable later), or, while `viaTopic` is set, as the deliveries topic does (durable at once);
+   * its states' saves recorded as device@position. */
+  async function handingToItsDispatcher(partitions = 1) {
+    const kafka = await onKafka('error', partitions);
     class SavedStates extends MemoryActorStates<DeviceActor> {
       readonly saved: string[][] = [];
       override async save(states: Map<string, DeviceActor>, checkpoint?: StatesCheckpoint): Promise<void> {
-        this.saved.push([...states.keys()]);
+        this.saved.push([...states].map(([k, s]) => `${k}@${s.position}`));
         return super.save(states, checkpoint);
       }
     }
     const states = new SavedStates();
-    // As the dispatcher's hand-off answers: taken now, durable once finished or stored.
-    const { handed, handOff } = durableLater();
+    const later = durableLater();
+    const mode = { viaTopic: false };
     const processor = new StreamProcessor({
-      bus,
+      bus: kafka.bus,
       registry,
       states,
       log: new MemoryEventLog({ retentionMs: 86_400_000 }),
@@ -296,27 +322,45 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       logger: createLogger('silent'),
       metrics: new ProcessorMetrics(new Registry()),
       partitionsConcurrently: 1,
-      handOff,
+      handOff: async (jobs) => {
+        if (!mode.viaTopic) return later.handOff(jobs);
+        later.handed.push({ jobs, settle: () => {} });
+        return undefined;
+      },
     });
+    const { handed } = later;
     const waitFor = (what: () => boolean | Promise<boolean>, label: string) =>
       until(what, {
         ms: 20_000,
         why: async () =>
-          `${label}: handed ${handed.length}, saved ${states.saved.length}, committed ${await committed()}`,
+          `${label}: handed ${handed.length}, saved ${JSON.stringify(states.saved)}, committed ${await kafka.committed()}`,
       });
     await processor.start();
+    const close = async () => {
+      for (const h of handed) h.settle();
+      await processor.stop();
+      await kafka.close();
+    };
+    return { ...kafka, states, handed, mode, waitFor, close };
+  }
+
+  it("with its jobs taken by this process's dispatcher, saves states and commits once they are durable, in order, a topic batch's after them; reads a failed batch again", async () => {
+    const { bus, committed, states, handed, mode, waitFor, close } = await handingToItsDispatcher();
     try {
       await bus.send(TOPICS.changes, [created(1)]);
       await waitFor(() => handed.length === 1, 'first hand-off');
-      await bus.send(TOPICS.changes, [created(2)]);
+      // The next batch, of the same device, goes by the topic (as once the dispatcher drains or a
+      // second one joins): its states are derived from the first's, and saved after them.
+      mode.viaTopic = true;
+      await bus.send(TOPICS.changes, [updated(1, 2)]);
       await waitFor(() => handed.length === 2, 'second hand-off'); // not held up by the first
-      handed[1]!.settle();
+      mode.viaTopic = false;
       await new Promise((r) => setTimeout(r, 1500)); // past the bus's commit interval (1 s)
       assert.deepEqual(states.saved, [], "no states saved while the first batch's jobs are not durable");
       assert.ok((await committed()) < 1, 'nothing committed');
       handed[0]!.settle();
       await waitFor(async () => (await committed()) === 2, 'both committed');
-      assert.deepEqual(states.saved, [['d1'], ['d2']], 'saved in order');
+      assert.deepEqual(states.saved, [['d1@1'], ['d1@2']], 'saved in order');
 
       // Jobs that could not be made durable: not saved, not committed, the batch read again.
       await bus.send(TOPICS.changes, [created(3)]);
@@ -327,10 +371,35 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       assert.equal(states.saved.length, 2);
       handed[3]!.settle();
       await waitFor(async () => (await committed()) === 3, 'third committed');
-      assert.deepEqual(states.saved.at(-1), ['d3']);
+      assert.deepEqual(states.saved.at(-1), ['d3@3']);
     } finally {
-      for (const h of handed) h.settle();
-      await processor.stop();
+      await close();
+    }
+  });
+
+  it('after a join, a batch whose jobs were not durable is derived again from the states saved, its first save dropped', async () => {
+    const { committed, sendTo, states, handed, waitFor, close } = await handingToItsDispatcher(2);
+    const jobsHanded = () => handed.flatMap((h) => h.jobs.map((j) => j.job_id));
+    try {
+      await sendTo(0, created(1));
+      await waitFor(() => handed.length === 1, "the first partition's hand-off");
+      const first = handed[0]!.jobs[0]!.job_id;
+      // The other partition's batch fails: the member joins again, and each partition is read
+      // again from its last commit, the first one's batch too, its jobs not durable yet.
+      await sendTo(1, created(2));
+      await waitFor(() => handed.length === 2, "the second partition's hand-off");
+      const second = handed[1]!.jobs[0]!.job_id;
+      handed[1]!.settle(new Error('the schedule did not answer'));
+      await waitFor(
+        () => jobsHanded().filter((id) => id === first).length === 2,
+        'the first batch derived again into its job',
+      );
+      await waitFor(() => jobsHanded().filter((id) => id === second).length === 2, 'the second too');
+      handed[0]!.settle(); // the first hand-off's jobs durable at last: its save was dropped at the join
+      for (const h of handed.slice(2)) h.settle();
+      await waitFor(async () => (await committed(0)) === 1 && (await committed(1)) === 1, 'both committed');
+      assert.deepEqual(states.saved.flat().sort(), ['d1@1', 'd2@2'], 'each state saved once');
+    } finally {
       await close();
     }
   });
