@@ -42,41 +42,37 @@ const subscriptions = {
     },
   ],
 };
-/** The change of device d<position>'s creation, as the relay puts it on the changes topic. */
-const created = (position: number) => ({
-  key: `d${position}`,
-  value: registry.encode('ChangeRecord', {
-    id: `00000000-0000-4000-8000-${String(position).padStart(12, '0')}`,
-    type: 'DeviceCreated',
-    stream: `device-d${position}`,
-    revision: 0,
-    schema_version: 1,
-    position,
-    created: Date.now(),
-    data: JSON.stringify({ prn: `prn:::devices:/d${position}`, owner_prn: OWNER, nick: 'n' }),
-  }),
-  headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
-});
-/** A device-meta change of device d<device> at store position `position`. */
-const updated = (device: number, position: number) => ({
+/** A change of device d<device> at store position `position` (its stream's `revision`th), as the
+ * relay puts it on the changes topic. */
+const change = (device: number, position: number, type: string, revision: number, data: object) => ({
   key: `d${device}`,
   value: registry.encode('ChangeRecord', {
-    id: `00000000-0000-4000-9000-${String(position).padStart(12, '0')}`,
-    type: 'DeviceMetaUpdated',
+    id: `00000000-0000-4000-8000-${String(position).padStart(12, '0')}`,
+    type,
     stream: `device-d${device}`,
-    revision: 1,
+    revision,
     schema_version: 1,
     position,
     created: Date.now(),
-    data: JSON.stringify({
-      device_id: `d${device}`,
-      owner_prn: OWNER,
-      changed: { n: String(position) },
-      removed: [],
-    }),
+    data: JSON.stringify(data),
   }),
   headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
 });
+/** Device d<position>'s creation. */
+const created = (position: number) =>
+  change(position, position, 'DeviceCreated', 0, {
+    prn: `prn:::devices:/d${position}`,
+    owner_prn: OWNER,
+    nick: 'n',
+  });
+/** A device-meta change of device d<device>, its first. */
+const updated = (device: number, position: number) =>
+  change(device, position, 'DeviceMetaUpdated', 1, {
+    device_id: `d${device}`,
+    owner_prn: OWNER,
+    changed: { n: String(position) },
+    removed: [],
+  });
 /** Waits until `what()` holds, polling, at most `ms`; fails with `why()` when it does not. */
 const until = async (
   what: () => boolean | Promise<boolean>,
