@@ -1304,14 +1304,15 @@ process running the stream processor and the only dispatcher (\`hub start\`, as 
 now hands the jobs from one to the other in memory (\`HUB_PROCESSOR_HANDOFF=auto\`,
 docs/webhooks.md), the actor states saved once the jobs are finished or stored, the offsets
 committed after them. Measured on the 2 × AMD EPYC machine (about half as fast as the recorded
-run's), two hubs set up side by side, \`topic\` against \`auto\` in alternated 20-s windows: five
-rounds at 500 writes/s and at saturation, two at 1,000 writes/s.
-- 500 writes/s: p50 51-112 → 21-43 ms, p99 127-2,017 → 57-125 ms; CPU per event 2.92-3.17 →
-  3.03-3.16 ms, the same. The relay's produce to the arrival took 10-22 ms at p50, where the two
-  hops it replaces took 35-83 (17-39 to the processor's produce, 18-44 from it).
+run's), two hubs set up side by side, \`topic\` against \`auto\` in alternated 20-s windows: seven
+rounds at 500 writes/s and at saturation (the last two on the final code, whose saves of a
+partition's states wait their turn), two at 1,000 writes/s.
+- 500 writes/s: p50 51-119 → 21-52 ms, p99 127-2,017 → 57-178 ms; CPU per event 2.92-3.17 →
+  3.03-3.16 ms, the same. The relay's produce to the arrival took 10-27 ms at p50, where the two
+  hops it replaces took 35-85 (17-40 to the processor's produce, 18-45 from it).
 - 1,000 writes/s: p50 181 and 1,017 → 52 and 81 ms, p99 607 and 9,382 → 159 and 673 ms.
-- Saturation: 794-928 → 788-1,224 events/s (medians 843 → 912), p50 120-131 → 54-79 ms; CPU per
-  event medians 1.77 → 1.60 ms.
+- Saturation: 794-984 → 788-1,224 events/s (medians 843 → 912), p50 106-133 → 54-79 ms; CPU per
+  event medians 1.77 → 1.63 ms.
 CPU per event at 500 writes/s did not fall. The topic's produce, fetch and look-up went (Kafka's
 CPU per event 0.36 → 0.29 ms), but the dispatcher now takes its jobs one processor chunk at a
 time (1.5 changes) rather than one fetch at a time (5.9 jobs), each hand-off its own turn. The

@@ -284,7 +284,7 @@ export const knobs = {
   processorHandOff: knob(
     'HUB_PROCESSOR_HANDOFF',
     'auto',
-    'Distributed: how the stream processor hands its delivery jobs to a dispatcher. auto: straight to the dispatcher of its own process while that is the only one (its member of the group holds every partition of the deliveries topic), as the embedded profile does, the deliveries topic otherwise; a process running every role (`hub start`) then puts no job on the topic: on a 2-core machine, its send-to-delivery p50 at 500 writes/s fell from 51-112 ms to 21-43 ms in five alternated rounds, at the same CPU per event (docs/webhooks.md). topic: always through the deliveries topic.',
+    'Distributed: how the stream processor hands its delivery jobs to a dispatcher. auto: straight to the dispatcher of its own process while that is the only one (its member of the group holds every partition of the deliveries topic), as the embedded profile does, the deliveries topic otherwise; a process running every role (`hub start`) then puts no job on the topic: on a 2-core machine, its send-to-delivery p50 at 500 writes/s fell from 51-119 ms to 21-52 ms in seven alternated rounds, at the same CPU per event (docs/webhooks.md). topic: always through the deliveries topic.',
     oneOf('auto', 'topic'),
   ),
   webhookTimeoutMs: knob(
