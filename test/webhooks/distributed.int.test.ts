@@ -65,11 +65,11 @@ describe('webhooks: distributed, two dispatchers (int)', function () {
       await rx.waitFor('/ok/warm', sent);
     }
     const limited = await create('/ok/limited', { rate_limit: 8 });
-    // Bursts of 32, each kept to 8/s, until both dispatchers took part in one, at most five (which
-    // one claims the due jobs is a race: on a loaded machine one may win every claim of a burst, and
-    // three bursts were once not enough during the whole suite).
+    // Bursts of 32, each kept to 8/s, until both dispatchers took part in one, at most eight (which
+    // one claims the due jobs is a race: on a loaded machine one may win every claim of a burst;
+    // during the whole suite three bursts were once not enough, and five once on 2026-11-29).
     const byProcess = new Map<string, number>();
-    for (let round = 1; round <= 5 && byProcess.size < 2; round++) {
+    for (let round = 1; round <= 8 && byProcess.size < 2; round++) {
       byProcess.clear();
       await burst(limited, 32);
       const got = (await rx.waitFor('/ok/limited', 32 * round, 30_000)).slice(32 * (round - 1));
