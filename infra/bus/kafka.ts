@@ -271,6 +271,8 @@ export class KafkaBus implements Bus {
   private readonly orderedLane: Lane = { ordered: true, producer: undefined, busy: false, waiting: [] };
   private readonly unorderedLane: Lane = { ordered: false, producer: undefined, busy: false, waiting: [] };
   private readonly consumers = new Set<Consumer>();
+  /** Each topic's partitions (its name with the prefix), as ensureTopics or a consumer's start found them. */
+  private readonly partitions = new Map<string, number>();
   /** Put before every topic and group name (HUB_KAFKA_PREFIX). */
   private readonly prefix: string;
   private readonly maxBatch: number;
@@ -339,6 +341,11 @@ export class KafkaBus implements Bus {
           })),
         });
       }
+      // What each has (existing ones keep theirs), for the consumers' onAssignment.
+      const { topics: found } = await admin.fetchTopicMetadata({
+        topics: topics.map((t) => this.prefix + t.topic),
+      });
+      for (const t of found) this.partitions.set(t.name, t.partitions.length);
     } finally {
       await admin.disconnect();
     }
@@ -544,7 +551,7 @@ export class KafkaBus implements Bus {
     /** Chunks being handled: a stop lets them finish, then commits. */
     const running = new Set<Promise<void>>();
     let stopping = false;
-    // The topic's partitions as of this member's start (the hub never adds any to a topic; an
+    // The topic's partitions as this process found them (the hub never adds any to a topic; an
     // operator who does restarts the consumers), for onAssignment's `of`.
     const topicPartitions = o.onAssignment ? await this.partitionCount(topic) : 0;
     consumer.on(consumer.events.GROUP_JOIN, (e) => {
@@ -602,12 +609,17 @@ export class KafkaBus implements Bus {
     };
   }
 
+  /** As ensureTopics found them; asked of the broker only for a topic it was not given. */
   private async partitionCount(topic: string): Promise<number> {
+    const known = this.partitions.get(topic);
+    if (known !== undefined) return known;
     const admin = this.kafka.admin();
     await admin.connect();
     try {
       const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
-      return topics[0]?.partitions.length ?? 0;
+      const count = topics[0]?.partitions.length ?? 0;
+      this.partitions.set(topic, count);
+      return count;
     } finally {
       await admin.disconnect();
     }
