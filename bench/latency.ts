@@ -644,9 +644,28 @@ async function window(
   };
   const { hops } = taps;
   // The processor handed its jobs to the dispatcher of its process (HUB_PROCESSOR_HANDOFF): no
-  // deliveries topic to time them on, so the last hop runs from the relay's produce to the arrival
-  // (its derived column empty).
+  // deliveries topic to time them on; the relay handed the changes to the processor of its process
+  // (HUB_RELAY_HANDOFF): no changes topic either. The last hop then runs from the last produce
+  // there was, or from the change's storing, to the arrival (the columns between empty).
   const handedHere = hops.derived.size === 0;
+  const relayedHere = hops.relayed.size === 0;
+  const lastHop = !handedHere
+    ? hop(
+        'processor produce → arrival (Kafka hop, schedule, HTTP)',
+        (a) => hops.derived.get(a[2]),
+        (a) => a[0] + a[1],
+      )
+    : !relayedHere
+      ? hop(
+          'relay produce → arrival (Kafka hop, derive, log, hand-off in the process, HTTP)',
+          (a) => hops.relayed.get(a[2]),
+          (a) => a[0] + a[1],
+        )
+      : hop(
+          'stored → arrival (notify, read, derive, log, hand-offs in the process, HTTP)',
+          (a) => hops.stored.get(a[2]),
+          (a) => a[0] + a[1],
+        );
   const hopRows = EMBEDDED
     ? []
     : [
@@ -665,17 +684,7 @@ async function window(
           (a) => hops.relayed.get(a[2]),
           (a) => hops.derived.get(a[2]),
         ),
-        handedHere
-          ? hop(
-              'relay produce → arrival (Kafka hop, derive, log, hand-off in the process, HTTP)',
-              (a) => hops.relayed.get(a[2]),
-              (a) => a[0] + a[1],
-            )
-          : hop(
-              'processor produce → arrival (Kafka hop, schedule, HTTP)',
-              (a) => hops.derived.get(a[2]),
-              (a) => a[0] + a[1],
-            ),
+        lastHop,
       ];
   const sum = (ms: Map<string, number>) => [...ms.values()].reduce((a, b) => a + b, 0);
   const hubMs = sum(cpu.processes);

@@ -128,7 +128,8 @@ export function startProjector(hub: Assembly, keys: Keys): ProjectionRunner[] {
 }
 
 /**
- * The processor: the relay puts the store's events on the changes topic, the stream processor
+ * The processor: the relay puts the store's events on the changes topic (distributed: or hands them
+ * to the processor here while it holds every partition, HUB_RELAY_HANDOFF), the stream processor
  * derives webhook events, logs them and hands off delivery jobs. The embedded profile runs it on
  * the in-process bus and hands its jobs straight to this process's dispatcher once that runs; the
  * distributed one too while that is the only dispatcher (HUB_PROCESSOR_HANDOFF), the deliveries
@@ -185,6 +186,7 @@ export async function startProcessor(
     // where the actors' states were saved, else it is derived again from the store's start.
     handOffCheckpoint: embedded ? { checkpoints: stores.checkpoints, name: 'processor-handoff' } : undefined,
     resume: embedded && config.embeddedState === 'sqlite' ? { name: 'changes' } : undefined,
+    takesChanges: !embedded && config.relayHandOff === 'auto',
   });
   // The embedded relay starts where the processor resumes (its bus is in memory).
   const relayFrom = new MemoryCheckpoints();
@@ -199,6 +201,8 @@ export async function startProcessor(
     metrics: metrics.registry,
     lease: embedded ? undefined : readStore,
     name: relayName,
+    // Distributed: in memory to the processor here while it holds every partition (HUB_RELAY_HANDOFF).
+    handOff: !embedded && config.relayHandOff === 'auto' ? processor : undefined,
   });
   await processor.start();
   changeRelay.start();

@@ -287,6 +287,12 @@ export const knobs = {
     'Distributed: how the stream processor hands its delivery jobs to a dispatcher. auto: straight to the dispatcher of its own process while that is the only one (its member of the group holds every partition of the deliveries topic), as the embedded profile does, the deliveries topic otherwise; a process running every role (`hub start`) then puts no job on the topic: on a 2-core machine, its send-to-delivery p50 at 500 writes/s fell from 51-119 ms to 21-52 ms in seven alternated rounds, at the same CPU per event (docs/webhooks.md). topic: always through the deliveries topic.',
     oneOf('auto', 'topic'),
   ),
+  relayHandOff: knob(
+    'HUB_RELAY_HANDOFF',
+    'auto',
+    'Distributed: how the change relay hands the stored events to the stream processor. auto: in memory to the processor of its own process (the processor role runs both) while that processor holds every partition of the changes topic and has handled everything on it, the changes topic otherwise (when a second processor joins, the changes not yet made durable are sent through the topic again); a process running every role (`hub start`) or the only processor then puts no change on the topic. topic: always through the changes topic.',
+    oneOf('auto', 'topic'),
+  ),
   webhookTimeoutMs: knob(
     'HUB_WEBHOOK_TIMEOUT_MS',
     '10000',

@@ -183,6 +183,11 @@ export class OffsetCommits {
       });
   }
 
+  /** No chunk waits to be durable, and none failed to be. */
+  get idle(): boolean {
+    return this.pending.size === 0 && this.failed.size === 0;
+  }
+
   /** Resolves once every chunk waiting to be durable is, or failed, or after `ms`. */
   async settled(ms: number): Promise<void> {
     let bounded: NodeJS.Timeout | undefined;
@@ -509,7 +514,28 @@ export class KafkaBus implements Bus {
       });
     };
     await start();
+    const topic = this.prefix + o.topic;
+    const groupId = this.prefix + o.group;
     const handle: Consumer = {
+      caughtUp: async () => {
+        const member = current;
+        if (!member?.commits.idle) return false;
+        await member.commits.flush();
+        try {
+          const admin = await this.adminConnection();
+          // One after the other: asked at once, kafkajs's admin mixed up their answers ("Response
+          // without match") while it connected to the broker.
+          const ends = await admin.fetchTopicOffsets(topic);
+          const groups = await admin.fetchOffsets({ groupId, topics: [topic] });
+          const committed = new Map(groups[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]));
+          // Committed up to the end, or nothing left on the partition to read (none sent, or all
+          // of it past retention).
+          return ends.every((e) => (committed.get(e.partition) ?? -1n) >= BigInt(e.high) || e.high === e.low);
+        } catch {
+          this.dropAdminConnection();
+          return false;
+        }
+      },
       stop: async () => {
         stopped = true;
         this.consumers.delete(handle);
@@ -644,23 +670,32 @@ export class KafkaBus implements Bus {
   ping(): Promise<void> {
     this.pinging ??= (async () => {
       try {
-        this.pingAdmin ??= (async () => {
-          const admin = this.pingKafka.admin();
-          await admin.connect();
-          return admin;
-        })();
-        await (await this.pingAdmin).describeCluster();
+        await (await this.adminConnection()).describeCluster();
       } catch (err) {
-        // The next ping connects anew.
-        const failed = this.pingAdmin;
-        this.pingAdmin = undefined;
-        failed?.then((admin) => admin.disconnect()).catch(() => {});
+        this.dropAdminConnection();
         throw err;
       } finally {
         this.pinging = undefined;
       }
     })();
     return this.pinging;
+  }
+
+  /** The admin client of pings and of consumers' caughtUp: one connection, kept while it answers. */
+  private adminConnection(): Promise<Admin> {
+    this.pingAdmin ??= (async () => {
+      const admin = this.pingKafka.admin();
+      await admin.connect();
+      return admin;
+    })();
+    return this.pingAdmin;
+  }
+
+  /** After a failed request: the next one connects anew. */
+  private dropAdminConnection(): void {
+    const failed = this.pingAdmin;
+    this.pingAdmin = undefined;
+    failed?.then((admin) => admin.disconnect()).catch(() => {});
   }
 
   async close(): Promise<void> {

@@ -126,6 +126,8 @@ export class MemoryBus implements Bus {
     );
     const loops = partitions.map((_, i) => loop(i));
     return {
+      // A group's cursor moves past a batch once it is durable.
+      caughtUp: async () => partitions.every((p) => (p.cursors.get(o.group) ?? p.base) >= p.next),
       stop: async () => {
         running = false;
         for (const wake of [...stopWaiting]) wake();

@@ -54,6 +54,10 @@ export interface ConsumeOptions {
 export interface Consumer {
   /** Stops fetching, lets the running batches finish and commits their offsets. */
   stop(): Promise<void>;
+  /** Whether every message now on the topic is handled, durable and committed by this group: a
+   * sender that has stopped sending to the topic may then hand its messages on some other way
+   * without overtaking any (the relay's hand-off). False when the bus cannot tell now. */
+  caughtUp(): Promise<boolean>;
 }
 
 export interface Bus {

@@ -1,6 +1,8 @@
 // Follows the event store from a durable checkpoint and hands each batch to a handler with side
 // effects (send an email, carry a flag): at least once, in order, resuming after crashes. A
-// failing batch is retried from the checkpoint with backoff.
+// failing batch is retried from the checkpoint with backoff. A handler may take a batch and make
+// it durable later (the relay's hand-off): the checkpoint moves only past batches made durable,
+// in order, and one that is not is read again from the last that was.
 import type { CheckpointStore } from '../../infra/checkpoints.ts';
 import type { EventStore, RecordedEvent, SubscribeOptions } from '../../infra/eventstore/port.ts';
 import type { Logger } from '../../infra/telemetry.ts';
@@ -11,7 +13,8 @@ export interface FollowerOptions extends SubscribeOptions {
   store: EventStore;
   checkpoints: CheckpointStore;
   logger: Logger;
-  handle: (batch: RecordedEvent[]) => Promise<void>;
+  /** Handles a batch, or takes it and answers `{ durable }`, which resolves once it is durable. */
+  handle: (batch: RecordedEvent[]) => Promise<void | { durable: Promise<void> }>;
   /** Asked before following: false waits a second and asks again (a standby without a lease). */
   ready?: () => Promise<boolean>;
   /** Called once the loop has ended. */
@@ -41,19 +44,25 @@ export class EventFollower {
     let backoffMs = 200;
     // Checkpoints are saved at most once a second (and at stop): after a crash at most a second
     // of events is handled again, which at-least-once handlers accept.
-    let handled = 0;
+    let durableAt = 0; // the last position handled and durable, in order
     let saved = 0;
     let savedAt = 0;
     const save = async () => {
-      if (handled <= saved) return;
-      await this.o.checkpoints.set(this.o.name, handled);
-      saved = handled;
+      if (durableAt <= saved) return;
+      const at = durableAt;
+      await this.o.checkpoints.set(this.o.name, at);
+      saved = at;
       savedAt = Date.now();
     };
+    /** Batches taken and not yet durable, chained in order; counts the subscriptions, so a batch
+     * of an earlier one (read again since) moves nothing. */
+    let durables: Promise<void> = Promise.resolve();
+    let pending = 0;
+    let round = 0;
     while (!signal.aborted) {
       let from = 0;
       try {
-        from = Math.max(await this.o.checkpoints.get(this.o.name), handled);
+        from = Math.max(await this.o.checkpoints.get(this.o.name), durableAt);
       } catch (err) {
         this.o.logger.warn(
           { follower: this.o.name, err: (err as Error).message },
@@ -73,14 +82,37 @@ export class EventFollower {
       });
       const stop = () => subscription.close();
       signal.addEventListener('abort', stop, { once: true });
+      const thisRound = ++round;
+      let failed: Error | undefined;
       try {
         for await (const batch of subscription) {
-          await this.o.handle(batch);
-          handled = batch[batch.length - 1]!.position;
+          const taken = await this.o.handle(batch);
+          const position = batch[batch.length - 1]!.position;
+          if (!taken && pending === 0) durableAt = position;
+          else {
+            pending++;
+            durables = durables
+              .then(() => taken?.durable)
+              .then(
+                () => {
+                  if (round === thisRound && !failed) durableAt = position;
+                },
+                (err: Error) => {
+                  if (round !== thisRound || failed) return;
+                  // Read again from the last durable batch: this one and those after it.
+                  failed = err;
+                  subscription.close();
+                },
+              )
+              .finally(() => pending--);
+          }
+          if (failed) break;
           if (Date.now() - savedAt >= 1000) await save();
           backoffMs = 200;
         }
+        if (failed) throw failed;
       } catch (err) {
+        round++; // what is still pending of this subscription moves nothing
         if (signal.aborted) break;
         this.o.logger.warn(
           { follower: this.o.name, err: (err as Error).message },
@@ -93,7 +125,14 @@ export class EventFollower {
         subscription.close();
       }
     }
+    // Batches taken still becoming durable move the checkpoint if they are within a bound.
+    let bounded: NodeJS.Timeout | undefined;
+    await Promise.race([durables, new Promise((r) => (bounded = setTimeout(r, STOP_WAIT_MS)))]);
+    clearTimeout(bounded);
     await save().catch(() => {});
     await this.o.stopped?.();
   }
 }
+
+/** At a stop, the longest wait for batches taken to be durable (what is not is read again). */
+const STOP_WAIT_MS = 5000;

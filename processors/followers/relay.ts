@@ -2,7 +2,9 @@
 // aggregate (the device, for device and trail streams) so one device's changes stay in order in
 // one partition. Avro-encoded, the schema named in a header. At least once: the checkpoint moves
 // only after the broker acknowledged, so a crash of the relay, the store or the broker resends
-// (consumers skip what they applied, by position). One relay runs at a time: a lease in the read
+// (consumers skip what they applied, by position). While the stream processor of this process
+// holds every partition, the relay hands it the changes in memory instead (`handOff`), and the
+// checkpoint moves once the processor has made them durable. One relay runs at a time: a lease in the read
 // store, renewed as it goes, keeps a second one waiting.
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Bus } from '../../infra/bus/port.ts';
@@ -13,7 +15,8 @@ import type { ReadStore } from '../../infra/readstore/port.ts';
 import { newOwnerId } from '../../infra/readstore/redis.ts';
 import type { Logger } from '../../infra/telemetry.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
-import { aggregateKey } from '../stream/derive.ts';
+import { aggregateKey, type Change } from '../stream/derive.ts';
+import type { StreamProcessor } from '../stream/processor.ts';
 import { EventFollower } from './follower.ts';
 
 const SCHEMA = 'ChangeRecord';
@@ -39,6 +42,9 @@ export function relay(o: {
   lease?: ReadStore;
   /** Names the checkpoint and the lease: one relay per set of topics (HUB_KAFKA_PREFIX). */
   name?: string;
+  /** Distributed (HUB_RELAY_HANDOFF): the stream processor of this process, which takes the
+   * changes in memory while it holds every partition of the topic (StreamProcessor.takesChanges). */
+  handOff?: Pick<StreamProcessor, 'takesChanges' | 'take'>;
 }): EventFollower {
   const name = o.name ?? 'relay';
   const relayed = new Counter({
@@ -48,7 +54,12 @@ export function relay(o: {
   });
   const position = new Gauge({
     name: 'hub_relay_position',
-    help: 'Store position of the last event the relay put on the changes topic.',
+    help: 'Store position of the last event the relay put on the changes topic or handed off.',
+    registers: [o.metrics],
+  });
+  const handedOff = new Counter({
+    name: 'hub_relay_events_handed_off_total',
+    help: 'Stored events handed to the stream processor of this process in memory instead (HUB_RELAY_HANDOFF).',
     registers: [o.metrics],
   });
   const header = { [SCHEMA_HEADER]: `${SCHEMA}.v${o.registry.currentVersion(SCHEMA)}` };
@@ -69,6 +80,25 @@ export function relay(o: {
     ready: holdLease,
     handle: async (batch) => {
       if (!(await holdLease())) throw new Error('the relay lease went to another process');
+      if (o.handOff && (await o.handOff.takesChanges())) {
+        // Straight to the processor: what the topic's consumer would decode (secrets left out).
+        const taken = await o.handOff.take(
+          batch.map(
+            (e) =>
+              ({
+                id: e.id,
+                type: e.type,
+                stream: e.stream,
+                position: e.position,
+                created: e.created,
+                data: redacted(e.data),
+              }) as Change,
+          ),
+        );
+        handedOff.inc(batch.length);
+        position.set(batch[batch.length - 1]!.position);
+        return taken;
+      }
       await o.bus.send(
         TOPICS.changes,
         batch.map((e) => ({

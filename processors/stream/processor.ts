@@ -15,7 +15,15 @@ import { webhookKeys, webhookList } from '../../projections/webhooks.ts';
 import type { SchemaRegistry } from '../../schemas/registry.ts';
 import type { Job } from '../delivery/port.ts';
 import { ActorRuntime, type ActorStates } from './actors.ts';
-import { type Change, type DeviceActor, derive, initialActor, jobId, type WebhookEvent } from './derive.ts';
+import {
+  aggregateKey,
+  type Change,
+  type DeviceActor,
+  derive,
+  initialActor,
+  jobId,
+  type WebhookEvent,
+} from './derive.ts';
 import type { EventLog } from './eventlog.ts';
 
 /** What matching needs of a subscription (the read model of the webhooks projection). */
@@ -199,7 +207,17 @@ export interface ProcessorOptions {
    * are (the distributed profile's hand-off to a dispatcher of this process: saveInOrder).
    */
   resume?: { name: string };
+  /** Distributed: the relay of this process may hand its changes here (takesChanges, take). */
+  takesChanges?: boolean;
 }
+
+/** Only device and trail streams concern device actors; other changes pass by. */
+function concernsActors(stream: string): boolean {
+  return stream.startsWith('device-') || stream.startsWith('trail-');
+}
+
+/** The runtime and save chain of the changes taken in memory (a partition of their own). */
+const IN_MEMORY = -1;
 
 export class StreamProcessor {
   private readonly o: ProcessorOptions;
@@ -221,6 +239,14 @@ export class StreamProcessor {
   private readonly unsaved: Map<string, DeviceActor>[] = [];
   /** The states actors wake from: those not yet saved first, newest first, then the store. */
   private readonly states: ActorStates<DeviceActor>;
+  /** Distributed: this member holds every partition of the changes topic (see takesChanges). */
+  private holdsEveryChange = false;
+  /** ...and has handled everything on it since it last looked. */
+  private drained = false;
+  /** Batches that came through the topic (with takesChanges), and their count when changes were
+   * last taken in memory: each path's actors are cleared when the other was used last. */
+  private throughTopic = 0;
+  private takenAfter = -1;
 
   constructor(options: ProcessorOptions) {
     this.o = options;
@@ -260,17 +286,26 @@ export class StreamProcessor {
       group: 'hub-processor',
       topic: TOPICS.changes,
       partitionsConcurrently: this.o.partitionsConcurrently ?? 4,
-      onAssignment: () => {
+      onAssignment: (partitions, of) => {
         this.runtimes.clear();
         if (this.o.resume || this.o.handOffCheckpoint) return;
         // Every partition is read again from its last commit, or from where this member finished
         // (its batches saved): those not yet saved are derived again, from the states saved, and
-        // their pending saves dropped, lest an older state land after a newer one.
-        this.generation++;
-        this.saving.clear();
-        this.unsaved.length = 0;
+        // their pending saves dropped, lest an older state land after a newer one. So are the
+        // relay's changes taken in memory and not yet saved (the relay reads them again).
+        this.holdsEveryChange = of > 0 && partitions.length === of;
+        this.reassigned();
       },
       handle: async (messages, info) => {
+        if (messages.length > 0 && this.o.takesChanges) {
+          this.drained = false;
+          if (this.takenAfter === this.throughTopic) {
+            // The first batch through the topic after changes taken in memory: their actors, cached
+            // by another runtime, may be ahead of this partition's.
+            this.runtimes.clear();
+          }
+          this.throughTopic++;
+        }
         const timer = this.o.metrics.duration.startTimer();
         let handled: Handled | undefined;
         try {
@@ -315,12 +350,11 @@ export class StreamProcessor {
     return r;
   }
 
-  private async handle(messages: InMessage[], partition: number): Promise<Handled | undefined> {
-    const { registry, metrics } = this.o;
+  private handle(messages: InMessage[], partition: number): Promise<Handled | undefined> {
     let last = 0; // the position of the batch's last change, whatever its stream
     const batch = messages.flatMap((m) => {
       const version = Number(/\.v(\d+)$/.exec(m.headers[SCHEMA_HEADER] ?? '')?.[1] ?? 1);
-      const r = registry.decode(CHANGE_SCHEMA, version, m.value) as {
+      const r = this.o.registry.decode(CHANGE_SCHEMA, version, m.value) as {
         id: string;
         type: string;
         stream: string;
@@ -329,8 +363,7 @@ export class StreamProcessor {
         data: string;
       };
       last = Math.max(last, Number(r.position));
-      // Only device and trail streams concern device actors; other changes pass by.
-      if (!r.stream.startsWith('device-') && !r.stream.startsWith('trail-')) return [];
+      if (!concernsActors(r.stream)) return [];
       // A stored event, as the relay put it on the stream: its data is of its type's schema.
       const change = {
         id: r.id,
@@ -342,6 +375,77 @@ export class StreamProcessor {
       } as Change;
       return [{ key: m.key, message: change }];
     });
+    return this.process(batch, last, partition);
+  }
+
+  /**
+   * Distributed: whether the relay of this process may hand its changes here in memory
+   * (`take`) rather than through the changes topic. Only while this member of the group holds
+   * every partition of the topic and has handled everything on it (so a change handed here
+   * overtakes none still there): asked once after each join, or after a batch came through the
+   * topic, while the relay holds back (it has stopped sending), for up to `waitMs`.
+   */
+  async takesChanges(waitMs = 2000): Promise<boolean> {
+    if (!this.o.takesChanges) return false;
+    const deadline = Date.now() + waitMs;
+    while (this.holdsEveryChange && !this.drained) {
+      const generation = this.generation;
+      const through = this.throughTopic;
+      if ((await this.consumer?.caughtUp().catch(() => false)) && generation === this.generation) {
+        // Unless a batch came through the topic meanwhile (another process's relay).
+        if (through === this.throughTopic) this.drained = true;
+        break;
+      }
+      if (Date.now() >= deadline) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return this.holdsEveryChange && this.drained;
+  }
+
+  /**
+   * The relay's changes, in store order, handed in memory (see takesChanges): one batch of all
+   * partitions, whose states are saved once its jobs are durable, in order (saveInOrder). The
+   * relay moves its checkpoint only once `durable` resolves; should anything fail, or the group's
+   * partitions move meanwhile, it rejects, and the relay reads the changes again from there.
+   */
+  async take(events: readonly Change[]): Promise<Handled> {
+    if (!this.o.takesChanges || !this.holdsEveryChange || !this.drained)
+      throw new Error("the changes are no longer all this processor's");
+    if (this.throughTopic > this.takenAfter) {
+      // Actors cached from batches of the topic may be behind those of these changes: from here.
+      this.runtimes.clear();
+      this.takenAfter = this.throughTopic;
+    }
+    let last = 0;
+    const batch: { key: string; message: Change }[] = [];
+    for (const e of events) {
+      last = Math.max(last, e.position);
+      if (concernsActors(e.stream)) batch.push({ key: aggregateKey(e.stream), message: e });
+    }
+    try {
+      return (await this.process(batch, last, IN_MEMORY)) ?? { durable: Promise.resolve() };
+    } catch (err) {
+      // As after a join: what was taken and not saved is read again, through the relay.
+      this.reassigned();
+      throw err;
+    }
+  }
+
+  /** The partitions may have moved: states not saved are derived again, from those saved. */
+  private reassigned(): void {
+    this.generation++;
+    this.drained = false;
+    this.saving.clear();
+    this.unsaved.length = 0;
+    this.runtimes.clear();
+  }
+
+  private async process(
+    batch: { key: string; message: Change }[],
+    last: number,
+    partition: number,
+  ): Promise<Handled | undefined> {
+    const { metrics } = this.o;
     const { out: events, changed } = await this.runtime(partition).run(batch);
     // The log and the jobs are two outputs of the batch, neither read to make the other: written at
     // once, each a round trip of its own in the distributed profile (PostgreSQL, Kafka).

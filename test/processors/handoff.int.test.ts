@@ -16,7 +16,7 @@ import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
 import { createLogger } from '../../infra/telemetry.ts';
 import type { Job } from '../../processors/delivery/port.ts';
 import { MemoryActorStates, type StatesCheckpoint } from '../../processors/stream/actors.ts';
-import type { DeviceActor, WebhookEvent } from '../../processors/stream/derive.ts';
+import type { Change, DeviceActor, WebhookEvent } from '../../processors/stream/derive.ts';
 import { MemoryEventLog } from '../../processors/stream/eventlog.ts';
 import {
   ProcessorMetrics,
@@ -44,20 +44,27 @@ const subscriptions = {
 };
 /** A change of device d<device> at store position `position` (its stream's `revision`th), as the
  * relay puts it on the changes topic. */
-const change = (device: number, position: number, type: string, revision: number, data: object) => ({
-  key: `d${device}`,
-  value: registry.encode('ChangeRecord', {
+const change = (device: number, position: number, type: string, revision: number, data: object) => {
+  const stored = {
     id: `00000000-0000-4000-8000-${String(position).padStart(12, '0')}`,
     type,
     stream: `device-d${device}`,
-    revision,
-    schema_version: 1,
     position,
     created: Date.now(),
-    data: JSON.stringify(data),
-  }),
-  headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
-});
+  };
+  return {
+    key: `d${device}`,
+    value: registry.encode('ChangeRecord', {
+      ...stored,
+      revision,
+      schema_version: 1,
+      data: JSON.stringify(data),
+    }),
+    headers: { [SCHEMA_HEADER]: `ChangeRecord.v${registry.currentVersion('ChangeRecord')}` },
+    /** The same change as the relay hands it to the processor of its process (take). */
+    taken: { ...stored, data } as Change,
+  };
+};
 /** Device d<position>'s creation. */
 const created = (position: number) =>
   change(position, position, 'DeviceCreated', 0, {
@@ -297,7 +304,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
   /** A processor on Kafka whose hand-offs answer as the dispatcher of its process does (taken now,
    * durable later), or, while `viaTopic` is set, as the deliveries topic does (durable at once);
    * its states' saves recorded as device@position. */
-  async function handingToItsDispatcher(partitions = 1) {
+  async function handingToItsDispatcher(partitions = 1, o: { takesChanges?: boolean } = {}) {
     const kafka = await onKafka('error', partitions);
     class SavedStates extends MemoryActorStates<DeviceActor> {
       readonly saved: string[][] = [];
@@ -318,6 +325,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       logger: createLogger('silent'),
       metrics: new ProcessorMetrics(new Registry()),
       partitionsConcurrently: 1,
+      takesChanges: o.takesChanges,
       handOff: async (jobs) => {
         if (!mode.viaTopic) return later.handOff(jobs);
         later.handed.push({ jobs, settle: () => {} });
@@ -337,7 +345,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       await processor.stop();
       await kafka.close();
     };
-    return { ...kafka, states, handed, mode, waitFor, close };
+    return { ...kafka, processor, states, handed, mode, waitFor, close };
   }
 
   it("with its jobs taken by this process's dispatcher, saves states and commits once they are durable, in order, a topic batch's after them; reads a failed batch again", async () => {
@@ -397,6 +405,84 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       assert.deepEqual(states.saved.flat().sort(), ['d1@1', 'd2@2'], 'each state saved once');
     } finally {
       await close();
+    }
+  });
+
+  it("takes the relay's changes in memory only while it holds every partition and has handled all the topic holds; saves them after the topic's", async () => {
+    const { bus, processor, committed, states, handed, waitFor, close } = await handingToItsDispatcher(2, {
+      takesChanges: true,
+    });
+    try {
+      await bus.send(TOPICS.changes, [created(1)]);
+      await waitFor(() => handed.length === 1, 'the topic batch handed off');
+      // Its jobs not durable: not committed, so a change handed in memory could overtake it.
+      assert.equal(await processor.takesChanges(300), false, 'not while the topic has a batch not durable');
+      await assert.rejects(processor.take([updated(1, 2).taken]), /no longer all this processor's/);
+      handed[0]!.settle();
+      assert.equal(await processor.takesChanges(10_000), true, 'once it is committed');
+      assert.equal(Math.max(await committed(0), await committed(1)), 1, 'the topic batch committed');
+      const taken = await processor.take([updated(1, 2).taken, created(3).taken]);
+      await waitFor(() => handed.length === 2, 'the changes taken handed their jobs on');
+      assert.deepEqual(
+        handed[1]!.jobs.map((j) => j.event.type),
+        ['device.created'],
+        "the update derives no job here (the subscription takes creations): d3's creation does",
+      );
+      assert.deepEqual(states.saved, [['d1@1']], 'the topic batch saved, the taken ones wait for their jobs');
+      handed[1]!.settle();
+      await taken.durable;
+      assert.deepEqual(
+        states.saved,
+        [['d1@1'], ['d1@2', 'd3@3']],
+        'derived from the saved state, saved after it',
+      );
+      // Taken again (the relay read them again after a failure): nothing derived twice.
+      const again = await processor.take([updated(1, 2).taken, created(3).taken]);
+      await waitFor(() => handed.length === 3, 'handed on again');
+      assert.deepEqual(handed[2]!.jobs, [], 'no job twice');
+      handed[2]!.settle();
+      await again.durable;
+    } finally {
+      await close();
+    }
+  });
+
+  it('drops the changes taken and not durable when another member joins: the relay sends them again through the topic', async () => {
+    const first = await handingToItsDispatcher(2, { takesChanges: true });
+    let second: StreamProcessor | undefined;
+    try {
+      assert.equal(await first.processor.takesChanges(10_000), true, 'alone, with an empty topic');
+      const taken = await first.processor.take([created(1).taken]);
+      await first.waitFor(() => first.handed.length === 1, 'handed on');
+      const dropped = taken.durable.then(
+        () => 'saved',
+        (err: Error) => err.message,
+      );
+      // A second processor of the group: the partitions are shared, the first holds half.
+      second = new StreamProcessor({
+        bus: first.bus,
+        registry,
+        states: new MemoryActorStates<DeviceActor>(),
+        log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+        subscriptions,
+        logger: createLogger('silent'),
+        metrics: new ProcessorMetrics(new Registry()),
+        partitionsConcurrently: 1,
+        takesChanges: true,
+        handOff: async () => undefined,
+      });
+      await second.start();
+      await first.waitFor(
+        async () => !(await first.processor.takesChanges(0)),
+        'the first no longer takes changes',
+      );
+      first.handed[0]!.settle(); // its jobs durable only now: its states are not saved
+      assert.match(await dropped, /assigned again/);
+      assert.deepEqual(first.states.saved, [], 'nothing saved of what was dropped');
+      assert.equal(await second.takesChanges(0), false, 'nor does the second');
+    } finally {
+      await second?.stop();
+      await first.close();
     }
   });
 });

@@ -1,7 +1,9 @@
 // The stream processor on the real Kafka broker, Redis and PostgreSQL (distributed profile):
-// every event type from real API calls; two processor processes sharing the partitions, one
-// SIGKILLed mid-stream; the relay SIGKILLed and restarted. After each, the owner's event log holds
-// exactly the events the changes derive, by id: none lost, none twice.
+// every event type from real API calls (one processor process: its relay hands it the changes in
+// memory); two processor processes sharing the partitions, one SIGKILLed mid-stream (the changes
+// go through the topic, then to the survivor in memory); the relay SIGKILLed and restarted. After
+// each, the owner's event log holds exactly the events the changes derive, by id: none lost, none
+// twice.
 import assert from 'node:assert/strict';
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -17,10 +19,16 @@ import { assertDerived, assertJobs, everyEventType, jobsOf, logOf, subscribe } f
 const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 
 /** `hub processor` in its own process, resolved once it serves (it has then joined the group). */
-const processor = async (): Promise<ChildProcess> =>
-  (await spawnRole('processor', { HUB_PROFILE: 'distributed' })).child;
+const processor = async (env: Record<string, string> = {}): Promise<ChildProcess> =>
+  (await spawnRole('processor', { HUB_PROFILE: 'distributed', ...env })).child;
 const kill = async (child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL') => {
   await endProcess(child, signal);
+};
+
+const ENV = {
+  HUB_PROFILE: 'distributed',
+  HUB_WEBHOOK_ALLOW_HTTP: 'true',
+  HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
 };
 
 describe('stream processor on Kafka (int)', function () {
@@ -30,11 +38,7 @@ describe('stream processor on Kafka (int)', function () {
   const admin = new Kafka({ clientId: 'hub-test', brokers: BROKERS, logLevel: logLevel.NOTHING }).admin();
 
   before(async () => {
-    hub = await startHub({
-      HUB_PROFILE: 'distributed',
-      HUB_WEBHOOK_ALLOW_HTTP: 'true',
-      HUB_WEBHOOK_ALLOW_NETWORKS: '127.0.0.0/8',
-    });
+    hub = await startHub(ENV);
     await admin.connect();
   });
   afterEach(async () => {
@@ -128,7 +132,8 @@ describe('stream processor on Kafka (int)', function () {
   }
 
   it('derives every event type from real API calls, in order, into the owner’s log', async () => {
-    children.push(await processor());
+    const only = await spawnRole('processor', { HUB_PROFILE: 'distributed' });
+    children.push(only.child);
     const alice: User = await signup(hub, `alice${randomBytes(3).toString('hex')}`);
     const subscription = await subscribe(hub, alice, {
       event_types: ['step.status.changed', 'device.device_meta.updated'],
@@ -144,6 +149,10 @@ describe('stream processor on Kafka (int)', function () {
     } finally {
       await bus.close();
     }
+    // The only processor, so its relay handed it the changes in memory (HUB_RELAY_HANDOFF auto).
+    const metrics = await (await fetch(`${only.url}/metrics`)).text();
+    const handed = Number(/^hub_relay_events_handed_off_total (\d+)/m.exec(metrics)?.[1] ?? 0);
+    assert.ok(handed >= scenario.expected.length, `handed in memory: ${handed}`);
   });
 
   it('two processor processes share the partitions; one SIGKILLed mid-stream, every event is derived once by id', async () => {
@@ -166,13 +175,16 @@ describe('stream processor on Kafka (int)', function () {
   it('the relay SIGKILLed and restarted loses nothing; what it sends again carries the same ids', async () => {
     // Where the topic ends now: the audit below reads from here, not the topic's whole history.
     const start = await admin.fetchTopicOffsets(TOPICS.changes);
-    let p = await processor();
+    // Every change through the topic, for the audit below: with the default (HUB_RELAY_HANDOFF
+    // auto), the only processor would be handed the changes in memory by its relay.
+    const viaTopic = { HUB_RELAY_HANDOFF: 'topic' };
+    let p = await processor(viaTopic);
     children.push(p);
     const updates = 20;
     const { owner, ids, expected } = await load(200, updates, 4000, async (round) => {
       if (round === 10) {
         await kill(p);
-        p = await processor();
+        p = await processor(viaTopic);
         children.push(p);
       }
     });
