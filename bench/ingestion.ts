@@ -183,7 +183,40 @@ const DEFAULT = `embedded, as it starts (\`HUB_API_THREADS=auto\`: ${AUTO_THREAD
 const MAIN_THREAD = 'embedded, the API on the main thread (`HUB_API_THREADS=0`)';
 const IN_MEMORY = 'embedded as it starts, its derived state in memory (`HUB_EMBEDDED_STATE=memory`)';
 
+/**
+ * A quick look while tuning the distributed profile (printed only): HUB_BENCH_DISTRIBUTED_VARIANTS,
+ * a JSON list of {name, env}, each a distributed hub (all roles in one process) with that
+ * environment, run HUB_BENCH_ROUNDS times (3) alternated with the bare server.
+ */
+async function distributedVariants(variants: { name: string; env: Record<string, string> }[]) {
+  const rounds = Number(process.env.HUB_BENCH_ROUNDS ?? 3);
+  const runs = new Map<string, Result[]>([
+    ['bare', []],
+    ...variants.map((v) => [v.name, []] as [string, Result[]]),
+  ]);
+  for (let round = 0; round < rounds; round++) {
+    runs.get('bare')!.push(await serverRun('bare node:http server (ceiling)', 1, 0));
+    for (const v of variants) {
+      const env = await isolatedDistributed(5);
+      try {
+        runs.get(v.name)!.push((await hubRun(v.name, { ...env, ...v.env }))[0]!);
+      } finally {
+        await releaseDistributed(env, 5);
+      }
+    }
+    const line = [...runs].map(([name, rs]) => `${name} ${fmt(rs.at(-1)!.rps)}`).join(', ');
+    console.log(`round ${round + 1}: ${line} requests/s`);
+  }
+  const bare = median(runs.get('bare')!).rps;
+  for (const [name, rs] of runs)
+    console.log(
+      `${name}: median ${fmt(median(rs).rps)} requests/s, ${fmt((100 * median(rs).rps) / bare, 1)} % of the bare server's median`,
+    );
+}
+
 async function main() {
+  if (process.env.HUB_BENCH_DISTRIBUTED_VARIANTS)
+    return distributedVariants(JSON.parse(process.env.HUB_BENCH_DISTRIBUTED_VARIANTS));
   const results: Result[] = [];
   const bares: Result[] = [];
   const threaded: Result[] = [];
