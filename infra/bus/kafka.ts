@@ -51,6 +51,8 @@ function stopIdleRequestQueueLoop(RequestQueue: { prototype: RequestQueueState }
     }, delayMs);
   };
 }
+/** The longest a consumer's caughtUp takes (a commit, two admin requests) before it answers false. */
+const CAUGHT_UP_MS = 1000;
 /** kafkajs's CHECK_PENDING_REQUESTS_INTERVAL. */
 const PENDING_CHECK_MS = 10;
 /** kafkajs's request queue class, one per broker connection (exported for its tests). */
@@ -270,8 +272,12 @@ export class KafkaBus implements Bus {
   readonly kind = 'kafka';
   private readonly kafka: Kafka;
   private readonly pingKafka: Kafka;
-  /** The admin client pings ask through: one connection, kept while it answers. */
-  private pingAdmin: Promise<Admin> | undefined;
+  /** The admin clients pings and consumers' caughtUp ask through, apart (kafkajs's admin mixed up
+   * the answers of requests asked at once): one connection each, kept while it answers. */
+  private readonly admins: Record<'ping' | 'offsets', Promise<Admin> | undefined> = {
+    ping: undefined,
+    offsets: undefined,
+  };
   private pinging: Promise<void> | undefined;
   private readonly orderedLane: Lane = { ordered: true, producer: undefined, busy: false, waiting: [] };
   private readonly unorderedLane: Lane = { ordered: false, producer: undefined, busy: false, waiting: [] };
@@ -516,25 +522,24 @@ export class KafkaBus implements Bus {
     await start();
     const topic = this.prefix + o.topic;
     const groupId = this.prefix + o.group;
+    let checking: Promise<boolean> | undefined;
     const handle: Consumer = {
-      caughtUp: async () => {
-        const member = current;
-        if (!member?.commits.idle) return false;
-        await member.commits.flush();
-        try {
-          const admin = await this.adminConnection();
-          // One after the other: asked at once, kafkajs's admin mixed up their answers ("Response
-          // without match") while it connected to the broker.
-          const ends = await admin.fetchTopicOffsets(topic);
-          const groups = await admin.fetchOffsets({ groupId, topics: [topic] });
-          const committed = new Map(groups[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]));
-          // Committed up to the end, or nothing left on the partition to read (none sent, or all
-          // of it past retention).
-          return ends.every((e) => (committed.get(e.partition) ?? -1n) >= BigInt(e.high) || e.high === e.low);
-        } catch {
-          this.dropAdminConnection();
-          return false;
-        }
+      // One look at a time, bounded: a commit or a broker that does not answer makes it false.
+      caughtUp: () => {
+        checking ??= (async () => {
+          let bounded: NodeJS.Timeout | undefined;
+          try {
+            return await Promise.race([
+              this.committedToEnd(current, topic, groupId),
+              new Promise<boolean>((r) => (bounded = setTimeout(() => r(false), CAUGHT_UP_MS))),
+            ]);
+          } finally {
+            clearTimeout(bounded);
+          }
+        })().finally(() => {
+          checking = undefined;
+        });
+        return checking;
       },
       stop: async () => {
         stopped = true;
@@ -635,6 +640,27 @@ export class KafkaBus implements Bus {
     };
   }
 
+  /** Whether the group has committed every message the topic holds, this member's finished
+   * chunks committed first (see Consumer.caughtUp). */
+  private async committedToEnd(member: GroupMember | undefined, topic: string, groupId: string) {
+    if (!member?.commits.idle) return false;
+    await member.commits.flush();
+    try {
+      const admin = await this.admin('offsets');
+      // One after the other: asked at once, kafkajs's admin mixed up their answers ("Response
+      // without match") while it connected to the broker.
+      const ends = await admin.fetchTopicOffsets(topic);
+      const groups = await admin.fetchOffsets({ groupId, topics: [topic] });
+      const committed = new Map(groups[0]?.partitions.map((p) => [p.partition, BigInt(p.offset)]));
+      // Committed up to the end, or nothing left on the partition to read (none sent, or all of
+      // it past retention).
+      return ends.every((e) => (committed.get(e.partition) ?? -1n) >= BigInt(e.high) || e.high === e.low);
+    } catch {
+      this.dropAdmin('offsets');
+      return false;
+    }
+  }
+
   /** As ensureTopics found them; asked of the broker only for a topic it was not given. */
   private async partitionCount(topic: string): Promise<number> {
     const known = this.partitions.get(topic);
@@ -670,9 +696,9 @@ export class KafkaBus implements Bus {
   ping(): Promise<void> {
     this.pinging ??= (async () => {
       try {
-        await (await this.adminConnection()).describeCluster();
+        await (await this.admin('ping')).describeCluster();
       } catch (err) {
-        this.dropAdminConnection();
+        this.dropAdmin('ping');
         throw err;
       } finally {
         this.pinging = undefined;
@@ -681,27 +707,29 @@ export class KafkaBus implements Bus {
     return this.pinging;
   }
 
-  /** The admin client of pings and of consumers' caughtUp: one connection, kept while it answers. */
-  private adminConnection(): Promise<Admin> {
-    this.pingAdmin ??= (async () => {
+  /** A kept admin connection (without retries: its callers want the answer of now). */
+  private admin(which: 'ping' | 'offsets'): Promise<Admin> {
+    this.admins[which] ??= (async () => {
       const admin = this.pingKafka.admin();
       await admin.connect();
       return admin;
     })();
-    return this.pingAdmin;
+    return this.admins[which];
   }
 
   /** After a failed request: the next one connects anew. */
-  private dropAdminConnection(): void {
-    const failed = this.pingAdmin;
-    this.pingAdmin = undefined;
+  private dropAdmin(which: 'ping' | 'offsets'): void {
+    const failed = this.admins[which];
+    this.admins[which] = undefined;
     failed?.then((admin) => admin.disconnect()).catch(() => {});
   }
 
   async close(): Promise<void> {
-    const admin = this.pingAdmin;
-    this.pingAdmin = undefined;
-    await admin?.then((a) => a.disconnect()).catch(() => {});
+    for (const which of ['ping', 'offsets'] as const) {
+      const admin = this.admins[which];
+      this.admins[which] = undefined;
+      await admin?.then((a) => a.disconnect()).catch(() => {});
+    }
     await Promise.all([...this.consumers].map((c) => c.stop()));
     for (const lane of [this.orderedLane, this.unorderedLane]) {
       const producer = await lane.producer?.catch(() => undefined);

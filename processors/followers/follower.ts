@@ -86,6 +86,9 @@ export class EventFollower {
       let failed: Error | undefined;
       try {
         for await (const batch of subscription) {
+          // Batches taken and not yet durable are held in memory (the processor's states not yet
+          // saved): a bounded number of them.
+          while (pending >= MAX_PENDING) await durables;
           const taken = await this.o.handle(batch);
           const position = batch[batch.length - 1]!.position;
           if (!taken && pending === 0) durableAt = position;
@@ -134,5 +137,7 @@ export class EventFollower {
   }
 }
 
+/** Batches taken and not yet durable before the next read waits for them. */
+const MAX_PENDING = 64;
 /** At a stop, the longest wait for batches taken to be durable (what is not is read again). */
 const STOP_WAIT_MS = 5000;

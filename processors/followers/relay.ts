@@ -44,7 +44,7 @@ export function relay(o: {
   name?: string;
   /** Distributed (HUB_RELAY_HANDOFF): the stream processor of this process, which takes the
    * changes in memory while it holds every partition of the topic (StreamProcessor.takesChanges). */
-  handOff?: Pick<StreamProcessor, 'takesChanges' | 'take'>;
+  handOff?: Pick<StreamProcessor, 'takesChanges' | 'take' | 'takesDropped' | 'rereading'>;
 }): EventFollower {
   const name = o.name ?? 'relay';
   const relayed = new Counter({
@@ -77,12 +77,20 @@ export function relay(o: {
     store: o.store,
     checkpoints: o.checkpoints,
     logger: o.logger,
-    ready: holdLease,
+    ready: async () => {
+      // Reading (again) from the last batch made durable: what the processor dropped comes again.
+      o.handOff?.rereading();
+      return holdLease();
+    },
     handle: async (batch) => {
       if (!(await holdLease())) throw new Error('the relay lease went to another process');
-      if (o.handOff && (await o.handOff.takesChanges())) {
+      const inMemory = o.handOff ? await o.handOff.takesChanges() : false;
+      // Checked just before either path, in the same turn: nothing sent overtakes a change the
+      // processor dropped (the follower reads again from its last durable batch).
+      if (o.handOff?.takesDropped) throw new Error('changes handed off were dropped; reading them again');
+      if (inMemory) {
         // Straight to the processor: what the topic's consumer would decode (secrets left out).
-        const taken = await o.handOff.take(
+        const taken = await o.handOff!.take(
           batch.map(
             (e) =>
               ({

@@ -247,6 +247,10 @@ export class StreamProcessor {
    * last taken in memory: each path's actors are cleared when the other was used last. */
   private throughTopic = 0;
   private takenAfter = -1;
+  /** Changes taken in memory whose durability is not known yet, and whether any were dropped
+   * (see takesDropped). */
+  private takesPending = 0;
+  private dropped = false;
 
   constructor(options: ProcessorOptions) {
     this.o = options;
@@ -399,7 +403,11 @@ export class StreamProcessor {
       if (Date.now() >= deadline) break;
       await new Promise((r) => setTimeout(r, 20));
     }
-    return this.holdsEveryChange && this.drained;
+    if (this.holdsEveryChange && this.drained) return true;
+    // Through the topic then, but only once the changes taken here are saved or dropped: a change
+    // of the topic, derived from their states, would otherwise be saved before them.
+    while (this.takesPending > 0 && !this.dropped) await new Promise((r) => setTimeout(r, 5));
+    return false;
   }
 
   /**
@@ -409,6 +417,7 @@ export class StreamProcessor {
    * partitions move meanwhile, it rejects, and the relay reads the changes again from there.
    */
   async take(events: readonly Change[]): Promise<Handled> {
+    if (this.takesDropped) throw new Error('changes taken before were dropped: read them again first');
     if (!this.o.takesChanges || !this.holdsEveryChange || !this.drained)
       throw new Error("the changes are no longer all this processor's");
     if (this.throughTopic > this.takenAfter) {
@@ -422,19 +431,46 @@ export class StreamProcessor {
       last = Math.max(last, e.position);
       if (concernsActors(e.stream)) batch.push({ key: aggregateKey(e.stream), message: e });
     }
+    const generation = this.generation;
+    this.takesPending++;
     try {
-      return (await this.process(batch, last, IN_MEMORY)) ?? { durable: Promise.resolve() };
+      const handled = (await this.process(batch, last, IN_MEMORY)) ?? { durable: Promise.resolve() };
+      // Not made durable (jobs not stored, states not saved): as after a join, from the states
+      // saved, and the batches taken after it read again too (the chain of saves is broken).
+      handled.durable.then(
+        () => this.takesPending--,
+        () => {
+          if (generation === this.generation) this.reassigned();
+          this.takesPending--;
+        },
+      );
+      return handled;
     } catch (err) {
-      // As after a join: what was taken and not saved is read again, through the relay.
-      this.reassigned();
+      if (generation === this.generation) this.reassigned();
+      this.takesPending--;
       throw err;
     }
+  }
+
+  /**
+   * Changes taken in memory were dropped (a join, or a batch not made durable) before they were
+   * saved: the relay reads them again, from its last durable batch, before it sends anything on,
+   * by either path; a later change sent first would overtake them (and be applied first, the
+   * older then skipped as applied). Cleared by `rereading`, as the relay starts reading again.
+   */
+  get takesDropped(): boolean {
+    return this.dropped;
+  }
+
+  rereading(): void {
+    this.dropped = false;
   }
 
   /** The partitions may have moved: states not saved are derived again, from those saved. */
   private reassigned(): void {
     this.generation++;
     this.drained = false;
+    if (this.takesPending > 0) this.dropped = true;
     this.saving.clear();
     this.unsaved.length = 0;
     this.runtimes.clear();
@@ -446,6 +482,8 @@ export class StreamProcessor {
     partition: number,
   ): Promise<Handled | undefined> {
     const { metrics } = this.o;
+    // Derived from the states of this generation: saved only in it (see saveInOrder).
+    const generation = this.generation;
     const { out: events, changed } = await this.runtime(partition).run(batch);
     // The log and the jobs are two outputs of the batch, neither read to make the other: written at
     // once, each a round trip of its own in the distributed profile (PostgreSQL, Kafka).
@@ -463,7 +501,7 @@ export class StreamProcessor {
     let saved: Promise<void> | undefined;
     if (resume) this.unsaved.push(changed);
     else if (cp) saved = this.o.states.save(changed);
-    else saved = this.saveInOrder(partition, changed, handed?.durable);
+    else saved = this.saveInOrder(partition, changed, generation, handed?.durable);
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
     const moves = cp !== undefined && last > this.handedOff;
@@ -515,8 +553,14 @@ export class StreamProcessor {
    * later one of its partition, which is then read again from its last commit (the bus). After a
    * join, the batches not yet saved are read again: their saves are dropped (see onAssignment).
    */
-  private saveInOrder(partition: number, changed: Map<string, DeviceActor>, durable?: Promise<void>) {
-    const generation = this.generation;
+  private saveInOrder(
+    partition: number,
+    changed: Map<string, DeviceActor>,
+    generation: number,
+    durable?: Promise<void>,
+  ): Promise<void> {
+    // Derived before a join, maybe from states dropped at it: neither kept nor saved.
+    if (generation !== this.generation) return Promise.reject(new Error('the partition was assigned again'));
     this.unsaved.push(changed);
     let saving: Promise<void> = Promise.resolve();
     // Asked for once the last batch's save was asked for: one connection keeps them in order, so the

@@ -6,18 +6,23 @@
 // process) the states wait for them. The in-process bus or the real broker, a stub dispatcher, with
 // real derivation.
 import assert from 'node:assert/strict';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { Registry } from 'prom-client';
 import { KafkaBus } from '../../infra/bus/kafka.ts';
 import { MemoryBus } from '../../infra/bus/memory.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
 import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
+import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
 import { createLogger } from '../../infra/telemetry.ts';
 import type { Job } from '../../processors/delivery/port.ts';
+import { relay } from '../../processors/followers/relay.ts';
 import { MemoryActorStates, type StatesCheckpoint } from '../../processors/stream/actors.ts';
 import type { Change, DeviceActor, WebhookEvent } from '../../processors/stream/derive.ts';
-import { MemoryEventLog } from '../../processors/stream/eventlog.ts';
+import { type EventLog, MemoryEventLog } from '../../processors/stream/eventlog.ts';
 import {
   ProcessorMetrics,
   type ProcessorOptions,
@@ -304,7 +309,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
   /** A processor on Kafka whose hand-offs answer as the dispatcher of its process does (taken now,
    * durable later), or, while `viaTopic` is set, as the deliveries topic does (durable at once);
    * its states' saves recorded as device@position. */
-  async function handingToItsDispatcher(partitions = 1, o: { takesChanges?: boolean } = {}) {
+  async function handingToItsDispatcher(partitions = 1, o: { takesChanges?: boolean; log?: EventLog } = {}) {
     const kafka = await onKafka('error', partitions);
     class SavedStates extends MemoryActorStates<DeviceActor> {
       readonly saved: string[][] = [];
@@ -320,7 +325,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       bus: kafka.bus,
       registry,
       states,
-      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      log: o.log ?? new MemoryEventLog({ retentionMs: 86_400_000 }),
       subscriptions,
       logger: createLogger('silent'),
       metrics: new ProcessorMetrics(new Registry()),
@@ -483,6 +488,138 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
     } finally {
       await second?.stop();
       await first.close();
+    }
+  });
+
+  /** A second processor of the group on `bus`: the partitions are then shared. */
+  const secondMember = (bus: KafkaBus, o: Partial<ProcessorOptions> = {}) =>
+    new StreamProcessor({
+      bus,
+      registry,
+      states: new MemoryActorStates<DeviceActor>(),
+      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      subscriptions,
+      logger: createLogger('silent'),
+      metrics: new ProcessorMetrics(new Registry()),
+      partitionsConcurrently: 1,
+      takesChanges: true,
+      handOff: async () => undefined,
+      ...o,
+    });
+
+  it('a batch taken in memory and not made durable: takes nothing more until the relay reads it again, then derives it again', async () => {
+    const { processor, states, handed, waitFor, close } = await handingToItsDispatcher(2, {
+      takesChanges: true,
+    });
+    try {
+      assert.equal(await processor.takesChanges(10_000), true);
+      const d1 = created(1).taken;
+      const first = await processor.take([d1]);
+      await waitFor(() => handed.length === 1, 'handed on');
+      handed[0]!.settle(new Error('the schedule did not answer'));
+      await assert.rejects(first.durable);
+      assert.equal(processor.takesDropped, true);
+      await assert.rejects(processor.take([created(2).taken]), /read them again first/);
+      processor.rereading(); // as the relay does when it reads again from its last durable batch
+      assert.equal(await processor.takesChanges(10_000), true);
+      const again = await processor.take([d1, created(2).taken]);
+      await waitFor(() => handed.length === 2, 'handed on again');
+      assert.deepEqual(
+        handed[1]!.jobs.map((j) => j.job_id),
+        [handed[0]!.jobs[0]!.job_id, handed[1]!.jobs[1]!.job_id],
+        "the first batch's job again, derived anew (not skipped as applied)",
+      );
+      handed[1]!.settle();
+      await again.durable;
+      assert.deepEqual(states.saved, [['d1@1', 'd2@2']]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('a batch being taken in memory when another member joins is neither saved nor kept', async () => {
+    let releaseLog!: () => void;
+    const logHeld = new Promise<void>((r) => {
+      releaseLog = r;
+    });
+    class HeldLog extends MemoryEventLog {
+      override async append(events: WebhookEvent[]): Promise<void> {
+        await logHeld;
+        return super.append(events);
+      }
+    }
+    const first = await handingToItsDispatcher(2, {
+      takesChanges: true,
+      log: new HeldLog({ retentionMs: 86_400_000 }),
+    });
+    const second = secondMember(first.bus);
+    try {
+      assert.equal(await first.processor.takesChanges(10_000), true);
+      const taking = first.processor.take([created(1).taken]);
+      await first.waitFor(() => first.handed.length === 1, 'handed on, the log still being written');
+      await second.start();
+      await first.waitFor(() => first.processor.takesDropped, 'dropped at the join');
+      releaseLog();
+      const taken = await taking;
+      first.handed[0]!.settle();
+      await assert.rejects(taken.durable, /assigned again/);
+      assert.deepEqual(first.states.saved, [], 'derived before the join: not saved');
+    } finally {
+      releaseLog();
+      await second.stop();
+      await first.close();
+    }
+  });
+
+  it('the relay: after a join drops a batch taken in memory, reads it again before anything later, so none is overtaken', async () => {
+    const log = new MemoryEventLog({ retentionMs: 86_400_000 });
+    const first = await handingToItsDispatcher(2, { takesChanges: true, log });
+    // The second member shares the stores, as processes of one hub do (Redis, PostgreSQL).
+    const second = secondMember(first.bus, { states: first.states, log });
+    const store = new SqliteEventStore(join(mkdtempSync(join(tmpdir(), 'hub-relay-')), 'events.sqlite'));
+    const changeRelay = relay({
+      store,
+      bus: first.bus,
+      registry,
+      checkpoints: new MemoryCheckpoints(),
+      logger: createLogger('silent'),
+      metrics: new Registry(),
+      handOff: first.processor,
+    });
+    const logged = async () =>
+      (await log.list(OWNER, { limit: 10, skip: 0 })).items.map((e) => e.type).sort();
+    try {
+      await store.append('device-d1', [
+        {
+          id: randomUUID(),
+          type: 'DeviceCreated',
+          data: { prn: 'prn:::devices:/d1', owner_prn: OWNER, nick: 'n' },
+        },
+      ]);
+      changeRelay.start();
+      await first.waitFor(() => first.handed.length === 1, 'the creation taken in memory, its job held');
+      await second.start();
+      await first.waitFor(() => first.processor.takesDropped, 'dropped at the join');
+      // A later change of the device, read while the creation is still to be read again.
+      await store.append('device-d1', [
+        {
+          id: randomUUID(),
+          type: 'DeviceMetaUpdated',
+          data: { device_id: 'd1', owner_prn: OWNER, changed: { temp: '20' }, removed: [] },
+        },
+      ]);
+      await new Promise((r) => setTimeout(r, 500));
+      first.handed[0]!.settle(); // the dropped batch's jobs durable at last (its states not saved)
+      await first.waitFor(
+        async () => (await logged()).includes('device.device_meta.updated'),
+        'the update derived from the creation',
+      );
+      assert.deepEqual(await logged(), ['device.created', 'device.device_meta.updated']);
+    } finally {
+      await changeRelay.stop();
+      await second.stop();
+      await first.close();
+      store.close?.();
     }
   });
 });
