@@ -3,8 +3,10 @@
 // durable, in order, and never past jobs that could not be made so. The log and the hand-off go at
 // once, the states after both; on Kafka the next batch does not wait for the states, whose batch
 // is committed once they are saved, and with jobs durable later (taken by the dispatcher of the
-// process) the states wait for them. The in-process bus or the real broker, a stub dispatcher, with
-// real derivation.
+// process) the states wait for them. The relay's changes taken in memory (HUB_RELAY_HANDOFF): only
+// while every partition is held and the topic handled; dropped at a join or when not made durable,
+// and then read again by the relay before anything later goes either way. The in-process bus or
+// the real broker, a stub dispatcher, with real derivation (a real relay on SQLite for the last).
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
