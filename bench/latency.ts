@@ -1326,7 +1326,31 @@ CPU per event at 500 writes/s did not fall. The topic's produce, fetch and look-
 CPU per event 0.36 → 0.29 ms), but the dispatcher now takes its jobs one processor chunk at a
 time (1.5 changes) rather than one fetch at a time (5.9 jobs), each hand-off its own turn. The
 latency lines stay out of reach on this machine: at 500 writes/s it is over 90 % busy, and each
-remaining hop (the append, the relay, the processor's Kafka hop) waits for a core.`;
+remaining hop (the append, the relay, the processor's Kafka hop) waits for a core.
+2026-11-30 (twelfth session): the changes topic taken off the path too. The relay and the stream
+processor always run in one process (the processor role), and while that processor is the only
+one (its member of the group holds every partition of the changes topic and has handled all the
+topic holds) the relay hands it the changes in memory (\`HUB_RELAY_HANDOFF=auto\`, docs/webhooks.md):
+no Avro, produce, broker or fetch; one derivation, log append, hand-off and save per relay batch
+instead of one per partition's chunk; the relay's checkpoint moved once the processor made a batch
+durable. So \`hub start\`, as this bench runs it, puts nothing on Kafka while it runs alone (the
+hop columns then show – : the tap has no record to time). Measured on the 2 × AMD EPYC machine,
+two hubs side by side, \`topic\` against \`auto\` in alternated 20-s windows (one round of 500
+writes/s and saturation, one of 500 and 1,000 writes/s):
+- 500 writes/s: p50 42 and 69 → 18 and 18 ms, p99 148 and 535 → 64 and 60 ms; CPU per event
+  3.21 and 2.66 → 3.08 and 2.95 ms, the same within the spread: Kafka's 0.50 → 0.06 ms went, but
+  PostgreSQL's rose 0.74 → 0.92 (1.23 → 1.51 commits an event: the event log's insert now one per
+  relay batch of one or two changes) and the hub's a little.
+- 1,000 writes/s: the topic's hub fell behind (p50 1,163 ms, p99 8.3 s), the in-memory one kept
+  up: p50 81 ms, p99 344 ms, every change delivered in both.
+- Saturation: 734 → 922 events/s, p50 85 → 47 ms, CPU per event 1.97 → 1.60 ms.
+- A relay that reads the store at most every 5 ms (as the projector's \`HUB_PROJECTOR_LINGER_MS\`),
+  so that its batches gather, against one that reads at each write, both in memory, two rounds:
+  CPU per event at 500 writes/s 2.86 and 2.93 against 2.86 and 2.91 ms, p50 19-20 against 15-22:
+  no gain, not kept.
+The latency lines move closer (p50 18 against 8 ms, p99 60-64 against 25) and stay out of reach
+on this machine, over 90 % busy at 500 writes/s: what is left is CPU per event (the hub about
+1.8 ms, PostgreSQL about 0.9), each hop waiting for a core.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
@@ -1409,7 +1433,7 @@ async function main() {
     };
     const body = `## End-to-end latency, distributed
 
-\`node bench/latency.ts ${SECONDS}\` on ${machine()}. ${TOPOLOGY === 'one' ? 'A distributed hub with every role in one process (`hub start`)' : 'A distributed hub, one process per role (`hub api`, `hub projector`, `hub processor`, `hub dispatcher`)'}, on a PostgreSQL schema, Kafka topics and a Redis database of its own, receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription; the receiver times each from when its request was due. Then the same hub at saturation: ${SATURATION_CONNECTIONS} requests in flight, delivered events/s counted at the receiver over the same window. Hops: the change's stored time, the relay's and the processor's produce times (the topics' record timestamps, read by a tap consumer) and the arrival; with the jobs handed to the dispatcher within the process (\`HUB_PROCESSOR_HANDOFF\`) there is no processor's produce, its column shows – and the arrival's hop counts from the relay's produce. CPU from \`/proc\` over the window, per event delivered: every process of the hub and the shared infrastructure (Kafka, Redis, PostgreSQL: other users of this machine add to it); the hub's own in brackets.
+\`node bench/latency.ts ${SECONDS}\` on ${machine()}. ${TOPOLOGY === 'one' ? 'A distributed hub with every role in one process (`hub start`)' : 'A distributed hub, one process per role (`hub api`, `hub projector`, `hub processor`, `hub dispatcher`)'}, on a PostgreSQL schema, Kafka topics and a Redis database of its own, receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription; the receiver times each from when its request was due. Then the same hub at saturation: ${SATURATION_CONNECTIONS} requests in flight, delivered events/s counted at the receiver over the same window. Hops: the change's stored time, the relay's and the processor's produce times (the topics' record timestamps, read by a tap consumer) and the arrival; with the jobs handed to the dispatcher within the process (\`HUB_PROCESSOR_HANDOFF\`) there is no processor's produce, its column shows – and the arrival's hop counts from the relay's produce. With the changes handed to the processor within the process too (\`HUB_RELAY_HANDOFF\`: one processor) the tap sees no change at all, and every hop column shows –. CPU from \`/proc\` over the window, per event delivered: every process of the hub and the shared infrastructure (Kafka, Redis, PostgreSQL: other users of this machine add to it); the hub's own in brackets.
 
 | Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | Hop p50s ms: stored / relayed / derived / arrived | CPU ms per event (hub's) | Machine busy |
 |---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|

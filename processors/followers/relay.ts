@@ -49,7 +49,7 @@ export function relay(o: {
   const name = o.name ?? 'relay';
   const relayed = new Counter({
     name: 'hub_relay_events_total',
-    help: 'Stored events put on the changes topic.',
+    help: 'Stored events relayed: put on the changes topic, or handed to the stream processor of this process.',
     registers: [o.metrics],
   });
   const position = new Gauge({
@@ -59,7 +59,7 @@ export function relay(o: {
   });
   const handedOff = new Counter({
     name: 'hub_relay_events_handed_off_total',
-    help: 'Stored events handed to the stream processor of this process in memory instead (HUB_RELAY_HANDOFF).',
+    help: 'Of those, the stored events handed to the stream processor of this process in memory (HUB_RELAY_HANDOFF).',
     registers: [o.metrics],
   });
   const header = { [SCHEMA_HEADER]: `${SCHEMA}.v${o.registry.currentVersion(SCHEMA)}` };
@@ -103,6 +103,7 @@ export function relay(o: {
               }) as Change,
           ),
         );
+        relayed.inc(batch.length);
         handedOff.inc(batch.length);
         position.set(batch[batch.length - 1]!.position);
         return taken;

@@ -131,7 +131,7 @@ export class ProcessorMetrics {
     });
     this.changes = new Counter({
       name: 'hub_processor_changes_total',
-      help: 'Changes (stored events) consumed from the changes topic.',
+      help: 'Changes (stored events) consumed from the changes topic, or taken from the relay of this process.',
       registers: [registry],
     });
     this.jobs = new Counter({
