@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryCheckpoints } from '../../infra/checkpoints.ts';
 import { SqliteEventStore } from '../../infra/eventstore/sqlite.ts';
-import { EventFollower } from '../../processors/followers/follower.ts';
+import { EventFollower, type FollowerOptions } from '../../processors/followers/follower.ts';
 import { memoryLogger } from '../harness.ts';
 
 const until = async (what: () => boolean, why: () => string) => {
@@ -18,29 +18,35 @@ const until = async (what: () => boolean, why: () => string) => {
   assert.ok(what(), why());
 };
 
+/** A follower, a batch at a time, of a fresh store holding three events (positions 1 to 3). */
+const following = async (handle: FollowerOptions['handle']) => {
+  const store = new SqliteEventStore(join(mkdtempSync(join(tmpdir(), 'hub-follower-')), 'events.sqlite'));
+  for (let i = 0; i < 3; i++)
+    await store.append('probe-1', [{ id: randomUUID(), type: 'Probed', data: { i } }]);
+  const checkpoints = new MemoryCheckpoints();
+  const follower = new EventFollower({
+    name: 'durable-later',
+    store,
+    checkpoints,
+    logger: memoryLogger().logger,
+    batchSize: 1,
+    handle,
+  });
+  return { store, checkpoints, follower };
+};
+
 describe('event follower, batches durable later (int)', function () {
   this.timeout(30_000);
 
   it('moves its checkpoint only past batches made durable, in order, and reads a batch that was not again, with those after it', async () => {
-    const store = new SqliteEventStore(join(mkdtempSync(join(tmpdir(), 'hub-follower-')), 'events.sqlite'));
-    for (let i = 0; i < 3; i++)
-      await store.append('probe-1', [{ id: randomUUID(), type: 'Probed', data: { i } }]);
-    const checkpoints = new MemoryCheckpoints();
     const read: number[] = [];
     const settles: ((err?: Error) => void)[] = [];
-    const follower = new EventFollower({
-      name: 'durable-later',
-      store,
-      checkpoints,
-      logger: memoryLogger().logger,
-      batchSize: 1,
-      handle: async (batch) => {
-        read.push(batch[0]!.position);
-        const durable = new Promise<void>((resolve, reject) =>
-          settles.push((err) => (err ? reject(err) : resolve())),
-        );
-        return { durable };
-      },
+    const { store, checkpoints, follower } = await following(async (batch) => {
+      read.push(batch[0]!.position);
+      const durable = new Promise<void>((resolve, reject) =>
+        settles.push((err) => (err ? reject(err) : resolve())),
+      );
+      return { durable };
     });
     const why = () => `read ${JSON.stringify(read)}`;
     follower.start();
@@ -64,21 +70,10 @@ describe('event follower, batches durable later (int)', function () {
   });
 
   it('saves the last batch made durable at its stop', async () => {
-    const store = new SqliteEventStore(join(mkdtempSync(join(tmpdir(), 'hub-follower-')), 'events.sqlite'));
-    for (let i = 0; i < 3; i++)
-      await store.append('probe-1', [{ id: randomUUID(), type: 'Probed', data: { i } }]);
-    const checkpoints = new MemoryCheckpoints();
     let taken = 0;
-    const follower = new EventFollower({
-      name: 'durable-later',
-      store,
-      checkpoints,
-      logger: memoryLogger().logger,
-      batchSize: 1,
-      handle: async () => {
-        taken++;
-        return { durable: new Promise<void>((r) => setTimeout(r, 50)) };
-      },
+    const { store, checkpoints, follower } = await following(async () => {
+      taken++;
+      return { durable: new Promise<void>((r) => setTimeout(r, 50)) };
     });
     follower.start();
     await until(

@@ -97,6 +97,21 @@ const until = async (
   assert.ok(await what(), await o.why?.());
 };
 
+/** An event log whose appends wait until `release` is called. */
+function logHeldUntilReleased() {
+  let release!: () => void;
+  const held = new Promise<void>((r) => {
+    release = r;
+  });
+  class HeldLog extends MemoryEventLog {
+    override async append(events: WebhookEvent[]): Promise<void> {
+      await held;
+      return super.append(events);
+    }
+  }
+  return { log: new HeldLog({ retentionMs: 86_400_000 }), release };
+}
+
 /** A processor that hands its jobs off as onto the deliveries topic (durable once the call
  * resolves), each hand-off recorded in `handed`. */
 function recordingProcessor(o: Pick<ProcessorOptions, 'bus' | 'states' | 'log' | 'logger'>) {
@@ -213,16 +228,7 @@ describe('processor hand-off checkpoint (int)', () => {
 
   it("hands a chunk's jobs off while its event log is written, and saves its states once both are done", async () => {
     // The log's write held: with the two in turn, nothing would be handed off until it is done.
-    let releaseLog!: () => void;
-    const logHeld = new Promise<void>((r) => {
-      releaseLog = r;
-    });
-    class HeldLog extends MemoryEventLog {
-      override async append(events: WebhookEvent[]): Promise<void> {
-        await logHeld;
-        return super.append(events);
-      }
-    }
+    const { log, release: releaseLog } = logHeldUntilReleased();
     class CountedStates extends MemoryActorStates<DeviceActor> {
       saves = 0;
       override async save(states: Map<string, DeviceActor>, checkpoint?: StatesCheckpoint): Promise<void> {
@@ -233,7 +239,6 @@ describe('processor hand-off checkpoint (int)', () => {
     const { logger } = memoryLogger();
     const bus = new MemoryBus({ logger });
     await bus.ensureTopics([{ topic: TOPICS.changes, partitions: 1 }]);
-    const log = new HeldLog({ retentionMs: 86_400_000 });
     const states = new CountedStates();
     const { processor, handed } = recordingProcessor({ bus, states, log, logger });
     await processor.start();
@@ -415,6 +420,22 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
     }
   });
 
+  /** A second processor of the group on `bus`: the partitions are then shared. */
+  const secondMember = (bus: KafkaBus, o: Partial<ProcessorOptions> = {}) =>
+    new StreamProcessor({
+      bus,
+      registry,
+      states: new MemoryActorStates<DeviceActor>(),
+      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
+      subscriptions,
+      logger: createLogger('silent'),
+      metrics: new ProcessorMetrics(new Registry()),
+      partitionsConcurrently: 1,
+      takesChanges: true,
+      handOff: async () => undefined,
+      ...o,
+    });
+
   it("takes the relay's changes in memory only while it holds every partition and has handled all the topic holds; saves them after the topic's", async () => {
     const { bus, processor, committed, states, handed, waitFor, close } = await handingToItsDispatcher(2, {
       takesChanges: true,
@@ -466,18 +487,7 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
         (err: Error) => err.message,
       );
       // A second processor of the group: the partitions are shared, the first holds half.
-      second = new StreamProcessor({
-        bus: first.bus,
-        registry,
-        states: new MemoryActorStates<DeviceActor>(),
-        log: new MemoryEventLog({ retentionMs: 86_400_000 }),
-        subscriptions,
-        logger: createLogger('silent'),
-        metrics: new ProcessorMetrics(new Registry()),
-        partitionsConcurrently: 1,
-        takesChanges: true,
-        handOff: async () => undefined,
-      });
+      second = secondMember(first.bus);
       await second.start();
       await first.waitFor(
         async () => !(await first.processor.takesChanges(0)),
@@ -492,22 +502,6 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
       await first.close();
     }
   });
-
-  /** A second processor of the group on `bus`: the partitions are then shared. */
-  const secondMember = (bus: KafkaBus, o: Partial<ProcessorOptions> = {}) =>
-    new StreamProcessor({
-      bus,
-      registry,
-      states: new MemoryActorStates<DeviceActor>(),
-      log: new MemoryEventLog({ retentionMs: 86_400_000 }),
-      subscriptions,
-      logger: createLogger('silent'),
-      metrics: new ProcessorMetrics(new Registry()),
-      partitionsConcurrently: 1,
-      takesChanges: true,
-      handOff: async () => undefined,
-      ...o,
-    });
 
   it('a batch taken in memory and not made durable: takes nothing more until the relay reads it again, then derives it again', async () => {
     const { processor, states, handed, waitFor, close } = await handingToItsDispatcher(2, {
@@ -540,19 +534,10 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
   });
 
   it('a batch being taken in memory when another member joins is neither saved nor kept', async () => {
-    let releaseLog!: () => void;
-    const logHeld = new Promise<void>((r) => {
-      releaseLog = r;
-    });
-    class HeldLog extends MemoryEventLog {
-      override async append(events: WebhookEvent[]): Promise<void> {
-        await logHeld;
-        return super.append(events);
-      }
-    }
+    const { log: heldLog, release: releaseLog } = logHeldUntilReleased();
     const first = await handingToItsDispatcher(2, {
       takesChanges: true,
-      log: new HeldLog({ retentionMs: 86_400_000 }),
+      log: heldLog,
     });
     const second = secondMember(first.bus);
     try {
