@@ -1348,6 +1348,10 @@ writes/s and saturation, one of 500 and 1,000 writes/s):
   so that its batches gather, against one that reads at each write, both in memory, two rounds:
   CPU per event at 500 writes/s 2.86 and 2.93 against 2.86 and 2.91 ms, p50 19-20 against 15-22:
   no gain, not kept.
+- The processor's log insert taken off the relay's loop (the batch durable once its log is
+  written too, the next batch not waiting for it, so that inserts gather), two rounds: CPU per
+  event at 500 writes/s 3.11 and 2.84 → 3.01 and 3.05 ms, at saturation 1,173 and 1,290 → 1,192
+  and 1,080 events/s: no gain, not kept.
 The latency lines move closer (p50 18 against 8 ms, p99 60-64 against 25) and stay out of reach
 on this machine, over 90 % busy at 500 writes/s: what is left is CPU per event (the hub about
 1.8 ms, PostgreSQL about 0.9), each hop waiting for a core.`;
