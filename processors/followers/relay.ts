@@ -4,8 +4,8 @@
 // only after the broker acknowledged, so a crash of the relay, the store or the broker resends
 // (consumers skip what they applied, by position). While the stream processor of this process
 // holds every partition, the relay hands it the changes in memory instead (`handOff`), and the
-// checkpoint moves once the processor has made them durable. One relay runs at a time: a lease in the read
-// store, renewed as it goes, keeps a second one waiting.
+// checkpoint moves once the processor has made them durable. One relay runs at a time: a lease in
+// the read store, renewed as it goes, keeps a second one waiting.
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Bus } from '../../infra/bus/port.ts';
 import { SCHEMA_HEADER, TOPICS } from '../../infra/bus/port.ts';
