@@ -143,6 +143,8 @@ export async function startProcessor(
   const { config, logger, metrics, stores } = hub;
   const { store, readStore, registry } = stores;
   const embedded = config.profile === 'embedded';
+  // Distributed: the relay hands its changes to the processor here while that is the only one.
+  const relayHandOff = !embedded && config.relayHandOff === 'auto';
   const processor = new StreamProcessor({
     bus,
     registry,
@@ -186,7 +188,7 @@ export async function startProcessor(
     // where the actors' states were saved, else it is derived again from the store's start.
     handOffCheckpoint: embedded ? { checkpoints: stores.checkpoints, name: 'processor-handoff' } : undefined,
     resume: embedded && config.embeddedState === 'sqlite' ? { name: 'changes' } : undefined,
-    takesChanges: !embedded && config.relayHandOff === 'auto',
+    takesChanges: relayHandOff,
   });
   // The embedded relay starts where the processor resumes (its bus is in memory).
   const relayFrom = new MemoryCheckpoints();
@@ -201,8 +203,7 @@ export async function startProcessor(
     metrics: metrics.registry,
     lease: embedded ? undefined : readStore,
     name: relayName,
-    // Distributed: in memory to the processor here while it holds every partition (HUB_RELAY_HANDOFF).
-    handOff: !embedded && config.relayHandOff === 'auto' ? processor : undefined,
+    handOff: relayHandOff ? processor : undefined,
   });
   await processor.start();
   changeRelay.start();

@@ -3,6 +3,7 @@
 // failing batch is retried from the checkpoint with backoff. A handler may take a batch and make
 // it durable later (the relay's hand-off): the checkpoint moves only past batches made durable,
 // in order, and one that is not is read again from the last that was.
+import type { Handled } from '../../infra/bus/port.ts';
 import type { CheckpointStore } from '../../infra/checkpoints.ts';
 import type { EventStore, RecordedEvent, SubscribeOptions } from '../../infra/eventstore/port.ts';
 import type { Logger } from '../../infra/telemetry.ts';
@@ -14,7 +15,8 @@ export interface FollowerOptions extends SubscribeOptions {
   checkpoints: CheckpointStore;
   logger: Logger;
   /** Handles a batch, or takes it and answers `{ durable }`, which resolves once it is durable. */
-  handle: (batch: RecordedEvent[]) => Promise<void | { durable: Promise<void> }>;
+  // biome-ignore lint/suspicious/noConfusingVoidType: most handlers answer nothing (their batch is done)
+  handle: (batch: RecordedEvent[]) => Promise<void | Handled>;
   /** Asked before following: false waits a second and asks again (a standby without a lease). */
   ready?: () => Promise<boolean>;
   /** Called once the loop has ended. */
