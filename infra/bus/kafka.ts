@@ -582,6 +582,7 @@ export class KafkaBus implements Bus {
     /** Chunks being handled: a stop lets them finish, then commits. */
     const running = new Set<Promise<void>>();
     let stopping = false;
+    const maxBatch = o.maxBatch ?? this.maxBatch;
     // The topic's partitions as this process found them (the hub never adds any to a topic; an
     // operator who does restarts the consumers), for onAssignment's `of`.
     const topicPartitions = o.onAssignment ? await this.partitionCount(topic) : 0;
@@ -599,13 +600,13 @@ export class KafkaBus implements Bus {
       eachBatchAutoResolve: false,
       eachBatch: async ({ batch, heartbeat, isStale, isRunning, resolveOffset, pause }) => {
         // A fetch can bring megabytes: the handler gets bounded chunks, each committed once it ends.
-        for (let from = 0; from < batch.messages.length; from += this.maxBatch) {
+        for (let from = 0; from < batch.messages.length; from += maxBatch) {
           if (stopping) {
             pause(); // fetched again and again until the consumer stops, otherwise
             return;
           }
           if (!isRunning() || isStale()) return;
-          const chunk = batch.messages.slice(from, from + this.maxBatch);
+          const chunk = batch.messages.slice(from, from + maxBatch);
           const last = chunk[chunk.length - 1]!.offset;
           const messages = chunk.map((m) => this.incoming(m, batch.partition));
           const lag = Number(batch.highWatermark) - Number(last) - 1;

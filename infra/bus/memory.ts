@@ -95,7 +95,7 @@ export class MemoryBus implements Bus {
           continue;
         }
         const from = cursor - p.base;
-        const batch = p.messages.slice(from, from + this.maxBatch);
+        const batch = p.messages.slice(from, from + (o.maxBatch ?? this.maxBatch));
         try {
           const handled = await o.handle(batch, {
             partition: index,

@@ -44,6 +44,8 @@ export interface ConsumeOptions {
   handle(messages: InMessage[], info: BatchInfo): Promise<void | Handled>;
   /** Partitions handled at once by this member. */
   partitionsConcurrently?: number;
+  /** Most messages a `handle` call gets (default: the bus's own, 1,000). */
+  maxBatch?: number;
   /** Called when this member's partitions may have changed (a rebalance): caches keyed by
    * partition are no longer this member's alone. `of`: the topic's partitions (as the member
    * found them at its start), so a member can tell whether it holds them all. Called with none

@@ -40,11 +40,13 @@ const WAIT_SHARE = 0.75;
 /** Handed-off jobs remembered once durable (finished or stored), so that a batch handed off again
  * skips them: about a megabyte. */
 const DURABLE_JOBS_KEPT = 10_000;
-/** How long a hand-off waits for room to free before it stores its remaining jobs for a claim. */
+/** How long a hand-off waits for a subscription's room to free before it asks whether that
+ * subscription keeps pace with the others (see keptPace). */
 const ROOM_WAIT_MS = 250;
-/** How long a hand-off waits for room in all, however steadily it frees. Stored instead, a backlog
- * on the topic cost the schedule a write, a claim and a finish of its own per job: 61,000 of a
- * prefilled topic's 70,000 jobs went that way, at a third of the rate of jobs delivered first. */
+/** How long a hand-off waits for room in all, however steadily it frees: the processor's next batch
+ * (or the topic's next chunk) waits for this one. Stored instead, a backlog on the topic cost the
+ * schedule a write, a claim and a finish of its own per job: 61,000 of a prefilled topic's 70,000
+ * jobs went that way, at a third of the rate of jobs delivered first. */
 const HANDOFF_WAIT_MS = 1000;
 
 export interface DispatcherOptions extends EndpointsOptions, CircuitOptions {
@@ -87,6 +89,9 @@ export class Dispatcher {
    * once, as what woke it may have come after that read. */
   private wokenMeanwhile = false;
   private readonly inFlight = new Map<string, number>(); // subscription → attempts running
+  /** Attempts whose slot freed, in all and by subscription while it has jobs here (see keptPace). */
+  private slotsFreed = 0;
+  private readonly slotsFreedOf = new Map<string, number>();
   private readonly waiting = new Map<string, Held[]>(); // subscription → jobs waiting for a slot
   private held = 0; // running + waiting (+ recording)
   /** Of `held`, those waiting for their subscription's slot. */
@@ -141,6 +146,11 @@ export class Dispatcher {
       group: 'hub-dispatcher',
       topic: TOPICS.deliveries,
       partitionsConcurrently: 4,
+      // A chunk of the topic is half a subscription's queue here (its jobs share a key, so a
+      // partition's chunk is mostly one subscription's): a healthy subscription takes a chunk in
+      // well within HANDOFF_WAIT_MS. Chunks of 1,000 took about a second at one subscription's
+      // pace on a loaded 2-core machine, and their tails were stored.
+      maxBatch: this.queueLimit / 2,
       onAssignment: (partitions, of) => {
         this.holdsEveryPartition = of > 0 && partitions.length === of;
       },
@@ -188,17 +198,18 @@ export class Dispatcher {
    * job's durable record is then its attempt, written as it would be anyway: most jobs never touch
    * the schedule. While a job has no room here (every slot taken, its subscription's queue full,
    * or the waiting share spent) the hand-off waits for room (the processor's backpressure, or the
-   * topic's: a backlog stays where it is durable already). It stops waiting, and stores what has no
-   * room for a claim, once a wait saw no room free for ROOM_WAIT_MS (a slow subscription) or
-   * the hand-off has waited HANDOFF_WAIT_MS in all (the other subscriptions of its chunk are
-   * not held up longer). Resolves once each job is held here or stored; `durable` once each is
-   * finished or stored, and only then may the processor's hand-off checkpoint move past them.
+   * topic's: a backlog stays where it is durable already). Each subscription's jobs wait beside
+   * the others', so one subscription's wait holds up no other's jobs of the batch. A subscription
+   * stops waiting, and stores what has no room for a claim, once a wait saw no room free for
+   * ROOM_WAIT_MS while it fell behind the others (a slow subscription: see keptPace), or once the
+   * hand-off has waited HANDOFF_WAIT_MS in all (the next batch is not held up longer). Resolves
+   * once each job is held here or stored; `durable` once each is finished or stored, and only
+   * then may the processor's hand-off checkpoint move past them.
    */
   async handOff(jobs: Job[]): Promise<{ durable: Promise<void> }> {
     const durability = new Durability();
     const stored: Job[] = [];
     const waitUntil = Date.now() + HANDOFF_WAIT_MS;
-    let patient = true;
     /** Whether the job was handed off here already (its batch handed off again after a failed
      * write, maybe while the first hand-off still waits for room): held, this hand-off too is
      * durable only once that job is, or the checkpoint could pass a job held only in memory;
@@ -216,28 +227,36 @@ export class Dispatcher {
       }
       return true;
     };
+    const takeIn = async (sub: string, subJobs: Job[]) => {
+      let patient = true;
+      for (const job of subJobs) {
+        if (heldAlready(job)) continue;
+        // Woken once a chunk of this subscription's jobs would fit, not at every slot that frees. A
+        // subscription whose queue a wait saw full to the end is slow: its jobs are stored at once
+        // until its queue has drained by a chunk, rather than each hand-off waiting for it again.
+        while (patient && this.running && !this.admits(sub) && !this.slow.has(sub)) {
+          patient = Date.now() < waitUntil && (await this.waitForRoomOf(sub));
+          if (!patient && this.queueRoom(sub) < this.subChunk) this.slow.add(sub);
+        }
+        // Another hand-off of the same batch may have taken the job in while this one waited.
+        if (heldAlready(job)) continue;
+        if (!this.running || !this.admits(sub)) {
+          stored.push(job);
+          continue;
+        }
+        durability.add();
+        const held: Held = { job, due: Date.now(), fresh: durability };
+        this.fresh.add(held);
+        this.hold(held);
+      }
+    };
+    const bySubscription = new Map<string, Job[]>();
     for (const job of jobs) {
-      if (heldAlready(job)) continue;
-      const sub = job.subscription_id;
-      // Woken once a chunk of this subscription's jobs would fit, not at every slot that frees. A
-      // subscription whose queue a wait saw full to the end is slow: its jobs are stored at once
-      // until its queue has drained by a chunk, rather than each hand-off waiting for it again.
-      while (patient && this.running && !this.admits(sub) && !this.slow.has(sub)) {
-        patient =
-          Date.now() < waitUntil && (await this.waitForRoom(() => this.roomFor(sub) >= this.subChunk));
-        if (!patient && this.queueRoom(sub) < this.subChunk) this.slow.add(sub);
-      }
-      // Another hand-off of the same batch may have taken the job in while this one waited.
-      if (heldAlready(job)) continue;
-      if (!this.running || !this.admits(sub)) {
-        stored.push(job);
-        continue;
-      }
-      durability.add();
-      const held: Held = { job, due: Date.now(), fresh: durability };
-      this.fresh.add(held);
-      this.hold(held);
+      const same = bySubscription.get(job.subscription_id);
+      if (same) same.push(job);
+      else bySubscription.set(job.subscription_id, [job]);
     }
+    await Promise.all(Array.from(bySubscription, ([sub, subJobs]) => takeIn(sub, subJobs)));
     durability.seal();
     if (stored.length > 0) await this.o.deliveries.enqueue(stored);
     return { durable: durability.done };
@@ -275,6 +294,34 @@ export class Dispatcher {
     } finally {
       this.roomWaits--;
     }
+  }
+
+  /**
+   * Waits for a chunk of `sub`'s room (see handOff): true once it frees, or when no room freed for
+   * ROOM_WAIT_MS but `sub` kept pace meanwhile; false when it did not (or the dispatcher stops).
+   */
+  private async waitForRoomOf(sub: string): Promise<boolean> {
+    const freed = this.slotsFreed;
+    const freedOf = this.slotsFreedOf.get(sub) ?? 0;
+    if (await this.waitForRoom(() => this.roomFor(sub) >= this.subChunk)) return true;
+    return this.running && !this.draining && this.keptPace(sub, freed, freedOf);
+  }
+
+  /**
+   * Whether `sub` freed at least half an average busy subscription's share of the slots freed since
+   * `freed` and `freedOf` were read. A wait that sees no room for a while is not enough to call a
+   * subscription slow: when every slot of the process is busy, a healthy subscription's queue
+   * drains at the process's pace, which on a loaded machine was below a chunk in ROOM_WAIT_MS
+   * (its jobs were then stored, a third of a prefilled topic's, each costing the schedule a write,
+   * a claim and a finish). A hanging receiver frees nothing; when nothing freed at all, nothing
+   * is moving, and waiting longer helps no one either.
+   */
+  private keptPace(sub: string, freed: number, freedOf: number): boolean {
+    const all = this.slotsFreed - freed;
+    const mine = (this.slotsFreedOf.get(sub) ?? 0) - freedOf;
+    if (all === 0) return false;
+    if (mine < 0) return true; // its count began again: its queue drained meanwhile
+    return mine * this.inFlight.size * 2 >= all;
   }
 
   /** Wakes the waiters whose room has freed. */
@@ -528,9 +575,12 @@ export class Dispatcher {
         if (!slot) return;
         slot = false;
         this.inFlight.set(sub, this.inFlight.get(sub)! - 1);
+        this.slotsFreed++;
+        this.slotsFreedOf.set(sub, (this.slotsFreedOf.get(sub) ?? 0) + 1);
         if (this.inFlight.get(sub) === 0 && !this.waiting.get(sub)?.length) {
           this.inFlight.delete(sub);
           this.waiting.delete(sub);
+          this.slotsFreedOf.delete(sub);
         }
         this.pump(sub);
       };

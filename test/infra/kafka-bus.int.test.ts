@@ -38,6 +38,7 @@ describe('Kafka bus consumer groups (int)', function () {
       { topic: 'two', partitions: 2 },
       { topic: 'later', partitions: 1 },
       { topic: 'failed', partitions: 1 },
+      { topic: 'chunks', partitions: 1 },
     ]);
   });
   after(async () => {
@@ -145,6 +146,36 @@ describe('Kafka bus consumer groups (int)', function () {
     await until(async () => (await committed(group)).get(0) === start + 20, 3000);
     assert.equal((await committed(group)).get(0), start + 20);
     await consumer.stop();
+  });
+
+  it('a consumer’s maxBatch bounds each handle call, whatever a fetch brings', async () => {
+    const group = newGroup();
+    await bus.send(
+      'chunks',
+      Array.from({ length: 25 }, (_, i) => ({ key: 'k', value: Buffer.from(`m${i}`) })),
+    );
+    const sizes: number[] = [];
+    const seen: string[] = [];
+    const consumer = await bus.consume({
+      group,
+      topic: 'chunks',
+      maxBatch: 7,
+      handle: async (messages) => {
+        sizes.push(messages.length);
+        for (const m of messages) seen.push(m.value.toString());
+      },
+    });
+    try {
+      await until(() => seen.length >= 25);
+      assert.deepEqual(
+        seen,
+        Array.from({ length: 25 }, (_, i) => `m${i}`),
+      );
+      assert.ok(Math.max(...sizes) <= 7, `handle calls of ${sizes.join(', ')} messages`);
+      assert.ok(sizes.length >= 4);
+    } finally {
+      await consumer.stop();
+    }
   });
 
   it('a stopped member has committed all it finished: the next one gets none of it again', async () => {

@@ -1,5 +1,6 @@
 // A real HTTP receiver for webhook tests: records every request (raw body, headers, when) per
-// path, and answers as the path says: /ok, /status/<code>[?retry-after=<s>], /hang, /redirect.
+// path, and answers as the path says: /ok, /status/<code>[?retry-after=<s>], /hang, /redirect; any
+// of them ?delay=<ms> later.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -48,6 +49,15 @@ export class Receiver {
         if (url.pathname.startsWith('/redirect')) {
           res.writeHead(301, { location: `${this.url}/ok/redirected` });
           return res.end();
+        }
+        // ?delay=<ms>: answered that much later, as a receiver that takes its time.
+        const delay = Number(url.searchParams.get('delay') ?? 0);
+        if (delay > 0) {
+          setTimeout(() => {
+            res.writeHead(status ? Number(status) : 200, { 'content-type': 'text/plain' });
+            res.end('answer late');
+          }, delay);
+          return;
         }
         const headers: Record<string, string> = { 'content-type': 'text/plain' };
         const retryAfter = url.searchParams.get('retry-after');

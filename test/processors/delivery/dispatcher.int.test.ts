@@ -209,6 +209,59 @@ for (const httpThreads of [1, 0])
       }
     });
 
+    it('subscriptions that drain at the process’s pace are not slow: a hand-off waits for them past a wait without room, storing nothing', async () => {
+      // Each receiver answers in 150 ms: with 2 attempts in flight a subscription frees fewer places
+      // than a chunk (4) in ROOM_WAIT_MS, yet keeps pace with the other. Until 2026-11-30 a wait
+      // that saw no chunk free stored the rest: on a loaded machine a healthy subscription's tail.
+      const { file, rx, dispatcher, close, subscribe, started } = await rig({ httpThreads, timeoutMs: 5000 });
+      const owner = 'prn:::accounts:/paced';
+      try {
+        const warm = await subscribe(owner, '/ok/paced-warm');
+        const subs = await Promise.all(['a', 'b'].map((n) => subscribe(owner, `/ok/paced-${n}?delay=150`)));
+        await started(owner, warm, '/ok/paced-warm');
+        // 22 jobs each: 18 held at once (2 in flight, 16 waiting), 4 waiting for room.
+        const [a, b] = subs.map((sub) => jobsFor(owner, sub, 22));
+        const began = Date.now();
+        await dispatcher.handOff(a!.flatMap((job, i) => [job, b![i]!]));
+        const waited = Date.now() - began;
+        assert.equal(
+          scheduleRows(file),
+          0,
+          `every job held when the hand-off resolved, none stored (${waited} ms)`,
+        );
+        assert.ok(waited >= 250, `the hand-off waited past a wait without room: ${waited} ms`);
+        await rx.waitFor('/ok/paced-a', 22);
+        await rx.waitFor('/ok/paced-b', 22);
+      } finally {
+        await close();
+      }
+    });
+
+    it('a hand-off’s subscriptions wait each for its own room: a hanging one’s jobs are stored, every other’s held', async () => {
+      // Until 2026-11-30 a hand-off waited job by job, and once one subscription's wait gave up,
+      // the jobs of every other that found no room at that moment were stored too.
+      const { file, rx, dispatcher, close, subscribe, started } = await rig({ httpThreads, timeoutMs: 5000 });
+      const owner = 'prn:::accounts:/apart';
+      try {
+        const hanging = await subscribe(owner, '/hang/apart');
+        const healthy = await subscribe(owner, '/ok/apart');
+        await started(owner, healthy, '/ok/apart');
+        // 30 jobs each, the hanging one's first: each subscription holds 18 at once, and the
+        // healthy one's last 12 find its queue full only after the hanging one's wait gave up.
+        const [h, ok] = [hanging, healthy].map((sub) => jobsFor(owner, sub, 30));
+        await dispatcher.handOff([...h!, ...ok!]);
+        assert.equal(
+          scheduleRows(file),
+          12,
+          'the hanging subscription’s 12 without room stored, nothing else',
+        );
+        await rx.waitFor('/ok/apart', 31);
+        assert.equal(rx.at('/hang/apart').length, 2, 'the hanging one holds its 2 slots');
+      } finally {
+        await close();
+      }
+    });
+
     it('a batch handed off twice while its hand-offs wait for room delivers each job once', async () => {
       // The processor's retry of a batch whose other write failed, while the first hand-off of it
       // still waits for its subscription's queue: the two must not both take a job in.
