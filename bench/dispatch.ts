@@ -710,6 +710,27 @@ all; three pairs) 33, 32 and 34 → 30, 34 and 35 % of the loop; the attempt log
 indexes (dropped; two pairs) 31 and 32 → 34 and 35 % (the status index alone: 34 and 33 %). Both
 are within the runs' spread and far from the 18 points the target needs: no one cost of the path
 holds it back; the sum of every process's does.
+2026-11-30 (thirteenth session), on the 2 × AMD EPYC machine (about half as fast as the recorded
+run's; the plain loop 11,600-17,100 requests/s): the prefilled topic's jobs had mostly gone through
+the Redis schedule again, 6.7-9.3 Redis commands per delivery against 2.2 on the faster machine.
+Counted by cause in one run, 25,000-33,000 of the 70,000 jobs were stored: most because a
+hand-off's wait saw no chunk of a subscription's room free in 250 ms and called the subscription
+slow (its later jobs then stored at once), the rest because the chunk's other jobs were stored
+with it or because the hand-off had waited 1 s in all. A chunk of the topic was 1,000 jobs of
+mostly one subscription (the topic is keyed by it), about a second at one subscription's pace on
+this machine. Now the dispatcher takes the topic in chunks of half a subscription's queue (128), a
+hand-off's subscriptions wait each for its own room, and a wait without room calls a subscription
+slow only if it fell behind the others (docs/webhooks.md). Seven alternated pairs of the Kafka
+run, the tree before and this one: 2.3-4.4 Redis commands per delivery against 6.7-9.3, and the
+rate the same within the spread, 33-48 % of the loop (median 42) against 34-50 % (median 41). The
+stores cost Redis CPU (23 against 34 µs per job in one pair) but did not hold the rate back here:
+the dispatcher's own CPU per delivery did not move (123-183 µs either way). A whole run of this
+bench on that machine with this tree, not recorded above (its absolute lines are the machine's):
+embedded 8,640 deliveries/s, 64 % of its loop (the five pairs 59-69 %); Kafka 5,554 a second, 41 %
+of the loop's 13,451, 171 µs of CPU per delivery in the dispatcher's process (82 on its main
+thread), 2.3 Redis commands per delivery; end to end at 1,000 writes/s embedded p50 20 ms, p99 149
+ms, and the distributed hub in four processes fell behind (p50 1.9 s, p99 5.7 s, every change
+delivered), as on the slower machine of 2026-11-26 below.
 
 ### End-to-end latency
 
