@@ -127,6 +127,7 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
     url: config.postgresUrl,
     retentionMs,
     connections: config.postgresLogConnections,
+    lingerMs: config.postgresLogLingerMs,
     logger,
   });
   const eventLog = new PostgresEventLog(logs);

@@ -224,6 +224,12 @@ export const knobs = {
     "Distributed profile: connections per process to HUB_POSTGRES_URL for the event log and the delivery attempt records (besides the event store's own). Writes take at most two per log, reads one each (a list two).",
     int(1, 100),
   ),
+  postgresLogLingerMs: knob(
+    'HUB_POSTGRES_LOG_LINGER_MS',
+    '20',
+    "Distributed profile: how long an append to the event log or the delivery attempt records may wait for more to go in the same INSERT, ms: at a steady rate each statement costs PostgreSQL about the same whatever it carries, and the appends came one or two at a time. Nothing waits for them on a delivery's way (the event is delivered, the attempt made, before); they show in GET /webhooks/events and the attempt lists that much later. 256 rows go at once. 0: each as soon as one of two statements in flight is done.",
+    int(0, 1000),
+  ),
   esdbUrl: knob(
     'HUB_ESDB_URL',
     '',

@@ -50,12 +50,14 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
 
   constructor(logs: PostgresLogs) {
     this.logs = logs;
-    this.inserts = new GroupedInserts((rows) =>
-      this.logs.insert(
-        'hub_attempt_log',
-        rows.map((r) => r[1]),
-        ATTEMPT_INSERT(rows, [this.logs.bucketMs]),
-      ),
+    this.inserts = new GroupedInserts(
+      (rows) =>
+        this.logs.insert(
+          'hub_attempt_log',
+          rows.map((r) => r[1]),
+          ATTEMPT_INSERT(rows, [this.logs.bucketMs]),
+        ),
+      logs.lingerMs,
     );
   }
 

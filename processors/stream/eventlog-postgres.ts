@@ -45,12 +45,14 @@ export class PostgresEventLog implements EventLog {
 
   constructor(logs: PostgresLogs) {
     this.logs = logs;
-    this.inserts = new GroupedInserts((rows) =>
-      this.logs.insert(
-        'hub_event_log',
-        rows.map((r) => r[1]),
-        EVENT_INSERT(rows, [this.logs.bucketMs]),
-      ),
+    this.inserts = new GroupedInserts(
+      (rows) =>
+        this.logs.insert(
+          'hub_event_log',
+          rows.map((r) => r[1]),
+          EVENT_INSERT(rows, [this.logs.bucketMs]),
+        ),
+      logs.lingerMs,
     );
   }
 

@@ -490,18 +490,30 @@ export class StreamProcessor {
     const handing = this.jobsFor(events.filter((e) => e.source_position > this.handOffFloor)).then(
       async (jobs) => ({ jobs, handed: await this.o.handOff(jobs) }),
     );
-    const [{ jobs, handed }] = await Promise.all([handing, this.o.log.append(events)]);
-    metrics.jobs.inc(jobs.length);
+    const logged = this.o.log.append(events);
     const { resume } = this.o;
+    const cp = this.o.handOffCheckpoint;
+    // Distributed, the next batch need not wait for the log either: the batch is durable once its
+    // log is written too (its states are saved after both), and the log's appends of a steady rate
+    // then gather in fewer statements (HUB_POSTGRES_LOG_LINGER_MS).
+    const logOffTheWay = !resume && !cp;
+    if (logOffTheWay) logged.catch(() => {}); // its failure fails the batch's durable instead
+    const [{ jobs, handed }] = logOffTheWay ? [await handing] : await Promise.all([handing, logged]);
+    metrics.jobs.inc(jobs.length);
     // Saved last: a crash before this derives the batch again, into the same ids. The next batch
     // need not wait for it (its actors' states are in memory, and a load of one evicted since
     // follows this save on the same connection): the batch's offsets are committed only once it
     // is done, and should it fail the partition is read again from before the batch.
-    const cp = this.o.handOffCheckpoint;
     let saved: Promise<void> | undefined;
     if (resume) this.unsaved.push(changed);
     else if (cp) saved = this.o.states.save(changed);
-    else saved = this.saveInOrder(partition, changed, generation, handed?.durable);
+    else
+      saved = this.saveInOrder(
+        partition,
+        changed,
+        generation,
+        Promise.all([handed?.durable, logged]).then(() => {}),
+      );
     for (const e of events) metrics.derived.inc({ type: e.type });
     metrics.changes.inc(batch.length);
     const moves = cp !== undefined && last > this.handedOff;

@@ -313,6 +313,51 @@ describe('processor on Kafka: a batch saved behind it (int)', function () {
     }
   });
 
+  it("hands the next batch off while the last one's event log is being written; commits a batch once its log is written", async () => {
+    // The log's appends need not hold the derivation up: at a steady rate they then gather in
+    // fewer statements (HUB_POSTGRES_LOG_LINGER_MS) without adding to a delivery's latency.
+    const { bus, committed, close } = await onKafka('warn');
+    class HeldLog extends MemoryEventLog {
+      readonly held: (() => void)[] = [];
+      override async append(events: WebhookEvent[]): Promise<void> {
+        await new Promise<void>((r) => this.held.push(r));
+        return super.append(events);
+      }
+    }
+    const log = new HeldLog({ retentionMs: 86_400_000 });
+    const { processor, handed } = recordingProcessor({
+      bus,
+      states: new MemoryActorStates<DeviceActor>(),
+      log,
+      logger: createLogger('warn'),
+    });
+    const waitFor = (what: () => boolean | Promise<boolean>, label: string) =>
+      until(what, {
+        ms: 20_000,
+        why: async () =>
+          `${label}: logs held ${log.held.length}, handed ${handed.length}, committed ${await committed()}`,
+      });
+    await processor.start();
+    try {
+      await bus.send(TOPICS.changes, [created(1)]);
+      await waitFor(() => log.held.length === 1 && handed.length === 1, 'first batch');
+      await bus.send(TOPICS.changes, [created(2)]);
+      await waitFor(() => handed.length === 2, 'second hand-off, the first log not written');
+      await new Promise((r) => setTimeout(r, 1500)); // past the bus's commit interval (1 s)
+      assert.ok((await committed()) < 1, 'nothing committed while the first log waits');
+      log.held.shift()!();
+      await waitFor(async () => (await committed()) === 1, 'first commit');
+      await waitFor(() => log.held.length === 1, 'second log');
+      log.held.shift()!();
+      await waitFor(async () => (await committed()) === 2, 'second commit');
+      assert.equal((await log.list(OWNER, { limit: 10, skip: 0 })).items.length, 2);
+    } finally {
+      for (const release of log.held.splice(0)) release();
+      await processor.stop();
+      await close();
+    }
+  });
+
   /** A processor on Kafka whose hand-offs answer as the dispatcher of its process does (taken now,
    * durable later), or, while `viaTopic` is set, as the deliveries topic does (durable at once);
    * its states' saves recorded as device@position. */
