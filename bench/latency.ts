@@ -1028,7 +1028,12 @@ saturation 1,082 and 1,068 → 1,126 and 1,143 events/s, 1.42 and 1.43 → 1.35 
 at 500 writes/s the same (3.16 and 3.08 → 3.10 and 3.09 ms). The Kafka dispatch bench (three alternated
 runs, 31-35 % of the loop before, 33-36 after) did not move beyond its spread, nor did the distributed
 device-meta ingestion (bench/ingestion.ts's load, four alternated rounds: medians 4,676 → 4,854
-requests/s, 18.2 → 18.9 % of the bare server's 25,680).`;
+requests/s, 18.2 → 18.9 % of the bare server's 25,680).
+2026-11-30 (thirteenth session): a print-only run of this tree on the 2 × AMD EPYC machine (about
+half as fast as this table's): p50 7 ms and p99 21 ms at 500 writes/s, 10 and 102 ms at 1,000;
+saturation 1,793 events/s at p50 227 ms, p99 1,275 ms (the derivation's backlog above); 1,811
+against 783 µs of CPU per event, 2.31 × (the main thread 589 against 197, the other threads 1,083
+against 531, 7.2 wake-ups an event against 0.8).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -1356,7 +1361,28 @@ writes/s and saturation, one of 500 and 1,000 writes/s):
   and 1,080 events/s: no gain, not kept.
 The latency lines move closer (p50 18 against 8 ms, p99 60-64 against 25) and stay out of reach
 on this machine, over 90 % busy at 500 writes/s: what is left is CPU per event (the hub about
-1.8 ms, PostgreSQL about 0.9), each hop waiting for a core.`;
+1.8 ms, PostgreSQL about 0.9), each hop waiting for a core.
+2026-11-30 (thirteenth session), on the 2 × AMD EPYC machine. A print-only run of this tree first:
+p50 15 ms and p99 53 ms at 500 writes/s, 28 and 127 ms at 1,000, 1,134 events/s at saturation
+(p50 39 ms), 3.05 against 1.33 ms of CPU per event (2.29 ×; the hub's own 1.92 against 0.83).
+PostgreSQL's statements at 500 writes/s, counted at the driver over a window and its warm-up
+(about 15,000 events): the store's appends 5,629 (2.7 events each: the API threads' appends of a
+turn commit together), the log's reads 6,401, the attempt log's inserts 4,477 (3.4 attempts each)
+and the event log's 3,933 (3.8 events each), each insert about a third of a millisecond of
+PostgreSQL's CPU whatever it carries. The two logs' inserts now wait up to
+\`HUB_POSTGRES_LOG_LINGER_MS\` (20 ms) for others to share their statement, and the processor
+derives its next batch while the last one's log is written (the batch durable once it is,
+docs/webhooks.md), so the linger adds nothing to a delivery's way. Two alternated rounds (20-s
+windows), the tree before, this tree with the linger at 0, and at 20 ms:
+- 500 writes/s: PostgreSQL's CPU per event 801 and 1,117 / 871 and 948 / 714 and 816 µs, its rows
+  written 3.9-4.2 / 3.8-4.2 / 3.1-3.2 an event (the log counts' rows shared too); CPU per event
+  over every process 2.90 and 3.13 / 2.97 and 3.11 / 2.87 and 2.94 ms; p50 23 and 17 / 24 and 17 /
+  15 and 15 ms, p99 77 and 88 / 88 and 75 / 77 and 60 ms.
+- 1,000 writes/s: p99 389 and 293 / 1,130 and 104 / 428 and 306 ms, this machine's spread.
+- Saturation: 1,140 and 1,116 / 1,194 and 1,265 / 1,484 and 993 events/s, 1.33 and 1.36 / 1.26
+  and 1.20 / 1.00 and 1.50 ms per event.
+Kept: a small gain at the steady rate, none beyond the spread at saturation. The ratio the issue
+asks to bring to 2 × was 2.2-2.9 × in these rounds, the saturated figure moving most.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
