@@ -531,6 +531,14 @@ requests/s, then 2,318, 2,396 and 2,234 → 2,406, 2,777 and 2,877, then 2,203, 
 2,899, 2,759 and 2,842, every round ahead (+4 to +32 %); at the medians 21.6 → 24.3 %, 22.2 →
 26.7 % and 19.8 → 24.0 % of the bare server's (11,422, 10,419 and 11,839 requests/s). The 25-% line
 now sits at this machine's boundary, met in one set of three.
+2026-11-30 (thirteenth session), the same machine, with the PostgreSQL logs' appends gathered over
+\`HUB_POSTGRES_LOG_LINGER_MS\` (20 ms) and the processor no longer waiting for a batch's log before
+the next (see [End-to-end latency, distributed](#end-to-end-latency-distributed)): a set of three
+rounds alternating the bare server, this tree with the linger at 0 and at 20 ms gave 3,514, 3,358
+and 2,630 against 3,310, 3,214 and 3,313 requests/s (the bare server 12,305, 10,618 and 13,040):
+27.3 and 26.9 % of the bare server at the medians, the linger the same within the spread. A second
+set, this tree alone against the bare server: 2,716, 2,843 and 2,797 against 11,016, 12,094 and
+11,897 requests/s, 23.5 %. On this machine the line is still met in some sets and not in others.
 
 ${verdictDistributed}
 `;
