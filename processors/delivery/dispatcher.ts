@@ -48,6 +48,8 @@ const ROOM_WAIT_MS = 250;
  * schedule a write, a claim and a finish of its own per job: 61,000 of a prefilled topic's 70,000
  * jobs went that way, at a third of the rate of jobs delivered first. */
 const HANDOFF_WAIT_MS = 1000;
+/** Subscriptions of one hand-off waiting for room at once (see handOff). */
+const WAITS_PER_HANDOFF = 16;
 
 export interface DispatcherOptions extends EndpointsOptions, CircuitOptions {
   bus: Bus;
@@ -199,7 +201,8 @@ export class Dispatcher {
    * the schedule. While a job has no room here (every slot taken, its subscription's queue full,
    * or the waiting share spent) the hand-off waits for room (the processor's backpressure, or the
    * topic's: a backlog stays where it is durable already). Each subscription's jobs wait beside
-   * the others', so one subscription's wait holds up no other's jobs of the batch. A subscription
+   * the others' (up to WAITS_PER_HANDOFF at once), so one subscription's wait holds up no other's
+   * jobs of the batch. A subscription
    * stops waiting, and stores what has no room for a claim, once a wait saw no room free for
    * ROOM_WAIT_MS while it fell behind the others (a slow subscription: see keptPace), or once the
    * hand-off has waited HANDOFF_WAIT_MS in all (the next batch is not held up longer). Resolves
@@ -256,7 +259,14 @@ export class Dispatcher {
       if (same) same.push(job);
       else bySubscription.set(job.subscription_id, [job]);
     }
-    await Promise.all(Array.from(bySubscription, ([sub, subJobs]) => takeIn(sub, subJobs)));
+    // At most WAITS_PER_HANDOFF subscriptions wait at once: every attempt's end asks each waiter
+    // whether its room has freed, and a change for an account with hundreds of subscriptions would
+    // otherwise make as many waiters at saturation.
+    const groups = [...bySubscription];
+    const worker = async () => {
+      for (let group = groups.shift(); group; group = groups.shift()) await takeIn(...group);
+    };
+    await Promise.all(Array.from({ length: Math.min(WAITS_PER_HANDOFF, groups.length) }, worker));
     durability.seal();
     if (stored.length > 0) await this.o.deliveries.enqueue(stored);
     return { durable: durability.done };
