@@ -3,7 +3,7 @@
 import {
   countAdded,
   END_OF_TIME,
-  GroupedInserts,
+  type GroupedInserts,
   groupedStatement,
   type PostgresLogs,
 } from '../stream/postgres-logs.ts';
@@ -50,15 +50,7 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
 
   constructor(logs: PostgresLogs) {
     this.logs = logs;
-    this.inserts = new GroupedInserts(
-      (rows) =>
-        this.logs.insert(
-          'hub_attempt_log',
-          rows.map((r) => r[1]),
-          ATTEMPT_INSERT(rows, [this.logs.bucketMs]),
-        ),
-      logs.lingerMs,
-    );
+    this.inserts = logs.appends<AttemptRow>('hub_attempt_log', ATTEMPT_INSERT);
   }
 
   rowOf(a: Attempt): AttemptRow {

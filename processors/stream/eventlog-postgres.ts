@@ -11,7 +11,7 @@ import type { EventLog, EventQuery, LogPosition, Tail } from './eventlog.ts';
 import {
   countAdded,
   END_OF_TIME,
-  GroupedInserts,
+  type GroupedInserts,
   groupedStatement,
   type PostgresLogs,
 } from './postgres-logs.ts';
@@ -45,15 +45,7 @@ export class PostgresEventLog implements EventLog {
 
   constructor(logs: PostgresLogs) {
     this.logs = logs;
-    this.inserts = new GroupedInserts(
-      (rows) =>
-        this.logs.insert(
-          'hub_event_log',
-          rows.map((r) => r[1]),
-          EVENT_INSERT(rows, [this.logs.bucketMs]),
-        ),
-      logs.lingerMs,
-    );
+    this.inserts = logs.appends<EventRow>('hub_event_log', EVENT_INSERT);
   }
 
   /** Events older than the retention are not stored. */

@@ -146,8 +146,8 @@ export interface PostgresLogsOptions {
 /** The pool and the partitioned tables both logs share in a process. */
 export class PostgresLogs {
   readonly retentionMs: number;
-  /** See PostgresLogsOptions.lingerMs: the logs' GroupedInserts wait this long. */
-  readonly lingerMs: number;
+  /** See PostgresLogsOptions.lingerMs: each log's appends wait this long (see `appends`). */
+  private readonly lingerMs: number;
   /** The width of a count's bucket: an hour, or the partition's if narrower (tests). */
   readonly bucketMs: number;
   private readonly partitionMs: number;
@@ -228,6 +228,24 @@ export class PostgresLogs {
 
   /** An insert of rows at `times` into `table`, their partitions made first. A partition dropped
    * since this process looked (by one whose clock is ahead) is made again, and the insert sent again. */
+  /** A log's appends to `table`, grouped (GroupedInserts, with this pool's linger): each group one
+   * `statement` of its rows, whose second column is the row's time (its partition), the counts'
+   * bucket width after them. */
+  appends<Row extends unknown[]>(
+    table: Table,
+    statement: (rows: Row[], extra: unknown[]) => pg.QueryConfig,
+  ): GroupedInserts<Row> {
+    return new GroupedInserts(
+      (rows) =>
+        this.insert(
+          table,
+          rows.map((r) => r[1] as number),
+          statement(rows, [this.bucketMs]),
+        ),
+      this.lingerMs,
+    );
+  }
+
   async insert(table: Table, times: number[], query: pg.QueryConfig): Promise<void> {
     const tables: Table[] = [table, 'hub_log_counts'];
     await this.ready();
