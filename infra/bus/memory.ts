@@ -75,6 +75,7 @@ export class MemoryBus implements Bus {
   async consume(o: ConsumeOptions): Promise<Consumer> {
     const partitions = this.partitionsOf(o.topic);
     let running = true;
+    const maxBatch = o.maxBatch ?? this.maxBatch;
     const stopWaiting = new Set<() => void>();
     const loop = async (index: number) => {
       const p = partitions[index]!;
@@ -95,7 +96,7 @@ export class MemoryBus implements Bus {
           continue;
         }
         const from = cursor - p.base;
-        const batch = p.messages.slice(from, from + (o.maxBatch ?? this.maxBatch));
+        const batch = p.messages.slice(from, from + maxBatch);
         try {
           const handled = await o.handle(batch, {
             partition: index,

@@ -202,12 +202,11 @@ export class Dispatcher {
    * or the waiting share spent) the hand-off waits for room (the processor's backpressure, or the
    * topic's: a backlog stays where it is durable already). Each subscription's jobs wait beside
    * the others' (up to WAITS_PER_HANDOFF at once), so one subscription's wait holds up no other's
-   * jobs of the batch. A subscription
-   * stops waiting, and stores what has no room for a claim, once a wait saw no room free for
-   * ROOM_WAIT_MS while it fell behind the others (a slow subscription: see keptPace), or once the
-   * hand-off has waited HANDOFF_WAIT_MS in all (the next batch is not held up longer). Resolves
-   * once each job is held here or stored; `durable` once each is finished or stored, and only
-   * then may the processor's hand-off checkpoint move past them.
+   * jobs of the batch. A subscription stops waiting, and stores what has no room for a claim, once
+   * a wait saw no room free for ROOM_WAIT_MS while it fell behind the others (a slow subscription:
+   * see keptPace), or once the hand-off has waited HANDOFF_WAIT_MS in all (the next batch is not
+   * held up longer). Resolves once each job is held here or stored; `durable` once each is
+   * finished or stored, and only then may the processor's hand-off checkpoint move past them.
    */
   async handOff(jobs: Job[]): Promise<{ durable: Promise<void> }> {
     const durability = new Durability();

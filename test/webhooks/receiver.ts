@@ -1,6 +1,6 @@
 // A real HTTP receiver for webhook tests: records every request (raw body, headers, when) per
-// path, and answers as the path says: /ok, /status/<code>[?retry-after=<s>], /hang, /redirect; any
-// of them ?delay=<ms> later.
+// path, and answers as the path says: /ok, /status/<code>[?retry-after=<s>], /hang, /redirect; /ok
+// and /status/<code> ?delay=<ms> later.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
@@ -50,22 +50,19 @@ export class Receiver {
           res.writeHead(301, { location: `${this.url}/ok/redirected` });
           return res.end();
         }
-        // ?delay=<ms>: answered that much later, as a receiver that takes its time.
-        const delay = Number(url.searchParams.get('delay') ?? 0);
-        if (delay > 0) {
-          setTimeout(() => {
-            res.writeHead(status ? Number(status) : 200, { 'content-type': 'text/plain' });
-            res.end('answer late');
-          }, delay);
-          return;
-        }
         const headers: Record<string, string> = { 'content-type': 'text/plain' };
         const retryAfter = url.searchParams.get('retry-after');
         if (retryAfter) headers['retry-after'] = retryAfter;
         // ?proto: a header named __proto__, which the attempt record must keep as any other.
         if (url.searchParams.has('proto')) res.setHeader('__proto__', 'a header like any other');
-        res.writeHead(status ? Number(status) : 200, headers);
-        res.end(`answer ${'x'.repeat(Number(url.searchParams.get('size') ?? 2))}`);
+        const answer = () => {
+          res.writeHead(status ? Number(status) : 200, headers);
+          res.end(`answer ${'x'.repeat(Number(url.searchParams.get('size') ?? 2))}`);
+        };
+        // ?delay=<ms>: answered that much later, as a receiver that takes its time.
+        const delay = Number(url.searchParams.get('delay') ?? 0);
+        if (delay > 0) setTimeout(answer, delay);
+        else answer();
       });
     });
     this.server.keepAliveTimeout = 60_000;
