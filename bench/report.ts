@@ -9,6 +9,7 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  readlinkSync,
   rmSync,
   writeFileSync,
 } from 'node:fs';
@@ -303,4 +304,83 @@ export function readFigures(): { name: string; machine: string; figures: Figure[
     name: f.replace(/\.json$/, ''),
     ...JSON.parse(readFileSync(new URL(f, FIGURES_DIR), 'utf8')),
   }));
+}
+
+// ---- CPU from /proc ---------------------------------------------------------------------------
+
+const TICK_MS = 10; // USER_HZ 100
+
+/** utime + stime of a process or thread, ms; 0 once it is gone. With `reaped`, also its children's
+ * that ended (cutime + cstime): a PostgreSQL backend's time moves to its postmaster's when it exits. */
+export function cpuMs(statPath: string, reaped = false): number {
+  try {
+    const stat = readFileSync(statPath, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const own = Number(fields[11]) + Number(fields[12]);
+    return (reaped ? own + Number(fields[13]) + Number(fields[14]) : own) * TICK_MS;
+  } catch {
+    return 0;
+  }
+}
+
+/** The process listening on a local TCP port (from /proc/net/tcp and the processes' sockets). */
+export function listening(port: number): number | undefined {
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f[3] === '0A' && Number.parseInt(f[1]!.split(':')[1]!, 16) === port) inodes.add(f[9]!);
+    }
+  }
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[] = [];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      try {
+        const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${entry}/fd/${fd}`));
+        if (m && inodes.has(m[1]!)) return Number(entry);
+      } catch {}
+    }
+  }
+  return undefined;
+}
+
+/** The shared infrastructure's processes: the Kafka broker and Redis of the hub's URLs, and
+ * PostgreSQL's postmaster. */
+export function infraPids(config = loadConfig()): Map<string, number | undefined> {
+  const port = (hostPort: string) => Number(hostPort.split(':').pop());
+  return new Map([
+    ['Kafka', listening(port(config.kafkaBrokers[0]!))],
+    ['Redis', listening(Number(new URL(config.redisUrl).port || 6379))],
+    ['PostgreSQL', listening(Number(new URL(config.postgresUrl).port || 5432))],
+  ]);
+}
+
+/** CPU ms of a server so far: PostgreSQL's is its postmaster's, the backends that ended (reaped
+ * into the postmaster's children's time) and those alive now (backends come and go in a window:
+ * those counted at its start alone made the figure negative). */
+export function serverMs(name: string, pid: number | undefined): number {
+  if (!pid) return 0;
+  if (name !== 'PostgreSQL') return cpuMs(`/proc/${pid}/stat`);
+  let ms = cpuMs(`/proc/${pid}/stat`, true);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid)
+        ms += cpuMs(`/proc/${entry}/stat`);
+    } catch {}
+  }
+  return ms;
 }
