@@ -1,10 +1,9 @@
 // The delivery attempt records on PostgreSQL, beside the Redis schedule (the distributed profile),
 // in the tables of processors/stream/postgres-logs.ts.
 import {
-  countAdded,
   END_OF_TIME,
   type GroupedInserts,
-  groupedStatement,
+  type LogRows,
   type PostgresLogs,
 } from '../stream/postgres-logs.ts';
 import type { Attempt, AttemptLog, AttemptRecord, StatusFilter } from './port.ts';
@@ -14,26 +13,32 @@ import { recordOf } from './port.ts';
  * as the API shows it (JSON). */
 type AttemptRow = [string, number, string, string, string, string, string];
 
-/** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
-const ATTEMPT_INSERT = groupedStatement(
-  'hub-attlog-append',
-  ['text', 'bigint', 'text', 'text', 'text', 'text', 'text'],
-  (unnest) => `WITH added AS (
-  INSERT INTO hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
-  SELECT * FROM ${unnest}
-  ON CONFLICT DO NOTHING RETURNING subscription_id, status, started)
-  ${countAdded(
-    `ARRAY['a:' || subscription_id,
-       'a:' || subscription_id || E'\\t' || CASE WHEN status = 'succeeded' THEN 'succeeded' ELSE 'failed' END,
-       CASE WHEN status = 'dead_lettered' THEN 'a:' || subscription_id || E'\\tdead_lettered' END]`,
-    'started',
-    8,
-  )}`,
-);
-
 /** The key of a subscription's counts, and of its counts of a status filter. */
 const attemptKey = (subscription: string, status?: StatusFilter) =>
   status ? `a:${subscription}\t${status}` : `a:${subscription}`;
+
+/** Counted under the subscription, its filter `succeeded` or `failed`, and `dead_lettered` too. */
+const ATTEMPT_ROWS: LogRows<AttemptRow> = {
+  name: 'hub-attlog-append',
+  table: 'hub_attempt_log',
+  columns: [
+    ['id', 'text'],
+    ['started', 'bigint'],
+    ['subscription_id', 'text'],
+    ['event_id', 'text'],
+    ['owner', 'text'],
+    ['status', 'text'],
+    ['body', 'text'],
+  ],
+  keys: ([, , subscription, , , status]) => {
+    const keys = [
+      attemptKey(subscription),
+      attemptKey(subscription, status === 'succeeded' ? 'succeeded' : 'failed'),
+    ];
+    if (status === 'dead_lettered') keys.push(attemptKey(subscription, 'dead_lettered'));
+    return keys;
+  },
+};
 
 /** Each status filter's condition; `failed` is every attempt that did not succeed. */
 const STATUS_WHERE: Record<StatusFilter | 'all', string> = {
@@ -50,7 +55,7 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
 
   constructor(logs: PostgresLogs) {
     this.logs = logs;
-    this.inserts = logs.appends<AttemptRow>('hub_attempt_log', ATTEMPT_INSERT);
+    this.inserts = logs.appends(ATTEMPT_ROWS);
   }
 
   rowOf(a: Attempt): AttemptRow {

@@ -8,13 +8,7 @@
 // A transaction left open anywhere on the server holds the tail back until it ends.
 import type { WebhookEvent } from './derive.ts';
 import type { EventLog, EventQuery, LogPosition, Tail } from './eventlog.ts';
-import {
-  countAdded,
-  END_OF_TIME,
-  type GroupedInserts,
-  groupedStatement,
-  type PostgresLogs,
-} from './postgres-logs.ts';
+import { END_OF_TIME, type GroupedInserts, type LogRows, type PostgresLogs } from './postgres-logs.ts';
 
 /** The log's time of an event: its `created`, in ms (whole seconds). */
 const timeOf = (e: WebhookEvent) => e.created * 1000;
@@ -22,18 +16,24 @@ const timeOf = (e: WebhookEvent) => e.created * 1000;
 /** An event as its row: id, at, owner, type, resource_prn, source_position, sequence, body. */
 type EventRow = [string, number, string, string, string, number, number, string];
 
-const EVENT_INSERT = groupedStatement(
-  'hub-evlog-append',
-  ['text', 'bigint', 'text', 'text', 'text', 'bigint', 'int', 'text'],
-  (unnest) => `WITH added AS (
-  INSERT INTO hub_event_log (id, at, owner, type, resource_prn, source_position, sequence, body)
-  SELECT * FROM ${unnest}
-  ON CONFLICT DO NOTHING RETURNING owner, type, at)
-  ${countAdded("ARRAY['e:' || owner, 'e:' || owner || E'\\t' || type]", 'at', 9)}`,
-);
-
 /** The key of an account's counts, and of its counts of a type. */
 const eventKey = (owner: string, type?: string) => (type ? `e:${owner}\t${type}` : `e:${owner}`);
+
+const EVENT_ROWS: LogRows<EventRow> = {
+  name: 'hub-evlog-append',
+  table: 'hub_event_log',
+  columns: [
+    ['id', 'text'],
+    ['at', 'bigint'],
+    ['owner', 'text'],
+    ['type', 'text'],
+    ['resource_prn', 'text'],
+    ['source_position', 'bigint'],
+    ['sequence', 'int'],
+    ['body', 'text'],
+  ],
+  keys: (row) => [eventKey(row[2]), eventKey(row[2], row[3])],
+};
 
 /** Newest first: by time, then the store order of the changes, then the order of derivation. */
 const EVENT_ORDER = 'ORDER BY at DESC, source_position DESC, sequence DESC';
@@ -45,7 +45,7 @@ export class PostgresEventLog implements EventLog {
 
   constructor(logs: PostgresLogs) {
     this.logs = logs;
-    this.inserts = logs.appends<EventRow>('hub_event_log', EVENT_INSERT);
+    this.inserts = logs.appends(EVENT_ROWS);
   }
 
   /** Events older than the retention are not stored. */

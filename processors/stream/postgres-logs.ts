@@ -15,7 +15,8 @@
 // Appends are idempotent by id: the primary key is (id, time), as a partitioned table's unique keys
 // must hold its partition key, and an id always comes with one time (an event's id is derived from
 // its change, whose time is fixed; an attempt's id is made once). A batch is one
-// INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING; at most two are in flight per table and
+// INSERT … SELECT FROM unnest(…), its counts upserted by the same statement; one that meets an id
+// there already is sent again without the ids found there. At most two are in flight per table and
 // process, and the appends made meanwhile go together in the next.
 //
 // Commits do not wait for the WAL to be flushed (synchronous_commit off, for these connections
@@ -40,6 +41,8 @@ const UPKEEP_MS = 3_600_000;
 const DDL_LOCK_TIMEOUT = '5s';
 /** `until` when none is given (a bigint bound). */
 export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
+/** How often an append is sent again after ids found there are left out (see PostgresLogs.append). */
+const APPEND_TRIES = 5;
 /** INSERTs in flight per table and process. */
 const PARALLEL_INSERTS = 2;
 /** Rows that go at once, however long their linger (see GroupedInserts). */
@@ -226,26 +229,43 @@ export class PostgresLogs {
     return Number(row!.n);
   }
 
-  /** An insert of rows at `times` into `table`, their partitions made first. A partition dropped
-   * since this process looked (by one whose clock is ahead) is made again, and the insert sent again. */
-  /** A log's appends to `table`, grouped (GroupedInserts, with this pool's linger): each group one
-   * `statement` of its rows, whose second column is the row's time (its partition), the counts'
-   * bucket width after them. */
-  appends<Row extends unknown[]>(
-    table: Table,
-    statement: (rows: Row[], extra: unknown[]) => pg.QueryConfig,
-  ): GroupedInserts<Row> {
-    return new GroupedInserts(
-      (rows) =>
-        this.insert(
-          table,
-          rows.map((r) => r[1] as number),
-          statement(rows, [this.bucketMs]),
-        ),
-      this.lingerMs,
-    );
+  /** A log's appends, grouped (GroupedInserts, with this pool's linger): each group one statement
+   * (see `append`). */
+  appends<Row extends unknown[]>(log: LogRows<Row>): GroupedInserts<Row> {
+    return new GroupedInserts((rows) => this.append(log, rows), this.lingerMs);
   }
 
+  /**
+   * Rows added to a log and counted, in one statement: a plain INSERT, and their counts upserted.
+   * A row whose id is there already (a batch derived again after a crash or a rebalance) fails the
+   * statement whole; the ids found there are then left out and the rest sent again, so that each
+   * row is added and counted once. (Measured: ON CONFLICT DO NOTHING, the counts made from its
+   * RETURNING by the statement, cost PostgreSQL about a fifth more per row; docs/benchmarks.md.)
+   */
+  private async append<Row extends unknown[]>(log: LogRows<Row>, rows: Row[]): Promise<void> {
+    for (let tries = 1; ; tries++) {
+      try {
+        const times = rows.map((r) => r[1] as number);
+        return await this.insert(log.table, times, appendStatement(log, rows, this.bucketMs));
+      } catch (err) {
+        if ((err as { code?: string }).code !== '23505' || tries >= APPEND_TRIES) throw err; // not "duplicate key"
+      }
+      const [id, time] = log.columns;
+      const there = await this.read<{ id: string }>(
+        `${log.name}-there`,
+        `SELECT ${id![0]} AS id FROM ${log.table}
+          WHERE (${id![0]}, ${time![0]}) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`,
+        [rows.map((r) => r[0]), rows.map((r) => r[1])],
+      );
+      const ids = new Set(there.map((r) => r.id));
+      rows = rows.filter((r) => !ids.has(r[0] as string));
+      if (rows.length === 0) return;
+    }
+  }
+
+  /** An insert into `table` (and the counts) of rows at `times`, their partitions made first. A
+   * partition dropped since this process looked (by one whose clock is ahead) is made again, and the
+   * insert sent again. */
   async insert(table: Table, times: number[], query: pg.QueryConfig): Promise<void> {
     const tables: Table[] = [table, 'hub_log_counts'];
     await this.ready();
@@ -487,40 +507,85 @@ export class GroupedInserts<Row> {
   }
 }
 
-/**
- * A grouped insert's statement, `build` given the `unnest(…)` of the rows' columns (parameters
- * $1… of `types`; the extra values follow). Each column crosses as one text, a newline before each
- * value, split by the statement: arrays of values cost the driver an escape of every element (an
- * array's text quotes each one, and every quote and backslash of a JSON body), which cost the
- * dispatcher more than the rest of a record's write. Ids, names, numbers and JSON.stringify's
- * output hold no newline; a batch with one in any value goes as arrays, under a statement of its own.
- */
-export function groupedStatement(
-  name: string,
-  types: string[],
-  build: (unnest: string) => string,
-): (rows: unknown[][], extra: unknown[]) => { name: string; text: string; values: unknown[] } {
-  const unnest = (column: (n: number, type: string) => string) =>
-    `unnest(${types.map((t, i) => column(i + 1, t)).join(', ')})`;
-  const lines = build(unnest((n, t) => `(string_to_array($${n}, E'\\n'))[2:]::${t}[]`));
-  const arrays = build(unnest((n, t) => `$${n}::${t}[]`));
-  return (rows, extra) => {
-    const { values, joined } = columns(rows, types.length);
-    return joined
-      ? { name, text: lines, values: [...values, ...extra] }
-      : { name: `${name}-arrays`, text: arrays, values: [...values, ...extra] };
-  };
+/** How a log's rows are added (see PostgresLogs.append). */
+export interface LogRows<Row extends unknown[]> {
+  /** The statements' name. */
+  name: string;
+  table: 'hub_event_log' | 'hub_attempt_log';
+  /** [name, type] of each column, in the row's order: the id first, the time (the partition key)
+   * second. */
+  columns: [string, string][];
+  /** The keys of hub_log_counts a row counts under (as the reads ask for them). */
+  keys: (row: Row) => string[];
 }
 
-/** The rows' values by column (see groupedStatement): each column one text, a newline before each
- * value (`joined`), or arrays when a value holds a newline or is null (a text has no NULL). */
-function columns(rows: unknown[][], width: number): { values: unknown[]; joined: boolean } {
-  // In id order (the first column): statements that add the same ids (a batch derived again by
-  // another processor after a rebalance) wait on each other's rows in one order, never in a cycle;
-  // their counts' keys are taken in one order too (countAdded).
+/** Each statement's text, by name (its variant: columns as lines or as arrays). */
+const appendTexts = new Map<string, string>();
+
+/**
+ * The statement of `append`: the rows (in id order) and their counts by key and bucket (in key
+ * order), each column crossing as one text, a newline before each value, split by the statement:
+ * arrays of values cost the driver an escape of every element (an array's text quotes each one,
+ * and every quote and backslash of a JSON body), which cost the dispatcher more than the rest of a
+ * record's write. Ids, names, numbers and JSON.stringify's output hold no newline; a value with one
+ * sends its columns as arrays, under a statement of their own.
+ */
+export function appendStatement<Row extends unknown[]>(
+  log: LogRows<Row>,
+  rows: Row[],
+  bucketMs: number,
+): { name: string; text: string; values: unknown[] } {
+  // In id order: statements that add the same ids (a batch derived again by another processor
+  // after a rebalance) wait on each other's rows in one order, never in a cycle; their counts'
+  // keys are taken in one order too.
   rows.sort((a, b) =>
     (a[0] as string) < (b[0] as string) ? -1 : (a[0] as string) > (b[0] as string) ? 1 : 0,
   );
+  const buckets = new Map<number, Map<string, number>>();
+  for (const row of rows) {
+    const time = row[1] as number;
+    const bucket = time - (time % bucketMs);
+    let counted = buckets.get(bucket);
+    if (!counted) {
+      counted = new Map();
+      buckets.set(bucket, counted);
+    }
+    for (const key of log.keys(row)) counted.set(key, (counted.get(key) ?? 0) + 1);
+  }
+  const counts: [string, number, number][] = [];
+  for (const [bucket, counted] of buckets) for (const [key, n] of counted) counts.push([key, bucket, n]);
+  counts.sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : x[1] - y[1]));
+  const added = columns(rows, log.columns.length);
+  const countedAs = columns(counts, 3);
+  const name = `${log.name}${added.joined ? '' : '-arrays'}${countedAs.joined ? '' : '-count-arrays'}`;
+  let text = appendTexts.get(name);
+  if (!text) {
+    const unnest = (types: string[], from: number, joined: boolean) =>
+      `unnest(${types
+        .map((t, i) =>
+          joined ? `(string_to_array($${from + i}, E'\\n'))[2:]::${t}[]` : `$${from + i}::${t}[]`,
+        )
+        .join(', ')})`;
+    const width = log.columns.length;
+    const types = log.columns.map(([, t]) => t);
+    // The rows are the main statement and the counts a sub-statement that nothing reads, which
+    // PostgreSQL runs after it: the counts' rows, which other appends update too, are locked only
+    // from then to the commit (the other way round, two statements of a table ran one after the
+    // other: 16,000 against 24,000 rows a second, measured).
+    text = `WITH counted AS (
+  INSERT INTO hub_log_counts (key, bucket, n)
+  SELECT * FROM ${unnest(['text', 'bigint', 'bigint'], width + 1, countedAs.joined)}
+  ON CONFLICT (key, bucket) DO UPDATE SET n = hub_log_counts.n + excluded.n)
+INSERT INTO ${log.table} (${log.columns.map(([c]) => c).join(', ')})
+  SELECT * FROM ${unnest(types, 1, added.joined)}`;
+    appendTexts.set(name, text);
+  }
+  return { name, text, values: [...added.values, ...countedAs.values] };
+}
+
+/** The rows' values by column (see appendStatement): each column one text, a newline before each
+ * value (`joined`), or arrays when a value holds a newline or is null (a text has no NULL). */
+function columns(rows: unknown[][], width: number): { values: unknown[]; joined: boolean } {
   const texts = new Array<string>(width).fill('');
   for (const row of rows) {
     for (let c = 0; c < width; c++) {
@@ -533,14 +598,3 @@ function columns(rows: unknown[][], width: number): { values: unknown[]; joined:
   }
   return { values: texts, joined: true };
 }
-
-/** The rows added to a log, counted into hub_log_counts by key and bucket ($n: the bucket's width),
- * in the order of their keys: statements that count into the same keys lock them in one order. */
-export const countAdded = (
-  keys: string,
-  time: string,
-  n: number,
-) => `INSERT INTO hub_log_counts (key, bucket, n)
-  SELECT key, ${time} - ${time} % $${n}, count(*) FROM added CROSS JOIN LATERAL unnest(${keys}) AS k(key)
-  WHERE key IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2
-  ON CONFLICT (key, bucket) DO UPDATE SET n = hub_log_counts.n + excluded.n`;

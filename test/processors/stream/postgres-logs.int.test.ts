@@ -11,7 +11,7 @@ import { RedisDeliveryStore } from '../../../processors/delivery/redis.ts';
 import type { WebhookEvent } from '../../../processors/stream/derive.ts';
 import { RedisEventLog } from '../../../processors/stream/eventlog.ts';
 import { PostgresEventLog } from '../../../processors/stream/eventlog-postgres.ts';
-import { groupedStatement, PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
+import { appendStatement, type LogRows, PostgresLogs } from '../../../processors/stream/postgres-logs.ts';
 import { MOVED_KEY, moveLogsFromRedis } from '../../../processors/stream/postgres-logs-move.ts';
 import { dropSchema, inSchema, memoryLogger, redisDb, testConfig } from '../../harness.ts';
 import { attemptOf, job } from '../delivery/contract.ts';
@@ -138,38 +138,53 @@ describe('PostgreSQL logs: totals', () => {
     assert.deepEqual(await log.get(owner, beside.id), beside);
   });
 
-  it('a null goes in as NULL, not as the text null (the batch as arrays)', async () => {
-    const statement = groupedStatement(
-      'hub-test-nulls',
-      ['text', 'bigint'],
-      (unnest) => `SELECT * FROM ${unnest} AS t(a, b)`,
-    );
+  it('a null goes in as NULL, not as the text null (the batch as arrays), and is counted as its row', async () => {
+    const log: LogRows<[string, number, string | null]> = {
+      name: 'hub-test-nulls',
+      table: 'hub_attempt_log',
+      columns: [
+        ['id', 'text'],
+        ['started', 'bigint'],
+        ['note', 'text'],
+      ],
+      keys: ([id]) => ['k', `k:${id}`],
+    };
     const client = new pg.Client({ connectionString: postgresUrl });
     await client.connect();
     try {
-      const rows = async (values: unknown[][]) =>
-        (await client.query<{ a: string | null; b: string | null }>(statement(values, []))).rows.map((r) => [
-          r.a,
-          r.b,
-        ]);
-      assert.deepEqual(
-        await rows([
-          ['x', 1],
-          ['y', 2],
-        ]),
+      // Temporary tables of the names the statement writes, found before any schema's.
+      await client.query(`CREATE TEMP TABLE hub_attempt_log (id text, started bigint, note text);
+        CREATE TEMP TABLE hub_log_counts (key text, bucket bigint, n bigint, PRIMARY KEY (key, bucket))`);
+      const joined = appendStatement(
+        log,
         [
-          ['x', '1'],
-          ['y', '2'],
+          ['y', 7_200_001, 'b'],
+          ['x', 3_600_000, 'a'],
+        ],
+        3_600_000,
+      );
+      const arrays = appendStatement(log, [['z', 7_200_002, null]], 3_600_000);
+      assert.notEqual(joined.name, arrays.name);
+      await client.query(joined);
+      await client.query(arrays);
+      const rows = await client.query('SELECT id, started, note FROM hub_attempt_log ORDER BY id');
+      assert.deepEqual(
+        rows.rows.map((r) => [r.id, Number(r.started), r.note]),
+        [
+          ['x', 3_600_000, 'a'],
+          ['y', 7_200_001, 'b'],
+          ['z', 7_200_002, null],
         ],
       );
+      const counts = await client.query('SELECT key, bucket, n FROM hub_log_counts ORDER BY key, bucket');
       assert.deepEqual(
-        await rows([
-          ['x', null],
-          [null, 2],
-        ]),
+        counts.rows.map((r) => [r.key, Number(r.bucket), Number(r.n)]),
         [
-          ['x', null],
-          [null, '2'],
+          ['k', 3_600_000, 1],
+          ['k', 7_200_000, 2],
+          ['k:x', 3_600_000, 1],
+          ['k:y', 7_200_000, 1],
+          ['k:z', 7_200_000, 1],
         ],
       );
     } finally {
@@ -177,7 +192,7 @@ describe('PostgreSQL logs: totals', () => {
     }
   });
 
-  it('equal the rows matched, whatever the range: whole hours from the counts, the ends row by row; a row appended twice counts once', async () => {
+  it('equal the rows matched, whatever the range: whole hours from the counts, the ends row by row; a row appended twice counts once, by one process or two at once', async () => {
     const log = new PostgresEventLog(logs);
     const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
     const now = Date.now();
@@ -186,8 +201,20 @@ describe('PostgreSQL logs: totals', () => {
     const events = Array.from({ length: 600 }, (_, i) =>
       event(owner, types[i % 3]!, `d${i % 4}`, Math.floor((now - ((i * 7919) % 600) * 300_000) / 1000)),
     );
-    await log.append(events);
+    await log.append(events.slice(0, 450));
     await log.append(events.slice(100, 200)); // again, after a crash
+    await log.append(events.slice(400, 500)); // half of them again: the other half added
+    // Derived again by two processors at once (a rebalance): one adds them, the other waits for
+    // its rows and adds none.
+    const other = new PostgresLogs({ url: inSchema(postgresUrl, schema), retentionMs: 3 * DAY });
+    try {
+      await Promise.all([
+        log.append(events.slice(500)),
+        new PostgresEventLog(other).append(events.slice(450)),
+      ]);
+    } finally {
+      await other.close();
+    }
     await log.append([event(owner, 'device.created', 'd0', Math.floor((now - 3 * DAY - 60_000) / 1000))]);
     const horizon = now - 3 * DAY;
     const ranges: [number | undefined, number | undefined][] = [
