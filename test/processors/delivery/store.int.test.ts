@@ -7,6 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
+import { afterAttempt, NO_ATTEMPTS } from '../../../processors/delivery/health.ts';
 import { type Attempt, type AttemptRecord, recordOf } from '../../../processors/delivery/port.ts';
 import { PostgresAttemptLog } from '../../../processors/delivery/postgres.ts';
 import { RedisDeliveryStore } from '../../../processors/delivery/redis.ts';
@@ -201,6 +202,52 @@ describe('Redis delivery store: done jobs', () => {
       assert.deepEqual(await store.known([]), new Set());
     } finally {
       await store.close();
+    }
+  });
+});
+
+describe('Redis delivery store, its attempt records in PostgreSQL: a batch of finishes delivered before they were stored', () => {
+  it('in one script call: done, known, recorded, the health as one by one; a job another holds stays its own', async () => {
+    await redis.flushdb();
+    const open = () =>
+      new RedisDeliveryStore(redis, { retentionMs: RETENTION_MS, records: new PostgresAttemptLog(logs) });
+    const [store, other] = [open(), open()];
+    try {
+      const plain = [job('sub_plain'), job('sub_plain'), job('sub_plain')];
+      const [held, ok, failed] = [job('sub_plain'), job('sub_mixed'), job('sub_mixed')];
+      await other.enqueue([held]);
+      assert.equal((await other.claim(Date.now() + 1, 10, 30_000)).length, 1);
+      const holder = await redis.hget('hub:jobs:holder', held.job_id);
+      assert.ok(holder, 'the other holds it');
+      // One turn: one script call. sub_plain's successes alone; sub_mixed's with a failure.
+      const attempts = [...plain, held].map((j, i) => attemptOf(j, i + 1, 'succeeded'));
+      const [good, bad] = [attemptOf(ok, 5, 'succeeded'), attemptOf(failed, 6, 'failed')];
+      await Promise.all([
+        ...[...plain, held].map((j, i) => store.finish({ ...j, attempt: 1 }, attempts[i]!, null, true)),
+        store.finish({ ...ok, attempt: 1 }, good, null, true),
+        store.finish({ ...failed, attempt: 1 }, bad, Date.now() + 60_000, true),
+      ]);
+      const all = [...plain, held, ok, failed].map((j) => j.job_id);
+      assert.deepEqual(await store.known(all), new Set(all));
+      for (const j of [...plain, ok]) assert.equal(await redis.get(`hub:job:${j.job_id}`), '', 'done');
+      assert.equal(await redis.hget('hub:jobs:holder', held.job_id), holder, 'still the other’s');
+      assert.equal((await store.pending()).count, 2, 'the held job and the retry');
+      const [plainHealth, mixedHealth] = await store.health(['sub_plain', 'sub_mixed']);
+      assert.deepEqual(plainHealth, {
+        lastSuccess: attempts[3]!.finished,
+        lastFailure: null,
+        consecutiveFailures: 0,
+        failingSince: null,
+      });
+      assert.deepEqual(
+        mixedHealth,
+        afterAttempt(afterAttempt(NO_ATTEMPTS, true, good.finished), false, bad.finished),
+      );
+      assert.equal((await store.attempts('sub_plain', { limit: 10, skip: 0 })).total, 4);
+      assert.equal((await store.attempts('sub_mixed', { limit: 10, skip: 0 })).total, 2);
+    } finally {
+      await store.close();
+      await other.close();
     }
   });
 });
