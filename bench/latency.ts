@@ -18,10 +18,12 @@
 //   HUB_BENCH_ROUNDS=2                         rounds of the variants, alternated
 //   HUB_BENCH_SATURATION=0                     leave out the saturation runs
 //   HUB_BENCH_PRINT_ONLY=1                     printed, docs untouched
+//   HUB_BENCH_ARRIVALS=<file>                  each delivery of a window appended: variant, load,
+//                                              ms into the window it was due, its latency (ms)
 //   HUB_BENCH_PROFILE=embedded                 the embedded hub (`hub start`, no Kafka, Redis or
 //                                              PostgreSQL): latency and CPU per event only, no hops
 import { type ChildProcess, execFile } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -549,6 +551,13 @@ async function window(
   await new Promise((r) => setTimeout(r, 1000)); // the tap's last fetch
   const delivered = new Set(arrivals.filter((a) => mine(a[2])).map((a) => a[2]));
   const inWindow = arrivals.filter(([t, , n]) => mine(n) && t >= measuredFrom && t < measuredTo);
+  if (process.env.HUB_BENCH_ARRIVALS)
+    appendFileSync(
+      process.env.HUB_BENCH_ARRIVALS,
+      inWindow
+        .map(([t, ms]) => `${variant.name}\t${label}\t${Math.round(t - measuredFrom)}\t${ms}\n`)
+        .join(''),
+    );
   const latencies = inWindow.map(([, ms]) => ms).sort((a, b) => a - b);
   const arrivedIn = arrivals.filter(
     ([t, ms, n]) => mine(n) && t + ms >= measuredFrom && t + ms < measuredTo,
