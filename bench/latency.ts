@@ -1317,7 +1317,20 @@ windows), the tree before, this tree with the linger at 0, and at 20 ms:
 - Saturation: 1,140 and 1,116 / 1,194 and 1,265 / 1,484 and 993 events/s, 1.33 and 1.36 / 1.26
   and 1.20 / 1.00 and 1.50 ms per event.
 Kept: a small gain at the steady rate, none beyond the spread at saturation. The ratio the issue
-asks to bring to 2 × was 2.2-2.9 × in these rounds, the saturated figure moving most.`;
+asks to bring to 2 × was 2.2-2.9 × in these rounds, the saturated figure moving most.
+2026-11-30 (fourteenth session), the same machine. A print-only run: p50 9 ms and p99 38 ms at 500
+writes/s, 14 and 53 ms at 1,000 (2.93 and 1.51 ms of CPU per event); a second run of two 1,000-writes/s
+windows gave p50 18 and 20 ms, p99 72 and 90. Each delivery's latency by the second it was due
+(\`HUB_BENCH_ARRIVALS\`): at 500 writes/s most seconds' p99 was 15-30 ms and one second's 104 ms, 2.7 % of
+the deliveries over 25 ms: a broad tail over the whole window, not stalls, on a machine about 90 %
+busy. The logs' inserts without \`ON CONFLICT\` (the dispatch section), five alternated saturation
+windows against the tree before: 1,171, 1,194, 945, 1,193 and 1,293 → 1,035, 1,021, 1,107, 1,339 and
+1,297 events/s, PostgreSQL's CPU per event 263-326 → 241-337 µs, within the spread: a statement carries
+a few rows here, and what it costs is the statement's. One round with one API thread instead of
+\`auto\` (two here): at saturation 1,396 against 1,165 events/s at 1.01 against 1.29 ms per event, at
+500 writes/s 2.82 against 2.96 ms: the ratio issue 45 asks for would be 2.79 against 2.29 ×, a more
+efficient saturated hub making it worse. Not acted on (one round; the embedded ingestion lost 13 %
+with one thread).`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
