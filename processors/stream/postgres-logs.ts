@@ -162,6 +162,8 @@ export class PostgresLogs {
   private readonly partitions = new Map<Table, Partition[]>();
   private upkept: Promise<void> | undefined;
   private upkeep: NodeJS.Timeout | undefined;
+  /** Each log's grouped appends (see close). */
+  private readonly groups: { flush(): Promise<void> }[] = [];
 
   constructor(o: PostgresLogsOptions) {
     const url = new URL(o.url);
@@ -232,7 +234,9 @@ export class PostgresLogs {
   /** A log's appends, grouped (GroupedInserts, with this pool's linger): each group one statement
    * (see `append`). */
   appends<Row extends unknown[]>(log: LogRows<Row>): GroupedInserts<Row> {
-    return new GroupedInserts((rows) => this.append(log, rows), this.lingerMs);
+    const inserts = new GroupedInserts<Row>((rows) => this.append(log, rows), this.lingerMs);
+    this.groups.push(inserts);
+    return inserts;
   }
 
   /**
@@ -434,8 +438,10 @@ export class PostgresLogs {
     });
   }
 
+  /** The appends lingering are sent first, and every insert in flight answered. */
   async close(): Promise<void> {
     clearInterval(this.upkeep);
+    await Promise.all(this.groups.map((g) => g.flush()));
     await this.pool.end();
   }
 }
@@ -456,6 +462,8 @@ export class GroupedInserts<Row> {
   private inFlight = 0;
   /** Set while the rows waiting may wait for more. */
   private lingering: NodeJS.Timeout | undefined;
+  /** The statements in flight, each until its appends are answered. */
+  private readonly writing = new Set<Promise<void>>();
 
   constructor(write: (rows: Row[]) => Promise<void>, lingerMs = 0) {
     this.write = write;
@@ -476,6 +484,17 @@ export class GroupedInserts<Row> {
     });
   }
 
+  /** Sends what waits, its linger cut short, and resolves once nothing waits or is in flight (the
+   * last appends before a close). */
+  async flush(): Promise<void> {
+    while (this.waiting.length > 0 || this.inFlight > 0) {
+      clearTimeout(this.lingering);
+      this.lingering = undefined;
+      this.send();
+      await Promise.allSettled([...this.writing]);
+    }
+  }
+
   private send(): void {
     if (this.inFlight >= PARALLEL_INSERTS || this.waiting.length === 0) return;
     if (this.lingering && this.rows.length < LINGER_FULL_ROWS) return; // its timer sends them
@@ -491,7 +510,7 @@ export class GroupedInserts<Row> {
     } catch (err) {
       written = Promise.reject(err);
     }
-    written
+    const answered = written
       .then(
         () => {
           for (const w of waiting) w.resolve();
@@ -501,9 +520,11 @@ export class GroupedInserts<Row> {
         },
       )
       .finally(() => {
+        this.writing.delete(answered);
         this.inFlight--;
         this.send();
       });
+    this.writing.add(answered);
   }
 }
 

@@ -53,4 +53,27 @@ describe('grouped inserts of the PostgreSQL logs (unit)', () => {
     assert.equal(s.sent[1]!.length, 256);
     s.answer();
   });
+
+  it('a flush sends what lingers at once and resolves once every statement is answered', async () => {
+    const s = statements();
+    const inserts = new GroupedInserts(s.write, 60_000);
+    const answered: number[] = [];
+    for (const n of [1, 2]) void inserts.add([n]).then(() => answered.push(n));
+    let flushed = false;
+    const flushing = inserts.flush().then(() => {
+      flushed = true;
+    });
+    assert.deepEqual(s.sent, [[1, 2]], 'sent without waiting for the linger');
+    void inserts.add([3]).then(() => answered.push(3)); // meanwhile: in the same flush
+    await sleep(5);
+    assert.equal(flushed, false, 'not before its statement is answered');
+    s.answer();
+    await sleep(5);
+    assert.deepEqual(s.sent, [[1, 2], [3]]);
+    assert.equal(flushed, false);
+    s.answer();
+    await flushing;
+    assert.deepEqual(answered, [1, 2, 3]);
+    await inserts.flush(); // nothing left: at once
+  });
 });

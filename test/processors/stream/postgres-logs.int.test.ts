@@ -247,6 +247,20 @@ describe('PostgreSQL logs: totals', () => {
         }
   });
 
+  it('a close writes the appends still lingering before it ends the pool', async () => {
+    const lingering = new PostgresLogs({
+      url: inSchema(postgresUrl, schema),
+      retentionMs: 3 * DAY,
+      lingerMs: 60_000,
+    });
+    const owner = `prn:::accounts:/${randomBytes(4).toString('hex')}`;
+    const e = event(owner, 'device.created', 'd0', Math.floor(Date.now() / 1000));
+    const appended = new PostgresEventLog(lingering).append([e]);
+    await lingering.close();
+    await appended;
+    assert.deepEqual(await new PostgresEventLog(logs).get(owner, e.id), e);
+  });
+
   it('of attempts, by status filter, a dead-lettered one among the failed', async () => {
     const records = new PostgresAttemptLog(logs);
     const j = job(`sub_${randomBytes(4).toString('hex')}`);
