@@ -270,7 +270,7 @@ export class PostgresLogs {
   /** An insert into `table` (and the counts) of rows at `times`, their partitions made first. A
    * partition dropped since this process looked (by one whose clock is ahead) is made again, and the
    * insert sent again. */
-  async insert(table: Table, times: number[], query: pg.QueryConfig): Promise<void> {
+  private async insert(table: Table, times: number[], query: pg.QueryConfig): Promise<void> {
     const tables: Table[] = [table, 'hub_log_counts'];
     await this.ready();
     if (!this.upkept) {
