@@ -1326,11 +1326,19 @@ the deliveries over 25 ms: a broad tail over the whole window, not stalls, on a 
 busy. The logs' inserts without \`ON CONFLICT\` (the dispatch section), five alternated saturation
 windows against the tree before: 1,171, 1,194, 945, 1,193 and 1,293 → 1,035, 1,021, 1,107, 1,339 and
 1,297 events/s, PostgreSQL's CPU per event 263-326 → 241-337 µs, within the spread: a statement carries
-a few rows here, and what it costs is the statement's. One round with one API thread instead of
-\`auto\` (two here): at saturation 1,396 against 1,165 events/s at 1.01 against 1.29 ms per event, at
-500 writes/s 2.82 against 2.96 ms: the ratio issue 45 asks for would be 2.79 against 2.29 ×, a more
-efficient saturated hub making it worse. Not acted on (one round; the embedded ingestion lost 13 %
-with one thread).`;
+a few rows here, and what it costs is the statement's. One API thread instead of two (what \`auto\`
+gave on 2 cores), four alternated rounds, the last with the new default: at saturation 1,165, 1,284,
+1,376 and 1,237 → 1,396, 1,352, 1,513 and 1,446 events/s, 1.29, 1.18, 1.10 and 1.22 → 1.01, 1.04, 0.95
+and 0.99 ms per event; at 500 writes/s p50 11, 12, 15 and 13 → 11, 9, 9 and 8 ms, p99 54, 46, 62 and
+40 → 46, 37, 44 and 34 ms, 2.96, 3.02, 2.89 and 2.89 → 2.82, 2.79, 2.73 and 2.78 ms per event. The
+device-metadata ingestion of \`bench/ingestion.ts\` (this profile, every role in one process, three
+alternated rounds): 2,954, 3,810 and 3,454 against 3,188, 3,430 and 3,950 requests/s, 31.5 and 31.3 %
+of the bare server's median, the same. In such a process the main thread projects, derives and
+dispatches besides serving the threads' writes, and every write waits for it: \`auto\` now leaves it a
+core in a distributed process that runs other roles besides the API (docs/ARCHITECTURE.md; the
+embedded hub, whose threads append without the main thread, and \`hub api\` keep a thread per core:
+the embedded ingestion lost 13 % with one). The ratio issue 45 asks for grows with it (2.8 against
+2.3-2.4 ×): the saturated hub is the more efficient.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };

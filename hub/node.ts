@@ -10,7 +10,7 @@ import type { ReadinessCheck } from '../api/app.ts';
 import { loadKeys } from '../api/auth/keys.ts';
 import { type Consistency, consistency, type WaitForPosition, warnUnremembered } from '../api/consistency.ts';
 import type { Bus } from '../infra/bus/port.ts';
-import { type Config, ConfigError } from '../infra/config.ts';
+import { autoApiThreads, type Config, ConfigError } from '../infra/config.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
 import { RedisReadStore } from '../infra/readstore/redis.ts';
@@ -103,7 +103,11 @@ async function assertPortFree(host: string, port: number): Promise<void> {
 export function forRoles(config: Config, roles: Role[]): Config {
   return {
     ...config,
-    apiThreads: roles.includes('api') ? config.apiThreads : 0,
+    apiThreads: !roles.includes('api')
+      ? 0
+      : config.apiThreadsAuto
+        ? autoApiThreads(config.profile, roles)
+        : config.apiThreads,
   };
 }
 

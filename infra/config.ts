@@ -41,22 +41,34 @@ const oneOf =
     if (!(values as string[]).includes(raw)) throw new Error(`must be one of ${values.join(', ')}`);
     return raw as T;
   };
-/** `auto` or a count: see HUB_API_THREADS. */
-const threadCount: Parser<number> = (raw) => {
-  if (raw !== 'auto') {
-    try {
-      return int(0, 64)(raw);
-    } catch {
-      throw new Error('must be auto or an integer from 0 to 64');
-    }
+/** `auto` (resolved by roles in forRoles: see HUB_API_THREADS) or a count. */
+const threadCount: Parser<number | 'auto'> = (raw) => {
+  if (raw === 'auto') return 'auto';
+  try {
+    return int(0, 64)(raw);
+  } catch {
+    throw new Error('must be auto or an integer from 0 to 64');
   }
-  // More threads than cores only add switching. At most 4: every thread's writes and reads go
-  // through the one main thread (measured on 2 cores; a larger machine may choose a count). The
-  // threads share the port with SO_REUSEPORT, which Node offers on Linux and FreeBSD only.
+};
+
+/**
+ * HUB_API_THREADS's `auto` for a process of `profile` running `roles`. More threads than cores
+ * only add switching; at most 4, as every thread's writes and reads go through the one main
+ * thread (measured on 2 cores; a larger machine may choose a count). In a distributed process
+ * that runs other roles too (`hub start`), that main thread also projects, derives and
+ * dispatches, and every write waits for it: a core is left to it (on 2 cores, one thread instead
+ * of two gave a fifth more events/s at saturation and less latency at 500 writes/s, ingestion the
+ * same; docs/benchmarks.md). An embedded process's threads append without the main thread and
+ * keep one per core. The threads share the port with SO_REUSEPORT, which Node offers on Linux and
+ * FreeBSD only.
+ */
+export function autoApiThreads(profile: string, roles: readonly string[]): number {
   const cores = availableParallelism();
   const reusePort = process.platform === 'linux' || process.platform === 'freebsd';
-  return cores < 2 || !reusePort ? 0 : Math.min(cores, 4);
-};
+  if (cores < 2 || !reusePort) return 0;
+  const others = profile === 'distributed' && roles.some((r) => r !== 'api');
+  return Math.min(others ? cores - 1 : cores, 4);
+}
 /** `auto`, 0 or 1: see HUB_DISPATCHER_HTTP_THREADS. */
 const httpThreadCount: Parser<number> = (raw) => {
   if (raw === 'auto') return availableParallelism() < 2 ? 0 : 1;
@@ -155,7 +167,7 @@ export const knobs = {
   apiThreads: knob(
     'HUB_API_THREADS',
     'auto',
-    'Worker threads serving the HTTP API of a process with the api role, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the stores and the other roles. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4; 0 on a single core, and off Linux and FreeBSD (the threads share the port with SO_REUSEPORT).',
+    'Worker threads serving the HTTP API of a process with the api role, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the stores and the other roles. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4, and one fewer in a distributed process that runs other roles besides the API (its main thread projects, derives and dispatches too); 0 on a single core, and off Linux and FreeBSD (the threads share the port with SO_REUSEPORT).',
     threadCount,
   ),
   dataDir: knob(
@@ -578,10 +590,18 @@ export const knobs = {
 };
 
 type Knobs = typeof knobs;
-export type Config = Omit<{ [K in keyof Knobs]: ReturnType<Knobs[K]['parse']> }, 'projectorLingerMs'> & {
+export type Config = Omit<
+  { [K in keyof Knobs]: ReturnType<Knobs[K]['parse']> },
+  'projectorLingerMs' | 'apiThreads'
+> & {
   eventStoreKind: EventStoreKind;
   /** HUB_PROJECTOR_LINGER_MS, `auto` resolved by profile. */
   projectorLingerMs: number;
+  /** HUB_API_THREADS, `auto` resolved for a process serving the API and every other role (see
+   * autoApiThreads; hub/node.ts's forRoles resolves it for the roles a process runs). */
+  apiThreads: number;
+  /** Whether HUB_API_THREADS was `auto`. */
+  apiThreadsAuto: boolean;
 };
 
 const SECRET_KNOBS = new Set([
@@ -610,6 +630,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
   const config = out as Config;
   if (out.projectorLingerMs === 'auto') config.projectorLingerMs = config.profile === 'embedded' ? 0 : 10;
+  config.apiThreadsAuto = out.apiThreads === 'auto';
+  if (config.apiThreadsAuto) config.apiThreads = autoApiThreads(config.profile, ['api', 'processor']);
   config.eventStoreKind =
     (config.eventStore as EventStoreKind | '') || (config.profile === 'embedded' ? 'sqlite' : 'postgres');
   if (config.eventStoreKind === 'sqlite' && config.profile === 'distributed') {

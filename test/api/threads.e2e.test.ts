@@ -11,6 +11,7 @@ import { Worker } from 'node:worker_threads';
 import * as x509 from '@peculiar/x509';
 import { Redis } from 'ioredis';
 import { forRoles, type Role } from '../../hub/node.ts';
+import { autoApiThreads } from '../../infra/config.ts';
 import { deleteTopics, dropSchema, inSchema, type JsonResponse, redisDb, testConfig } from '../harness.ts';
 import { createDevice, type Device, signup, startHub, type TestHub, type User } from '../hub.ts';
 
@@ -237,6 +238,13 @@ describe('API threads (e2e)', () => {
     assert.equal(
       forRoles(testConfig({ HUB_API_THREADS: '2', HUB_PROFILE: 'distributed' }), ['processor']).apiThreads,
       0,
+    );
+    // auto: a distributed process with other roles leaves a core to its main thread; `hub api` not.
+    const auto = testConfig({ HUB_API_THREADS: 'auto', HUB_PROFILE: 'distributed' });
+    assert.equal(forRoles(auto, ['api']).apiThreads, autoApiThreads('distributed', ['api']));
+    assert.equal(
+      forRoles(auto, ['api', 'projector', 'processor', 'dispatcher']).apiThreads,
+      autoApiThreads('distributed', ['api', 'processor']),
     );
     await onHub(
       { HUB_API_THREADS: '2' },

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deviceCaFile, loadDeviceCa } from '../../api/devices/ca.ts';
-import { ConfigError, knobs, loadConfig } from '../../infra/config.ts';
+import { autoApiThreads, ConfigError, knobs, loadConfig } from '../../infra/config.ts';
 
 describe('configuration (unit)', () => {
   it('defaults to the embedded profile on SQLite', () => {
@@ -15,13 +15,25 @@ describe('configuration (unit)', () => {
     assert.deepEqual(c.kafkaBrokers, ['127.0.0.1:9092']);
   });
 
-  it('serves the API on a thread per core by default (auto), at most 4, none on one core or without SO_REUSEPORT', () => {
+  it('serves the API on a thread per core by default (auto), at most 4, one fewer in a distributed process with other roles, none on one core or without SO_REUSEPORT', () => {
     const cores = availableParallelism();
     const reusePort = process.platform === 'linux' || process.platform === 'freebsd';
     assert.equal(loadConfig({}).apiThreads, cores < 2 || !reusePort ? 0 : Math.min(cores, 4));
     assert.equal(loadConfig({ HUB_API_THREADS: 'auto' }).apiThreads, loadConfig({}).apiThreads);
     assert.equal(loadConfig({ HUB_API_THREADS: '0' }).apiThreads, 0);
     assert.equal(loadConfig({ HUB_API_THREADS: '3' }).apiThreads, 3);
+    // A distributed process running more than the API leaves a core to its main thread.
+    const auto = cores < 2 || !reusePort ? 0 : Math.min(cores, 4);
+    assert.equal(autoApiThreads('distributed', ['api']), auto);
+    assert.equal(
+      autoApiThreads('distributed', ['api', 'projector', 'processor']),
+      auto && Math.min(cores - 1, 4),
+    );
+    assert.equal(autoApiThreads('embedded', ['api', 'projector', 'processor']), auto);
+    const distributed = loadConfig({ HUB_PROFILE: 'distributed' });
+    assert.equal(distributed.apiThreadsAuto, true);
+    assert.equal(distributed.apiThreads, auto && Math.min(cores - 1, 4), 'every role, as `hub start`');
+    assert.equal(loadConfig({ HUB_PROFILE: 'distributed', HUB_API_THREADS: '2' }).apiThreadsAuto, false);
     assert.throws(
       () => loadConfig({ HUB_API_THREADS: 'many' }),
       /HUB_API_THREADS must be auto or an integer/,
