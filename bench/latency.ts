@@ -1337,8 +1337,8 @@ of the bare server's median, the same. In such a process the main thread project
 dispatches besides serving the threads' writes, and every write waits for it: \`auto\` now leaves it a
 core in a distributed process that runs other roles besides the API (docs/ARCHITECTURE.md; the
 embedded hub, whose threads append without the main thread, and \`hub api\` keep a thread per core:
-the embedded ingestion lost 13 % with one). The ratio issue 45 asks for grows with it (2.8 against
-2.3-2.4 ×): the saturated hub is the more efficient.`;
+the embedded ingestion lost 13 % with one). The ratio issue 45 asks for grows with it (2.7-2.9
+against 2.3-2.6 ×): the saturated hub is the more efficient.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
