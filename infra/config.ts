@@ -41,15 +41,17 @@ const oneOf =
     if (!(values as string[]).includes(raw)) throw new Error(`must be one of ${values.join(', ')}`);
     return raw as T;
   };
-/** `auto` (resolved by roles in forRoles: see HUB_API_THREADS) or a count. */
-const threadCount: Parser<number | 'auto'> = (raw) => {
-  if (raw === 'auto') return 'auto';
-  try {
-    return int(0, 64)(raw);
-  } catch {
-    throw new Error('must be auto or an integer from 0 to 64');
-  }
-};
+/** `auto` (resolved later: by roles, by profile) or an integer from lo to hi. */
+const autoOr =
+  (lo: number, hi: number): Parser<number | 'auto'> =>
+  (raw) => {
+    if (raw === 'auto') return 'auto';
+    try {
+      return int(lo, hi)(raw);
+    } catch {
+      throw new Error(`must be auto or an integer from ${lo} to ${hi}`);
+    }
+  };
 
 /**
  * HUB_API_THREADS's `auto` for a process of `profile` running `roles`. More threads than cores
@@ -74,15 +76,6 @@ const httpThreadCount: Parser<number> = (raw) => {
   if (raw === 'auto') return availableParallelism() < 2 ? 0 : 1;
   if (raw === '0' || raw === '1') return Number(raw);
   throw new Error('must be auto, 0 or 1');
-};
-/** `auto` (resolved by profile in loadConfig: see HUB_PROJECTOR_LINGER_MS) or ms. */
-const lingerMs: Parser<number | 'auto'> = (raw) => {
-  if (raw === 'auto') return 'auto';
-  try {
-    return int(0, 1000)(raw);
-  } catch {
-    throw new Error('must be auto or an integer from 0 to 1000');
-  }
 };
 const text: Parser<string> = (raw) => raw;
 /** The operator's /callbacks password: empty (closed) or long enough not to be guessed. */
@@ -168,7 +161,7 @@ export const knobs = {
     'HUB_API_THREADS',
     'auto',
     'Worker threads serving the HTTP API of a process with the api role, all on HUB_PORT (the kernel spreads connections among them), while the main thread keeps the stores and the other roles. 0: the main thread serves HTTP itself. auto: one per core the process may use, at most 4, and one fewer in a distributed process that runs other roles besides the API (its main thread projects, derives and dispatches too); 0 on a single core, and off Linux and FreeBSD (the threads share the port with SO_REUSEPORT).',
-    threadCount,
+    autoOr(0, 64), // auto: see autoApiThreads
   ),
   dataDir: knob(
     'HUB_DATA_DIR',
@@ -573,7 +566,7 @@ export const knobs = {
     'HUB_PROJECTOR_LINGER_MS',
     'auto',
     "Following live writes, the least time between two reads of the event store by the projector's followers (the read models' runners, the mailer, the publicity carrier), ms: under steady writes, one batch per interval instead of one per write; full pages (a backlog) are read back to back, and a write after at least this long without a read is read at once. Reads of read models then wait up to this much more for the caller's last write. Not the relay's (webhooks' latency). 0: every write is read at once. auto: 10 in the distributed profile (there, with the API at 1,000 writes/s, the projector took 24 % of a core instead of 30, Redis 15 % instead of 18), 0 in the embedded one (no gain measured, and on API threads every read waits for the store's head).",
-    lingerMs,
+    autoOr(0, 1000), // auto: by profile in loadConfig
   ),
   replayDropGraceMs: knob(
     'HUB_REPLAY_DROP_GRACE_MS',
@@ -631,6 +624,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   const config = out as Config;
   if (out.projectorLingerMs === 'auto') config.projectorLingerMs = config.profile === 'embedded' ? 0 : 10;
   config.apiThreadsAuto = out.apiThreads === 'auto';
+  // As for a process of every role (`hub start`); forRoles resolves it for the roles a process runs.
   if (config.apiThreadsAuto) config.apiThreads = autoApiThreads(config.profile, ['api', 'processor']);
   config.eventStoreKind =
     (config.eventStore as EventStoreKind | '') || (config.profile === 'embedded' ? 'sqlite' : 'postgres');

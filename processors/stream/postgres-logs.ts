@@ -459,7 +459,6 @@ export class GroupedInserts<Row> {
   private readonly lingerMs: number;
   private rows: Row[] = [];
   private waiting: { resolve: () => void; reject: (err: Error) => void }[] = [];
-  private inFlight = 0;
   /** Set while the rows waiting may wait for more. */
   private lingering: NodeJS.Timeout | undefined;
   /** The statements in flight, each until its appends are answered. */
@@ -487,7 +486,7 @@ export class GroupedInserts<Row> {
   /** Sends what waits, its linger cut short, and resolves once nothing waits or is in flight (the
    * last appends before a close). */
   async flush(): Promise<void> {
-    while (this.waiting.length > 0 || this.inFlight > 0) {
+    while (this.waiting.length > 0 || this.writing.size > 0) {
       clearTimeout(this.lingering);
       this.lingering = undefined;
       this.send();
@@ -496,14 +495,13 @@ export class GroupedInserts<Row> {
   }
 
   private send(): void {
-    if (this.inFlight >= PARALLEL_INSERTS || this.waiting.length === 0) return;
+    if (this.writing.size >= PARALLEL_INSERTS || this.waiting.length === 0) return;
     if (this.lingering && this.rows.length < LINGER_FULL_ROWS) return; // its timer sends them
     clearTimeout(this.lingering);
     this.lingering = undefined;
     const { rows, waiting } = this;
     this.rows = [];
     this.waiting = [];
-    this.inFlight++;
     let written: Promise<void>;
     try {
       written = this.write(rows);
@@ -521,7 +519,6 @@ export class GroupedInserts<Row> {
       )
       .finally(() => {
         this.writing.delete(answered);
-        this.inFlight--;
         this.send();
       });
     this.writing.add(answered);
