@@ -42,14 +42,14 @@ const WAIT_SHARE = 0.75;
 const DURABLE_JOBS_KEPT = 10_000;
 /** How long a hand-off waits for a subscription's room to free before it asks whether that
  * subscription keeps pace with the others (see keptPace). */
-const ROOM_WAIT_MS = 250;
+export const ROOM_WAIT_MS = 250;
 /** How long a hand-off waits for room in all, however steadily it frees: the processor's next batch
  * (or the topic's next chunk) waits for this one. Stored instead, a backlog on the topic cost the
  * schedule a write, a claim and a finish of its own per job: 61,000 of a prefilled topic's 70,000
  * jobs went that way, at a third of the rate of jobs delivered first. */
 const HANDOFF_WAIT_MS = 1000;
 /** Subscriptions of one hand-off waiting for room at once (see handOff). */
-const WAITS_PER_HANDOFF = 16;
+export const WAITS_PER_HANDOFF = 16;
 
 export interface DispatcherOptions extends EndpointsOptions, CircuitOptions {
   bus: Bus;

@@ -12,7 +12,12 @@ import { benchSubscription } from '../../../bench/report.ts';
 import { MemoryBus } from '../../../infra/bus/memory.ts';
 import { TOPICS } from '../../../infra/bus/port.ts';
 import { openEventStore } from '../../../infra/eventstore/open.ts';
-import { Dispatcher, SPILL_MS } from '../../../processors/delivery/dispatcher.ts';
+import {
+  Dispatcher,
+  ROOM_WAIT_MS,
+  SPILL_MS,
+  WAITS_PER_HANDOFF,
+} from '../../../processors/delivery/dispatcher.ts';
 import { Egress } from '../../../processors/delivery/egress.ts';
 import { CIRCUIT_OPENS_AFTER, MIN_PROBE_DELAY_S } from '../../../processors/delivery/health.ts';
 import type { Job } from '../../../processors/delivery/port.ts';
@@ -257,6 +262,41 @@ for (const httpThreads of [1, 0])
         );
         await rx.waitFor('/ok/apart', 31);
         assert.equal(rx.at('/hang/apart').length, 2, 'the hanging one holds its 2 slots');
+      } finally {
+        await close();
+      }
+    });
+
+    it('a hand-off has at most WAITS_PER_HANDOFF subscriptions waiting at once: the next waits for one of them', async () => {
+      // Every attempt's end asks each waiter whether its room freed: an account with hundreds of
+      // subscriptions would otherwise make as many waiters at saturation.
+      const { file, rx, dispatcher, close, subscribe, started } = await rig({ httpThreads, timeoutMs: 2000 });
+      const owner = 'prn:::accounts:/waiters';
+      try {
+        const healthy = await subscribe(owner, '/ok/waiters');
+        await started(owner, healthy, '/ok/waiters');
+        // One more hanging subscription than may wait, each with one job past its room (2 in
+        // flight, 16 queued), then a job of the healthy one, last in the batch.
+        const hanging: string[] = [];
+        for (let i = 0; i <= WAITS_PER_HANDOFF; i++)
+          hanging.push(await subscribe(owner, `/hang/waiters-${i}`));
+        const from = Date.now();
+        const handedOff = dispatcher.handOff([
+          ...hanging.flatMap((sub) => jobsFor(owner, sub, 19)),
+          ...jobsFor(owner, healthy, 1),
+        ]);
+        const [, second] = await rx.waitFor('/ok/waiters', 2);
+        await handedOff;
+        // The healthy job is taken in only once a waiter gave up (ROOM_WAIT_MS without room).
+        assert.ok(
+          second!.at - from >= ROOM_WAIT_MS - 20,
+          `the healthy job went out ${second!.at - from} ms after the hand-off, before a waiter left`,
+        );
+        assert.equal(
+          scheduleRows(file),
+          WAITS_PER_HANDOFF + 1,
+          'each hanging subscription’s job without room stored',
+        );
       } finally {
         await close();
       }
