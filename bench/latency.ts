@@ -968,7 +968,10 @@ requests/s, 18.2 → 18.9 % of the bare server's 25,680).
 half as fast as this table's): p50 7 ms and p99 21 ms at 500 writes/s, 10 and 102 ms at 1,000;
 saturation 1,793 events/s at p50 227 ms, p99 1,275 ms (the derivation's backlog above); 1,811
 against 783 µs of CPU per event, 2.31 × (the main thread 589 against 197, the other threads 1,083
-against 531, 7.2 wake-ups an event against 0.8).`;
+against 531, 7.2 wake-ups an event against 0.8). 2026-11-30 (fifteenth session), a second
+print-only run: p50 8 ms and p99 36 ms at 500 writes/s; saturation 1,984 events/s; 1,829 against 711 µs
+of CPU per event, 2.57 × (the main thread 639 against 176, the other threads 1,058 against 471, 6.4
+wake-ups an event against 0.8).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -1338,7 +1341,36 @@ dispatches besides serving the threads' writes, and every write waits for it: \`
 core in a distributed process that runs other roles besides the API (docs/ARCHITECTURE.md; the
 embedded hub, whose threads append without the main thread, and \`hub api\` keep a thread per core:
 the embedded ingestion lost 13 % with one). The ratio issue 45 asks for grows with it (2.7-2.9
-against 2.3-2.6 ×): the saturated hub is the more efficient.`;
+against 2.3-2.6 ×): the saturated hub is the more efficient.
+2026-11-30 (fifteenth session), the same machine. Print-only runs of this tree at 500 writes/s gave
+p50 6-19 ms and p99 35-70 ms (2.40-2.82 ms of CPU per event) from run to run. Where the main
+thread's time goes there (\`perf\` over 10 s of the window, Node's \`--perf-prof\` for the JIT's
+frames): the PostgreSQL driver (pg, pg-pool, pg-protocol) in 28 % of its samples, ioredis 12 %,
+undici (the POSTs, kept on this thread below 1,000 a second) 11 %, socket writes 11 %, and no
+stage of our own over 4 % (the dispatcher's loop, the actors, the projections' batches, the
+processor); per event, counted by \`perf stat\` of its system calls, 2.9 reads, 2.6 writes and one
+wait of the event loop (the API thread 1.3 of each). So each event costs the main thread a few
+messages in and out, each its own turn of driver code and promises, and no one of them much.
+Tried in alternated rounds against this tree, not kept:
+- The API thread recording its writes' positions for read-your-writes in Redis itself (a
+  connection of its own) instead of through the main thread: at saturation 1,441, 1,265, 1,321,
+  1,059 and 1,249 against 1,206, 1,078, 1,187, 1,226 and 1,141 events/s (medians 1,265 and 1,187),
+  at 500 writes/s the same CPU per event; the device-metadata ingestion (\`bench/ingestion.ts\`,
+  four rounds) 2,461-3,572 against 3,183-3,506 requests/s (medians 29.2 and 31.4 % of the bare
+  server's).
+- The API thread appending to PostgreSQL itself (a store of its own, as a \`hub api\` process's
+  main thread has): at saturation 1,807, 1,145, 1,113, 1,362 and 1,421 against 1,179, 1,426, 1,187,
+  1,226 and 1,141 events/s, but at 500 writes/s 2.90-2.96 against 2.58-2.87 ms of CPU per event,
+  PostgreSQL's share 0.93-0.98 against 0.67-0.82 ms.
+- Not taken, measured for what it shows: read-your-writes by the store's head, as the embedded
+  hub's API threads do (a read waits for everything stored before it, no record of each write): at
+  saturation 1,636 and 1,523 against 1,152 and 1,266 events/s, 0.86-0.93 against 1.13-1.15 ms of
+  CPU per event; at 500 writes/s the same. Distributed, the projections may run in processes of
+  their own and lag under a burst of ingestion: every read of every caller would then wait for
+  the fleet's writes (or be refused past the bound), where today only a caller who wrote waits for
+  its own. The per-caller record stays.
+The ratio issue 45 asks for, in this session's print-only and alternated runs, 2.3-3.0 × (the
+saturated figure moving most).`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
