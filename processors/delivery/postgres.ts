@@ -9,9 +9,17 @@ import {
 import type { Attempt, AttemptLog, AttemptRecord, StatusFilter } from './port.ts';
 import { recordOf } from './port.ts';
 
-/** An attempt as its row: id, started, subscription_id, event_id, owner, status, and its record
- * as the API shows it (JSON). */
-type AttemptRow = [string, number, string, string, string, string, string];
+/** An attempt as its row: id, started, subscription_id, event_id, owner, status, its record as the
+ * API shows it (JSON) but for its request's body, and that body. */
+type AttemptRow = [string, number, string, string, string, string, string, string];
+
+/** A row's record as the API shows it: its request's body put back (a row recorded before the
+ * body had a column of its own holds it in the record). */
+function recordOfRow(row: { body: string; request_body: string | null }): AttemptRecord {
+  const record = JSON.parse(row.body) as AttemptRecord;
+  if (row.request_body !== null) record.request.body = row.request_body;
+  return record;
+}
 
 /** The key of a subscription's counts, and of its counts of a status filter. */
 const attemptKey = (subscription: string, status?: StatusFilter) =>
@@ -29,6 +37,7 @@ const ATTEMPT_ROWS: LogRows<AttemptRow> = {
     ['owner', 'text'],
     ['status', 'text'],
     ['body', 'text'],
+    ['request_body', 'text'],
   ],
   keys: ([, , subscription, , , status]) => {
     const keys = [
@@ -60,7 +69,18 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
 
   rowOf(a: Attempt): AttemptRow {
     if (!Number.isFinite(a.started)) throw new Error(`attempt ${a.id} has no start time`);
-    return [a.id, a.started, a.subscription_id, a.event_id, a.owner, a.status, JSON.stringify(recordOf(a))];
+    const record = recordOf(a);
+    const { body, ...request } = record.request;
+    return [
+      a.id,
+      a.started,
+      a.subscription_id,
+      a.event_id,
+      a.owner,
+      a.status,
+      JSON.stringify({ ...record, request }),
+      body,
+    ];
   }
 
   /** Attempts started before the retention are not stored. */
@@ -77,9 +97,9 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
     const where = `subscription_id = $1${STATUS_WHERE[status]}`;
     const lo = Date.now() - this.logs.retentionMs;
     const [page, total] = await Promise.all([
-      this.logs.read<{ body: string }>(
+      this.logs.read<{ body: string; request_body: string | null }>(
         `hub-attlog-list-${status}`,
-        `SELECT body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
+        `SELECT body, request_body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
         [subscription, lo, q.limit, q.skip],
       ),
       this.logs.count(`hub-attlog-count-${status}`, 'hub_attempt_log', 'started', where, [subscription], {
@@ -88,24 +108,24 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
         key: attemptKey(subscription, q.status),
       }),
     ]);
-    return { items: page.map((r) => JSON.parse(r.body) as AttemptRecord), total };
+    return { items: page.map(recordOfRow), total };
   }
 
   async attempt(id: string): Promise<AttemptRecord | undefined> {
-    const [row] = await this.logs.read<{ body: string }>(
+    const [row] = await this.logs.read<{ body: string; request_body: string | null }>(
       'hub-attlog-get',
-      'SELECT body FROM hub_attempt_log WHERE id = $1 AND started >= $2',
+      'SELECT body, request_body FROM hub_attempt_log WHERE id = $1 AND started >= $2',
       [id, Date.now() - this.logs.retentionMs],
     );
-    return row ? (JSON.parse(row.body) as AttemptRecord) : undefined;
+    return row ? recordOfRow(row) : undefined;
   }
 
   async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
-    const rows = await this.logs.read<{ body: string }>(
+    const rows = await this.logs.read<{ body: string; request_body: string | null }>(
       'hub-attlog-event',
-      'SELECT body FROM hub_attempt_log WHERE event_id = $1 AND owner = $2 AND started >= $3 ORDER BY started, id',
+      'SELECT body, request_body FROM hub_attempt_log WHERE event_id = $1 AND owner = $2 AND started >= $3 ORDER BY started, id',
       [eventId, owner, Date.now() - this.logs.retentionMs],
     );
-    return rows.map((r) => JSON.parse(r.body) as AttemptRecord);
+    return rows.map(recordOfRow);
   }
 }

@@ -278,6 +278,57 @@ describe('PostgreSQL logs: totals', () => {
       [90, 30, 60, 30],
     );
   });
+
+  it('of attempts, a record read back whole: its request body from its column, or from the record of a row written before the column', async () => {
+    const records = new PostgresAttemptLog(logs);
+    const j = job(`sub_${randomBytes(4).toString('hex')}`);
+    const body = JSON.stringify({ id: j.event.id, note: 'a "quoted" \\ value', data: { n: 1 } });
+    const now = {
+      ...attemptOf(j, 1, 'succeeded'),
+      request: { url: 'https://example.com/hook', headers: { a: 'b' }, body },
+    };
+    const before = { ...now, id: `del_${randomBytes(8).toString('hex')}`, attempt: 2 };
+    await records.append([records.rowOf(now)]);
+    // As an earlier version wrote it: the whole record in `body`, no request_body.
+    const client = new pg.Client({ connectionString: postgresUrl });
+    await client.connect();
+    try {
+      const stored = await client.query<{ body: string; request_body: string }>(
+        `SELECT body, request_body FROM ${schema}.hub_attempt_log WHERE id = $1`,
+        [now.id],
+      );
+      assert.equal(stored.rows[0]!.request_body, body, 'the body in a column of its own');
+      assert.ok(!stored.rows[0]!.body.includes('quoted'), 'and not escaped inside the record');
+      await client.query(
+        `INSERT INTO ${schema}.hub_attempt_log (id, started, subscription_id, event_id, owner, status, body)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+        [
+          before.id,
+          before.started,
+          before.subscription_id,
+          before.event_id,
+          before.owner,
+          before.status,
+          JSON.stringify(recordOf(before)),
+        ],
+      );
+    } finally {
+      await client.end();
+    }
+    assert.deepEqual(await records.attempt(now.id), recordOf(now));
+    assert.deepEqual(await records.attempt(before.id), recordOf(before));
+    const listed = await records.attempts(j.subscription_id, { limit: 10, skip: 0 });
+    assert.deepEqual(
+      listed.items,
+      [recordOf(before), recordOf(now)].sort((x, y) =>
+        x.started_at < y.started_at || (x.started_at === y.started_at && x.id < y.id) ? 1 : -1,
+      ),
+    );
+    assert.deepEqual(
+      (await records.attemptsOfEvent(j.owner, j.event.id)).map((r) => r.request.body),
+      [body, body],
+    );
+  });
 });
 
 describe('PostgreSQL logs: the upgrade from a Redis set of an earlier version', () => {
