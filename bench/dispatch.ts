@@ -839,6 +839,12 @@ receiver 59-86 (a webhook's POST, with its signature headers and a 430-byte body
 loop's 14-byte one), PostgreSQL 37-47, Redis 18-23, Kafka 3-9. The main thread's on-CPU profile
 (\`perf\` with Node's \`--perf-prof\`): the attempt record's JSON 9 % (its request body escaped
 inside it), the body's JSON 3 %, the rest flat.
+The attempt's request body now goes to a column of its own rather than escaped inside the record
+(docs/webhooks.md), as the embedded attempt log has kept it since 2026-11-25. Five alternated runs
+of each tree (\`HUB_BENCH_PAIRS=1\`, the tree before first in each round): the main thread 84, 77,
+84, 85 and 77 → 85, 87, 76, 73 and 67 µs of CPU per delivery (medians 84 → 76), the process 156-172
+→ 134-176 (medians 169 → 155), PostgreSQL 40-51 → 39-46; 5,355-6,378 → 5,468-7,012 deliveries/s
+(medians 5,744 → 5,881), the loops 8,974-14,191 requests/s.
 
 ### End-to-end latency
 

@@ -115,9 +115,9 @@ const MIGRATIONS = [
   // their place among its events), not their ids' order.
   `DROP INDEX hub_event_log_logged;
    CREATE INDEX hub_event_log_tail ON hub_event_log (owner, logged, source_position, sequence, id)`,
-  // An attempt's request body beside its record rather than escaped inside it (the record's JSON
-  // escaped every quote of the payload: a tenth of the dispatcher's main thread). Rows recorded
-  // before have none: their body is in the record.
+  // An attempt's request body beside its record rather than escaped inside it (every quote of the
+  // payload escaped: the record's JSON was about a tenth of the dispatcher's main thread). Rows
+  // recorded before have none: their body is in the record.
   `ALTER TABLE hub_attempt_log ADD COLUMN request_body text`,
 ];
 
