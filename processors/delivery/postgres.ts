@@ -69,18 +69,13 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
 
   rowOf(a: Attempt): AttemptRow {
     if (!Number.isFinite(a.started)) throw new Error(`attempt ${a.id} has no start time`);
-    const record = recordOf(a);
-    const { body, ...request } = record.request;
-    return [
-      a.id,
-      a.started,
-      a.subscription_id,
-      a.event_id,
-      a.owner,
-      a.status,
-      JSON.stringify({ ...record, request }),
-      body,
-    ];
+    // The record is made here (recordOf): its request is replaced, not copied again, by one without
+    // the body (the attempt's own request is left whole).
+    const record: Omit<AttemptRecord, 'request'> & { request: Omit<AttemptRecord['request'], 'body'> } =
+      recordOf(a);
+    const { body, ...request } = a.request;
+    record.request = request;
+    return [a.id, a.started, a.subscription_id, a.event_id, a.owner, a.status, JSON.stringify(record), body];
   }
 
   /** Attempts started before the retention are not stored. */
