@@ -1370,7 +1370,19 @@ Tried in alternated rounds against this tree, not kept:
   the fleet's writes (or be refused past the bound), where today only a caller who wrote waits for
   its own. The per-caller record stays.
 The ratio issue 45 asks for, in this session's print-only and alternated runs, 2.3-3.0 × (the
-saturated figure moving most).`;
+saturated figure moving most).
+2026-11-30 (sixteenth session), the same machine. The PostgreSQL store now answers its own process's
+followers from memory while they read its own newest commits (docs/eventstore.md), as the SQLite
+store has since its first version: in a hub running every role, the projector's runners and the
+relay read each commit right after making it. It was tried on 2026-11-29 and not kept then: its
+figures were within the spread. This time PostgreSQL's share was counted too.
+Alternated 15-s windows against the tree before, seven pairs at 500 writes/s:
+- **CPU per event:** lower in six pairs and equal in one, 2.67-2.84 against 2.63-2.73 ms.
+- **PostgreSQL's share:** lower in every pair, by 16-142 µs per event (123 at the median); 790-858
+  against 658-789 µs.
+- **p50:** medians 9 against 7 ms.
+- **p99:** within the spread, 21-64 against 26-93 ms.
+- **Saturation:** within the spread, 897-1,494 against 1,034-1,649 events/s (higher in four pairs of seven).`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };

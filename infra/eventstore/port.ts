@@ -357,6 +357,97 @@ export function planBatch(
   });
 }
 
+/** The events of an append a commit wrote, as a read of the log would answer them. */
+export function committedEvents(
+  append: PendingAppend,
+  plan: { firstRevision: number; firstPosition: number },
+  created: number,
+): RecordedEvent[] {
+  return append.events.map((e, j) => ({
+    id: e.id,
+    type: e.type,
+    stream: append.stream,
+    revision: plan.firstRevision + j,
+    position: plan.firstPosition + j,
+    data: JSON.parse(e.data as string),
+    metadata: JSON.parse((e.metadata as { json: string }).json),
+    created,
+  }));
+}
+
+/**
+ * The newest events a store committed itself, contiguous by position, parsed once at commit: every
+ * in-process follower (the projections, the relay, the mailer…) reads each new event, and the store
+ * that wrote them knows them without reading them back. The events are shared by the readers, which
+ * treat them as read-only. A commit that does not follow the last (another writer's came between)
+ * starts the tail again. With other writers (`soleWriter` false) a read past the last event is not
+ * answered here: another process may have written since.
+ */
+export class CommittedTail {
+  private readonly events: RecordedEvent[] = [];
+  private readonly keep: number;
+  private readonly soleWriter: boolean;
+
+  constructor(keep: number, soleWriter: boolean) {
+    this.keep = keep;
+    this.soleWriter = soleWriter;
+  }
+
+  /** Position of the newest event held, 0 when none is. */
+  get last(): number {
+    return this.events.length === 0 ? 0 : this.events[this.events.length - 1]!.position;
+  }
+
+  /** The events of one commit, in position order (planBatch numbers a batch in its order). */
+  add(written: RecordedEvent[]): void {
+    if (written.length === 0) return;
+    if (this.events.length > 0 && written[0]!.position !== this.last + 1) this.events.length = 0;
+    this.events.push(...written);
+    // Cut back to `keep` only once it is a quarter over: cutting the front of the array moves all
+    // the rest, and once per commit that was 1.5 % of a core under the ingestion load.
+    if (this.events.length > this.keep + Math.max(1, this.keep >> 2))
+      this.events.splice(0, this.events.length - this.keep);
+  }
+
+  clear(): void {
+    this.events.length = 0;
+  }
+
+  /** The page after `after` when the tail holds it; undefined when it must be read from the store. */
+  page(after: number, max: number): RecordedEvent[] | undefined {
+    const first = this.events[0]?.position;
+    if (first === undefined || after + 1 < first) return undefined;
+    if (!this.soleWriter && after >= this.last) return undefined;
+    const from = after + 1 - first;
+    return this.events.slice(from, from + max);
+  }
+}
+
+/**
+ * Wakes a store's subscribers a turn after a commit's appenders were answered: their answers, which
+ * an API thread's channel sends at the end of this turn, go out before the subscribers' work on the
+ * commit instead of waiting for it. The commits of one turn wake them once.
+ */
+export class SubscriberWake {
+  private scheduled = false;
+  private readonly wake: () => void;
+
+  constructor(wake: () => void) {
+    this.wake = wake;
+  }
+
+  soon(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() =>
+      setImmediate(() => {
+        this.scheduled = false;
+        this.wake();
+      }),
+    );
+  }
+}
+
 /**
  * A catch-up subscription over readAll: reads pages from the checkpoint, then waits for the
  * adapter's "something was appended" signal (or a poll interval, in case a signal was missed).

@@ -7,7 +7,9 @@ import { createHash } from 'node:crypto';
 import pg from 'pg';
 import {
   type AppendResult,
+  CommittedTail,
   catchUpSubscription,
+  committedEvents,
   type EventStore,
   type ExpectedRevision,
   type NewEvent,
@@ -17,6 +19,7 @@ import {
   type Snapshot,
   type StoredId,
   type SubscribeOptions,
+  SubscriberWake,
   type Subscription,
   serialise,
   type Waiting,
@@ -163,6 +166,8 @@ export interface PostgresOptions {
   maxBatch?: number;
   /** Events between snapshots of an aggregate's state (see EventStore.snapshotEvery); 0: none. */
   snapshotEvery?: number;
+  /** How many of this process's newest committed events readAll serves from memory (see readAll). */
+  tailEvents?: number;
 }
 
 /**
@@ -230,6 +235,15 @@ export class PostgresEventStore implements EventStore {
   private ready: Promise<void>;
   private listener: pg.Client | undefined;
   private readonly wakers = new Set<() => void>();
+  private readonly wakeSubscribers = new SubscriberWake(() => {
+    for (const wake of this.wakers) wake();
+  });
+  /** This process's newest commits, read by its followers without a query: see readAll. */
+  private readonly tail: CommittedTail;
+  /** The newest head a notification announced (any process's commit). */
+  private heardHead = 0;
+  /** A notification came while a commit of this process was on its way: see listen. */
+  private heardWhileCommitting = false;
   /** Reads of the log: see readAll. */
   private readonly logReads = new TurnBatch((asked: { after: number; max: number }[]) =>
     this.sendLogReads(asked),
@@ -256,6 +270,7 @@ export class PostgresEventStore implements EventStore {
     this.channel = channelOf(this.schema);
     this.maxBatch = options.maxBatch ?? 1000;
     this.snapshotEvery = options.snapshotEvery ?? 0;
+    this.tail = new CommittedTail(options.tailEvents ?? 10_000, false);
     this.pool = new pg.Pool({
       connectionString: options.url,
       max: options.poolSize ?? 8,
@@ -330,11 +345,13 @@ export class PostgresEventStore implements EventStore {
         } catch (err) {
           for (const w of batch) w.reject(err as Error);
         }
+        this.wakeIfHeard();
       }
     } catch (err) {
       for (const w of this.queue.splice(0)) w.reject(err as Error);
     } finally {
       this.flushing = false;
+      this.wakeIfHeard();
       if (this.queue.length > 0) {
         this.flushing = true;
         void this.flush();
@@ -345,11 +362,27 @@ export class PostgresEventStore implements EventStore {
   private async commit(batch: Waiting[]): Promise<void> {
     const now = Date.now(); // stamped here, so an append can answer when its events were stored
     const plans = (await this.commitAtOnce(batch, now)) ?? (await this.commitChecked(batch, now));
+    const written: RecordedEvent[] = [];
+    const followed = this.wakers.size > 0; // a process without followers (an API's) parses nothing
     batch.forEach((w, i) => {
       const plan = plans[i]!;
       if (plan.kind === 'error') w.reject(plan.error);
       else w.resolve(plan.result);
+      if (plan.kind === 'write' && followed) written.push(...committedEvents(w, plan, now));
     });
+    if (!followed) return this.tail.clear();
+    this.tail.add(written);
+    if (written.length > 0) {
+      this.heardWhileCommitting = false;
+      this.wakeSubscribers.soon();
+    }
+  }
+
+  /** Wakes the followers for the notifications that came while a commit was on its way. */
+  private wakeIfHeard(): void {
+    if (!this.heardWhileCommitting) return;
+    this.heardWhileCommitting = false;
+    this.wakeSubscribers.soon();
   }
 
   /**
@@ -508,6 +541,10 @@ export class PostgresEventStore implements EventStore {
    * Callers share the events; nothing reading them changes them.
    */
   readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
+    // This process's own commits are read from memory, unless a notification announced a later
+    // head the page would stop short of (another process's commit, read from the table).
+    const page = this.tail.page(after, max);
+    if (page && (page.length === max || this.tail.last >= this.heardHead)) return Promise.resolve(page);
     return this.logReads.ask(`${after}:${max}`, { after, max });
   }
 
@@ -556,8 +593,15 @@ export class PostgresEventStore implements EventStore {
       connectionString: (this.pool.options as { connectionString: string }).connectionString,
     });
     this.listener = client;
-    client.on('notification', () => {
-      for (const wake of this.wakers) wake();
+    client.on('notification', ({ payload }) => {
+      const head = Number(payload);
+      if (head > this.heardHead) this.heardHead = head;
+      // A commit of this process: its followers were woken at its answer, and read it from memory.
+      if (head <= this.tail.last) return;
+      // Another process's: a commit of this one on its way wakes them once it is answered (after
+      // it, a read sees both), rather than twice, the first time to read the table.
+      if (this.flushing) this.heardWhileCommitting = true;
+      else for (const wake of this.wakers) wake();
     });
     client.on('error', () => {
       // Subscribers poll meanwhile; listen again shortly (e.g. after a database restart).

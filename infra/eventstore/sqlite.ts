@@ -19,7 +19,9 @@ import { BACKSTOP_PAGES, BUSY_TIMEOUT_MS, unwatch, watch } from '../checkpointer
 import { errorsCrossThreads, ThreadAppends, ThreadChannel } from '../threads.ts';
 import {
   type AppendResult,
+  CommittedTail,
   catchUpSubscription,
+  committedEvents,
   DuplicateEventIdError,
   type EventStore,
   type ExpectedRevision,
@@ -32,6 +34,7 @@ import {
   type Snapshot,
   type StoredId,
   type SubscribeOptions,
+  SubscriberWake,
   type Subscription,
   serialise,
   type Waiting,
@@ -159,17 +162,11 @@ export class SqliteEventStore implements EventStore {
   private readonly saving: PromiseWithResolvers<void>[] = [];
   private flushScheduled = false;
   private lastPosition: number;
-  /**
-   * The newest events, contiguous by position, parsed once at commit: every in-process follower
-   * (projections, mailer, …) reads each new event, and being the file's only writer this store
-   * knows them without reading them back. Older positions are read from the file. The events are
-   * shared by the readers, which treat them as read-only (projections are pure functions).
-   */
-  private readonly tail: RecordedEvent[] = [];
-  private readonly tailEvents: number;
+  /** The newest events (the file's only writer knows them without reading them back); older
+   * positions are read from the file. */
+  private readonly tail: CommittedTail;
   private readonly appended = new EventEmitter();
-  /** A wake of the subscribers is scheduled (wakeSubscribers). */
-  private waking = false;
+  private readonly wakeSubscribers = new SubscriberWake(() => this.appended.emit('append'));
   private readonly maxBatch: number;
   private readonly postEvery: number;
   private readonly newsLingerMs: number;
@@ -190,7 +187,7 @@ export class SqliteEventStore implements EventStore {
     this.newsLingerMs = options.newsLingerMs ?? 0;
     this.exclusiveWriter = !options.sharedWithThreads;
     this.snapshotEvery = options.snapshotEvery ?? 0;
-    this.tailEvents = options.tailEvents ?? 20_000;
+    this.tail = new CommittedTail(options.tailEvents ?? 20_000, true);
     this.appended.setMaxListeners(0);
     this.sql = {
       readStream: this.db.prepare(
@@ -306,7 +303,7 @@ export class SqliteEventStore implements EventStore {
       this.thread = undefined;
       // Whether the batches committed is unknown: their callers hear of the failure (a retry is
       // idempotent by event id), and the tail starts again after what the file holds.
-      this.tail.length = 0;
+      this.tail.clear();
       this.shared.forget();
       if (this.db.isOpen) this.lastPosition = headOf(this.db);
       this.shared.setHead(this.lastPosition);
@@ -339,44 +336,13 @@ export class SqliteEventStore implements EventStore {
       const plan = plans[i]!;
       if (plan.kind !== 'write') return;
       wrote = true;
-      w.events.forEach((e, j) => {
-        written.push({
-          id: e.id,
-          type: e.type,
-          stream: w.stream,
-          revision: plan.firstRevision + j,
-          position: plan.firstPosition + j,
-          data: JSON.parse(e.data as string),
-          metadata: JSON.parse((e.metadata as { json: string }).json),
-          created,
-        });
-      });
+      written.push(...committedEvents(w, plan, created));
       this.lastPosition = plan.result.position;
     });
-    this.tail.push(...written); // in position order: planBatch numbers a batch in its order
-    // Cut back to tailEvents only once it is a quarter over: cutting the front of the array moves
-    // all the rest, and once per commit that was 1.5 % of a core under the ingestion load.
-    if (this.tail.length > this.tailEvents + Math.max(1, this.tailEvents >> 2))
-      this.tail.splice(0, this.tail.length - this.tailEvents);
+    this.tail.add(written);
     answer(batch, committed);
-    if (wrote) this.wakeSubscribers();
+    if (wrote) this.wakeSubscribers.soon();
     this.scheduleFlush();
-  }
-
-  /**
-   * Subscribers (the projector, the change pipeline…) hear of a commit a turn of the event loop
-   * after its appenders: the appenders' answers, which an API thread's channel sends at the end
-   * of this turn, go out before the subscribers' work on the commit, instead of waiting for it.
-   */
-  private wakeSubscribers(): void {
-    if (this.waking) return;
-    this.waking = true;
-    setImmediate(() =>
-      setImmediate(() => {
-        this.waking = false;
-        this.appended.emit('append');
-      }),
-    );
   }
 
   async readStream(stream: string, fromRevision = 0, max = 1000): Promise<RecordedEvent[]> {
@@ -386,12 +352,7 @@ export class SqliteEventStore implements EventStore {
   }
 
   async readAll(after = 0, max = 1000): Promise<RecordedEvent[]> {
-    const first = this.tail[0]?.position;
-    if (first !== undefined && after + 1 >= first) {
-      const from = after + 1 - first;
-      return this.tail.slice(from, from + max);
-    }
-    return (this.sql.readAll.all(after, max) as Row[]).map(toRecorded);
+    return this.tail.page(after, max) ?? (this.sql.readAll.all(after, max) as Row[]).map(toRecorded);
   }
 
   async readSnapshot(stream: string, kind: string): Promise<Snapshot | undefined> {

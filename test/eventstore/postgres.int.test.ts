@@ -20,9 +20,26 @@ eventStoreContract(
   { sharedWriters: true },
 );
 
+/** Calls `counted` with the name of each named statement `store` sends: counted at the real pool,
+ * which every read goes through (appends may too). */
+function countStatements(store: PostgresEventStore, counted: (name: string) => void): void {
+  const pool = (store as unknown as { pool: pg.Pool }).pool;
+  const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+  pool.query = ((...args: unknown[]) => {
+    const name = (args[0] as { name?: string }).name;
+    if (name) counted(name);
+    return query(...args);
+  }) as typeof pool.query;
+}
+
+const countReadsOfLog = (store: PostgresEventStore, counted: () => void) =>
+  countStatements(store, (name) => name === 'hub-read-all' && counted());
+
 describe('PostgreSQL event store: reads of the log', () => {
   const schema = `test_${randomBytes(6).toString('hex')}`;
   let store: PostgresEventStore;
+  // Appends the log's reads are made after: another process's, which this store reads from the table.
+  let writer: PostgresEventStore;
   let queries = 0;
   let streamQueries = 0;
   let snapshotQueries = 0;
@@ -30,24 +47,21 @@ describe('PostgreSQL event store: reads of the log', () => {
 
   before(async () => {
     store = new PostgresEventStore({ url: postgresUrl, schema });
-    // Counted at the real pool: every readAll query goes through it, named (appends may too).
-    const pool = (store as unknown as { pool: pg.Pool }).pool;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
-    pool.query = ((...args: unknown[]) => {
-      const name = (args[0] as { name?: string }).name;
+    writer = new PostgresEventStore({ url: postgresUrl, schema });
+    countStatements(store, (name) => {
       if (name === 'hub-read-all') queries++;
-      if (name?.startsWith('hub-read-stream')) streamQueries++;
-      if (name?.startsWith('hub-read-snapshot')) snapshotQueries++;
-      return query(...args);
-    }) as typeof pool.query;
+      if (name === 'hub-read-streams') streamQueries++;
+      if (name === 'hub-read-snapshots') snapshotQueries++;
+    });
   });
   after(async () => {
     await store.close();
+    await writer.close();
     await dropSchema(postgresUrl, schema);
   });
 
   it('reads asked for in one turn share one query, each answered its own page; a read asked for once it was sent has its own', async () => {
-    await store.append('s-1', [ev()]);
+    await writer.append('s-1', [ev()]);
     queries = 0;
     const pages = await Promise.all([
       store.readAll(0, 10),
@@ -62,7 +76,7 @@ describe('PostgreSQL event store: reads of the log', () => {
     );
     const first = store.readAll(0, 10);
     await new Promise((resolve) => setImmediate(resolve)); // first's query is on its way
-    await store.append('s-1', [ev()]);
+    await writer.append('s-1', [ev()]);
     const second = await store.readAll(0, 10);
     assert.equal(second.length, 2, 'the later read sees what was appended before it was asked for');
     await first;
@@ -139,7 +153,7 @@ describe('PostgreSQL event store: reads of the log', () => {
 
   it('a read whose page the shared query cut short gets a query of its own', async () => {
     const head = (await store.readAll(0, 1000)).length;
-    await store.append(
+    await writer.append(
       's-2',
       Array.from({ length: 10 }, () => ev()),
     );
@@ -180,12 +194,7 @@ describe("PostgreSQL event store: notifications of a schema's commits", () => {
   before(async () => {
     store = new PostgresEventStore({ url: postgresUrl, schema });
     neighbour = new PostgresEventStore({ url: postgresUrl, schema: elsewhere });
-    const pool = (store as unknown as { pool: pg.Pool }).pool;
-    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
-    pool.query = ((...args: unknown[]) => {
-      if ((args[0] as { name?: string }).name === 'hub-read-all') queries++;
-      return query(...args);
-    }) as typeof pool.query;
+    countReadsOfLog(store, () => queries++);
   });
   after(async () => {
     await store.close();
@@ -217,6 +226,82 @@ describe("PostgreSQL event store: notifications of a schema's commits", () => {
     );
     sub.close();
     await following;
+  });
+});
+
+describe("PostgreSQL event store: a process's own commits", () => {
+  const schema = `test_${randomBytes(6).toString('hex')}`;
+  let store: PostgresEventStore;
+  let other: PostgresEventStore; // another process writing the same log
+  let queries = 0;
+  const ev = () => ({ id: randomUUID(), type: 'Tested', data: { n: 1 } });
+
+  before(async () => {
+    store = new PostgresEventStore({ url: postgresUrl, schema });
+    other = new PostgresEventStore({ url: postgresUrl, schema });
+    countReadsOfLog(store, () => queries++);
+  });
+  after(async () => {
+    await store.close();
+    await other.close();
+    await dropSchema(postgresUrl, schema);
+  });
+
+  /** A follower of `store` from the start (polling once a minute: only a wake moves it). */
+  async function follow() {
+    const got: RecordedEvent[] = [];
+    const sub = store.subscribe(0, { pollMs: 60_000 });
+    const following = (async () => {
+      for await (const page of sub) got.push(...page);
+    })();
+    const until = async (n: number) => {
+      for (const end = Date.now() + 5_000; got.length < n && Date.now() < end; )
+        await new Promise((r) => setTimeout(r, 5));
+      assert.equal(got.length, n, `the follower has ${n} events`);
+    };
+    const stop = async () => {
+      sub.close();
+      await following;
+    };
+    return { got, until, stop };
+  }
+
+  it('are read by its followers from memory, as the table answers them', async () => {
+    const follower = await follow();
+    await new Promise((r) => setTimeout(r, 300)); // listening, and its first read answered
+    queries = 0;
+    const events = [
+      { id: randomUUID(), type: 'Tested', data: { nested: { list: [1, 'two', null] }, text: 'é ✓ \u0000' } },
+      { id: randomUUID(), type: 'Tested', data: null, metadata: { by: 'someone', at: 1.5 } },
+      { id: randomUUID(), type: 'Other', data: 'a string' },
+    ];
+    await store.append('own-1', events.slice(0, 2));
+    await Promise.all([store.append('own-2', [events[2]!]), store.append('own-1', [ev()])]);
+    await follower.until(4);
+    assert.equal(queries, 0, 'no read of the table');
+    assert.deepEqual(follower.got, await other.readAll(0, 100), 'the events as the table has them');
+    await follower.stop();
+  });
+
+  it("another process's commits between its own are read from the table, none skipped", async () => {
+    const head = await store.head();
+    const follower = await follow();
+    await follower.until(head);
+    await store.append('own-3', [ev()]);
+    await follower.until(head + 1);
+    queries = 0;
+    await other.append('other-1', [ev()]); // announced by its notification only
+    await follower.until(head + 2);
+    assert.ok(queries >= 1, 'read from the table');
+    await store.append('own-3', [ev()]); // after the other's: this process's tail starts again
+    await store.append('own-3', [ev()]);
+    await follower.until(head + 4);
+    assert.deepEqual(follower.got, await other.readAll(0, 100));
+    assert.deepEqual(
+      follower.got.map((e) => e.position),
+      Array.from({ length: head + 4 }, (_, i) => i + 1),
+    );
+    await follower.stop();
   });
 });
 
