@@ -6,8 +6,8 @@
 // record timestamp), the processor's (the deliveries topic's) and the arrival, read by a tap
 // consumer of both topics in this process (its own fetches add nothing to the figures). CPU from
 // /proc, per process and per thread, the shared infrastructure apart (Kafka, Redis, PostgreSQL
-// serve other users of this machine too). Ceilings in the same run: the bare receiver's round trip
-// and a plain kafkajs produce → consume round trip at the same rate.
+// serve other users of this machine too). Ceilings in the same run: the bare receiver's round trip,
+// a plain kafkajs produce → consume round trip and a durable PostgreSQL commit at the same rate.
 //
 //   node bench/latency.ts [seconds]            (needs `npm run infra:up`)
 //   HUB_BENCH_RATES=500,1000                   the steady rates (writes/s)
@@ -709,6 +709,50 @@ async function bareReceiver(receiver: string, rate: number) {
 }
 
 /**
+ * What the write path's durable commit alone takes at `rate`: a 300-byte row a write, group-committed
+ * as the event store's appends are (one commit at a time on one connection, each taking every row
+ * that came while the last was under way), each row timed from when it was due to its commit's
+ * answer. A commit waits for PostgreSQL's write-ahead log to reach the disk: this machine's fsync
+ * latency, tail included, is in every change's way before the hub answers it or derives from it.
+ */
+async function plainCommits(rate: number) {
+  const client = new pg.Client({ connectionString: config.postgresUrl });
+  await client.connect();
+  const table = `bench_commit_${Date.now()}`;
+  await client.query(`CREATE TABLE ${table} (id bigserial PRIMARY KEY, body text NOT NULL)`);
+  const body = 'x'.repeat(300);
+  const latencies: number[] = [];
+  let queued: { due: number; done: () => void }[] = [];
+  let committing = false;
+  const commit = async () => {
+    committing = true;
+    while (queued.length > 0) {
+      const batch = queued;
+      queued = [];
+      await client.query(`INSERT INTO ${table} (body) SELECT unnest($1::text[])`, [batch.map(() => body)]);
+      const now = performance.now();
+      for (const w of batch) {
+        latencies.push(now - w.due);
+        w.done();
+      }
+    }
+    committing = false;
+  };
+  try {
+    await atRate(rate, 10, () => {
+      const written = new Promise<void>((done) => queued.push({ due: performance.now(), done }));
+      if (!committing) void commit();
+      return written;
+    });
+  } finally {
+    await client.query(`DROP TABLE ${table}`);
+    await client.end();
+  }
+  latencies.sort((a, b) => a - b);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+}
+
+/**
  * Floors of what an event costs the hub at a steady rate, before any work of its own: a Node
  * process woken by a timer `rate` times a second that, at each tick, either posts a message to a
  * worker thread which posts it back (as an API thread's call to the main thread and its answer
@@ -1382,11 +1426,26 @@ Alternated 15-s windows against the tree before, seven pairs at 500 writes/s:
   against 658-789 µs.
 - **p50:** medians 9 against 7 ms.
 - **p99:** within the spread, 21-64 against 26-93 ms.
-- **Saturation:** within the spread, 897-1,494 against 1,034-1,649 events/s (higher in four pairs of seven).`;
+- **Saturation:** within the spread, 897-1,494 against 1,034-1,649 events/s (higher in four pairs of seven).
+A ceiling added to this bench: each write's durable PostgreSQL commit alone, group-committed as the
+event store's appends are, at the same rate. Measured before the windows of two print-only runs:
+p50 0.60 ms and p99 2.93 ms at 500 writes/s, 0.61 and 4.76 at 1,000. The hub's p99 in the same
+runs: 27 and 86 ms. So the disk's fsyncs are not what holds the p99 back. Where it comes from:
+- **The late deliveries come in bursts.** At 500 writes/s, the deliveries past 25 ms (173 of
+  14,999) fell mostly in eight half-seconds of the 30-s window, 5-32 in each.
+- **The worst seconds at 1,000 writes/s met PostgreSQL's autovacuum.** \`pg_stat_activity\` was sampled
+  every 200 ms and each thread's CPU every 250 ms. Seconds 9-11 of the window gave 229, 324 and 330 ms
+  at worst. They fell in a \`VACUUM ANALYZE\` of the run's new \`hub_events\`, \`hub_event_log\` and
+  \`hub_attempt_log\`, its backend taking 31-56 % of a core for about 1.5 s.
+  - The machine was 96 % busy then; the samplers added to it (p99 56 ms at 500 writes/s in that run).
+  - On new tables, autovacuum's threshold for inserts (1,000 rows and a fifth of the table) is
+    crossed every minute, and each database gets a worker once a minute. On a table of months it
+    comes after a fifth more rows: as much work, in rarer and longer passes.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
   kafka: { p50: number; p99: number; clientsUs: number; brokerUs: number } | undefined;
+  commits: { p50: number; p99: number } | undefined;
   thread: Floor;
   commit: Floor;
 }
@@ -1423,12 +1482,13 @@ async function main() {
       ceilings.set(rate, {
         bare: await bareReceiver(rx.url, rate),
         kafka: EMBEDDED ? undefined : await plainKafka(rate),
+        commits: EMBEDDED ? undefined : await plainCommits(rate),
         thread: await floor('thread', rate),
         commit: await floor('commit', rate),
       });
     for (const [rate, c] of ceilings)
       process.stderr.write(
-        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms, CPU ${fmt(c.kafka.clientsUs)} µs the clients' and ${fmt(c.kafka.brokerUs)} the broker's a message; ` : ''}floors: a thread round trip ${fmt(c.thread.cpuUsPerTick)} µs of CPU, a durable commit ${fmt(c.commit.cpuUsPerTick)}; ${fmt(c.thread.cpuUsPerWakeup)} µs per wake-up\n`,
+        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms, CPU ${fmt(c.kafka.clientsUs)} µs the clients' and ${fmt(c.kafka.brokerUs)} the broker's a message; ` : ''}${c.commits ? `a durable PostgreSQL commit p50 ${fmt(c.commits.p50, 2)} p99 ${fmt(c.commits.p99, 2)} ms; ` : ''}floors: a thread round trip ${fmt(c.thread.cpuUsPerTick)} µs of CPU, a durable commit ${fmt(c.commit.cpuUsPerTick)}; ${fmt(c.thread.cpuUsPerWakeup)} µs per wake-up\n`,
       );
     const results: RunResult[] = [];
     // Every variant's hub set up and warmed first; then their windows alternate, load by load,
@@ -1473,7 +1533,7 @@ ${results.map(row).join('\n')}
 
 | Ceiling | Rate | p50 ms | p99 ms | CPU µs per message: the clients' / the broker's |
 |---|---:|---:|---:|---:|
-${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} | |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} | ${fmt(c.kafka!.clientsUs)} / ${Number.isNaN(c.kafka!.brokerUs) ? 'n/a' : fmt(c.kafka!.brokerUs)} |`]).join('\n')}
+${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} | |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} | ${fmt(c.kafka!.clientsUs)} / ${Number.isNaN(c.kafka!.brokerUs) ? 'n/a' : fmt(c.kafka!.brokerUs)} |`, `| a durable PostgreSQL commit of each write, group-committed (as the event store's appends) | ${fmt(rate)} | ${fmt(c.commits!.p50, 2)} | ${fmt(c.commits!.p99, 2)} | |`]).join('\n')}
 
 ${targetsLine(results)}
 
