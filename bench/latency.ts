@@ -1427,6 +1427,15 @@ Alternated 15-s windows against the tree before, seven pairs at 500 writes/s:
 - **p50:** medians 9 against 7 ms.
 - **p99:** within the spread, 21-64 against 26-93 ms.
 - **Saturation:** within the spread, 897-1,494 against 1,034-1,649 events/s (higher in four pairs of seven).
+- **Device-metadata ingestion** (\`bench/ingestion.ts\`, a distributed hub running every role, three
+  alternated pairs against the tree before): 4,910, 3,620 and 3,340 against 5,262, 4,298 and 3,563
+  requests/s. That is 26.2 against 33.2 % of the bare server's at the median.
+Tried, not kept: ioredis without auto-pipelining. Its machinery (a pipeline made for each turn's
+commands) was about 8 % of the main thread's samples at 500 writes/s. Three alternated pairs:
+- at 500 writes/s, 2.57-2.67 against 2.64-2.71 ms of CPU per event, Redis's own share up by 40-50 µs;
+- at saturation 1,118 and 1,125 against 1,351 and 1,500 events/s in two pairs (1,567 against 1,454
+  in the third): the five projections' script calls of one turn, among others, went out as writes of
+  their own.
 A ceiling added to this bench: each write's durable PostgreSQL commit alone, group-committed as the
 event store's appends are, at the same rate. Measured before the windows of two print-only runs:
 p50 0.60 ms and p99 2.93 ms at 500 writes/s, 0.61 and 4.76 at 1,000. The hub's p99 in the same
