@@ -1436,6 +1436,14 @@ commands) was about 8 % of the main thread's samples at 500 writes/s. Three alte
 - at saturation 1,118 and 1,125 against 1,351 and 1,500 events/s in two pairs (1,567 against 1,454
   in the third): the five projections' script calls of one turn, among others, went out as writes of
   their own.
+Measured, not changed: the distributed hub's young generation (\`bin/hub\`: 32-MiB semi-spaces, chosen
+for ingestion on the faster machine) against 16 and 8, two alternated rounds on a busy machine
+(87-96 %):
+- at saturation, 8 MiB gave 1,311 and 1,230 events/s against 1,065 and 1,117 with 32 (16: 1,102 and
+  1,172);
+- at 1,000 writes/s, 8 MiB's p99 was 164 and 313 ms against 150 and 126;
+- at 500 writes/s all three were within the spread (p99 52-92 ms).
+Two rounds, pointing two ways, decide nothing.
 A ceiling added to this bench: each write's durable PostgreSQL commit alone, group-committed as the
 event store's appends are, at the same rate. Measured before the windows of two print-only runs:
 p50 0.60 ms and p99 2.93 ms at 500 writes/s, 0.61 and 4.76 at 1,000. The hub's p99 in the same
