@@ -26,6 +26,9 @@ import {
 } from './port.ts';
 
 const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
+/** How long a notification that comes while a commit of this process is on its way waits for that
+ * commit's answer before it wakes the followers itself, ms: about a commit's round trip. */
+const HEARD_WAIT_MS = 5;
 
 /** Versioned migrations; each runs once, in order, under a lock, recorded in hub_migrations. */
 const MIGRATIONS = [
@@ -242,8 +245,9 @@ export class PostgresEventStore implements EventStore {
   private readonly tail: CommittedTail;
   /** The newest head a notification announced (any process's commit). */
   private heardHead = 0;
-  /** A notification came while a commit of this process was on its way: see listen. */
-  private heardWhileCommitting = false;
+  /** A notification came while a commit of this process was on its way (see listen): the wake
+   * that waits for that commit's answer, at most HEARD_WAIT_MS. */
+  private heardWhileCommitting: NodeJS.Timeout | undefined;
   /** Reads of the log: see readAll. */
   private readonly logReads = new TurnBatch((asked: { after: number; max: number }[]) =>
     this.sendLogReads(asked),
@@ -373,7 +377,8 @@ export class PostgresEventStore implements EventStore {
     if (!followed) return this.tail.clear();
     this.tail.add(written);
     if (written.length > 0) {
-      this.heardWhileCommitting = false;
+      clearTimeout(this.heardWhileCommitting);
+      this.heardWhileCommitting = undefined;
       this.wakeSubscribers.soon();
     }
   }
@@ -381,7 +386,8 @@ export class PostgresEventStore implements EventStore {
   /** Wakes the followers for the notifications that came while a commit was on its way. */
   private wakeIfHeard(): void {
     if (!this.heardWhileCommitting) return;
-    this.heardWhileCommitting = false;
+    clearTimeout(this.heardWhileCommitting);
+    this.heardWhileCommitting = undefined;
     this.wakeSubscribers.soon();
   }
 
@@ -599,8 +605,9 @@ export class PostgresEventStore implements EventStore {
       // A commit of this process: its followers were woken at its answer, and read it from memory.
       if (head <= this.tail.last) return;
       // Another process's: a commit of this one on its way wakes them once it is answered (after
-      // it, a read sees both), rather than twice, the first time to read the table.
-      if (this.flushing) this.heardWhileCommitting = true;
+      // it, a read sees both), rather than twice, the first time to read the table; but not later
+      // than HEARD_WAIT_MS, should that commit be slow (waiting for the append lock, say).
+      if (this.flushing) this.heardWhileCommitting ??= setTimeout(() => this.wakeIfHeard(), HEARD_WAIT_MS);
       else for (const wake of this.wakers) wake();
     });
     client.on('error', () => {

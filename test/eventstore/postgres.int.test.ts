@@ -303,6 +303,43 @@ describe("PostgreSQL event store: a process's own commits", () => {
     );
     await follower.stop();
   });
+
+  it("another process's commit, heard while a commit of this one waits for the append lock, is read without waiting for it", async () => {
+    const head = await store.head();
+    const follower = await follow();
+    await follower.until(head);
+    // Transactions that take the append lock in turn, as other processes' group commits do.
+    const locker = async () => {
+      const c = new pg.Client({ connectionString: postgresUrl });
+      await c.connect();
+      await c.query('BEGIN');
+      return c;
+    };
+    const lock = (c: pg.Client) => c.query('SELECT pg_advisory_xact_lock($1)', [0x68756265]);
+    const first = await locker();
+    const second = await locker();
+    await lock(first);
+    // In the lock's queue, in this order: the other process's commit, a second holder, this one's.
+    const othersCommit = other.append('other-2', [ev()]);
+    await new Promise((r) => setTimeout(r, 100));
+    const secondHolds = lock(second);
+    await new Promise((r) => setTimeout(r, 100));
+    let ownAnswered = false;
+    const ownCommit = store.append('own-4', [ev()]).then(() => {
+      ownAnswered = true;
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    await first.query('COMMIT'); // the other process commits; the second holder then keeps the lock
+    await othersCommit;
+    await secondHolds;
+    await follower.until(head + 1);
+    assert.equal(ownAnswered, false, "heard while this process's commit was still waiting");
+    await second.query('COMMIT');
+    await ownCommit;
+    await follower.until(head + 2);
+    await Promise.all([first.end(), second.end()]);
+    await follower.stop();
+  });
 });
 
 describe('PostgreSQL event store: the plans it keeps', () => {
