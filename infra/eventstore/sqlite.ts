@@ -331,17 +331,15 @@ export class SqliteEventStore implements EventStore {
     }
     const { plans, created } = committed;
     const written: RecordedEvent[] = [];
-    let wrote = false;
     batch.forEach((w, i) => {
       const plan = plans[i]!;
       if (plan.kind !== 'write') return;
-      wrote = true;
       written.push(...committedEvents(w, plan, created));
       this.lastPosition = plan.result.position;
     });
     this.tail.add(written);
     answer(batch, committed);
-    if (wrote) this.wakeSubscribers.soon();
+    if (written.length > 0) this.wakeSubscribers.soon();
     this.scheduleFlush();
   }
 

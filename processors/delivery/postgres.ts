@@ -13,9 +13,12 @@ import { recordOf } from './port.ts';
  * API shows it (JSON) but for its request's body, and that body. */
 type AttemptRow = [string, number, string, string, string, string, string, string];
 
-/** A row's record as the API shows it: its request's body put back (a row recorded before the
- * body had a column of its own holds it in the record). */
-function recordOfRow(row: { body: string; request_body: string | null }): AttemptRecord {
+/** What the reads select of a row: its record, and its request's body (null in a row recorded
+ * before the body had a column of its own: its record holds it). */
+type RecordRow = { body: string; request_body: string | null };
+
+/** A row's record as the API shows it, its request's body put back. */
+function recordOfRow(row: RecordRow): AttemptRecord {
   const record = JSON.parse(row.body) as AttemptRecord;
   if (row.request_body !== null) record.request.body = row.request_body;
   return record;
@@ -92,7 +95,7 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
     const where = `subscription_id = $1${STATUS_WHERE[status]}`;
     const lo = Date.now() - this.logs.retentionMs;
     const [page, total] = await Promise.all([
-      this.logs.read<{ body: string; request_body: string | null }>(
+      this.logs.read<RecordRow>(
         `hub-attlog-list-${status}`,
         `SELECT body, request_body FROM hub_attempt_log WHERE ${where} AND started >= $2 ORDER BY started DESC, id DESC LIMIT $3 OFFSET $4`,
         [subscription, lo, q.limit, q.skip],
@@ -107,7 +110,7 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
   }
 
   async attempt(id: string): Promise<AttemptRecord | undefined> {
-    const [row] = await this.logs.read<{ body: string; request_body: string | null }>(
+    const [row] = await this.logs.read<RecordRow>(
       'hub-attlog-get',
       'SELECT body, request_body FROM hub_attempt_log WHERE id = $1 AND started >= $2',
       [id, Date.now() - this.logs.retentionMs],
@@ -116,7 +119,7 @@ export class PostgresAttemptLog implements AttemptLog<AttemptRow> {
   }
 
   async attemptsOfEvent(owner: string, eventId: string): Promise<AttemptRecord[]> {
-    const rows = await this.logs.read<{ body: string; request_body: string | null }>(
+    const rows = await this.logs.read<RecordRow>(
       'hub-attlog-event',
       'SELECT body, request_body FROM hub_attempt_log WHERE event_id = $1 AND owner = $2 AND started >= $3 ORDER BY started, id',
       [eventId, owner, Date.now() - this.logs.retentionMs],
