@@ -1457,7 +1457,30 @@ runs: 27 and 86 ms. So the disk's fsyncs are not what holds the p99 back. Where 
   - The machine was 96 % busy then; the samplers added to it (p99 56 ms at 500 writes/s in that run).
   - On new tables, autovacuum's threshold for inserts (1,000 rows and a fifth of the table) is
     crossed every minute, and each database gets a worker once a minute. On a table of months it
-    comes after a fifth more rows: as much work, in rarer and longer passes.`;
+    comes after a fifth more rows: as much work, in rarer and longer passes.
+2026-11-30 (seventeenth session), the same machine: where a late delivery waits at 500 writes/s,
+measured in print-only runs of this tree (p99 35-51 ms at 500 writes/s, 62-72 at 1,000).
+- **Not the collector.** The hub's main thread allocated about 60 MB a second at 500 writes/s
+  (V8's sampling heap profiler over 20 s: 120 KB an event, spread over the drivers and the stages)
+  and scavenged every 390 ms at the median, each pause 7.4 ms at the median (\`--trace-gc-nvp\`).
+  About 5 MB a second survived into the old generation (of it, the Redis client's auto-pipelining
+  objects 19 %), so a full collection came every 20-25 s, its pause 10-20 ms (up to 72 at 1,000
+  writes/s). Each delivery's latency less the main thread's collector pauses that fell within it
+  (a \`PerformanceObserver\` of \`gc\` entries in the hub beside the bench's arrivals): p99 35 → 33 ms
+  at 500 writes/s and 62 → 58 at 1,000; 401 → 301 deliveries past 25 ms of 14,999.
+- **Tried, not kept:** \`--single-threaded-gc\`, three alternated rounds: p99 47, 51 and 38 against
+  56, 42 and 62 ms at 500 writes/s, 1,591, 1,359 and 1,483 against 1,601, 1,484 and 1,457 events/s
+  at saturation, the same CPU per event. \`--no-parallel-scavenge\` and 8-MiB semi-spaces, two rounds
+  beside 32: scavenges of 7.4 and 3.3 ms at the median against 6.9 (three times as many with 8), the
+  p99s within the spread.
+- **A core.** Each thread's \`schedstat\` over 15 s of the 500-writes/s window, in two runs: the
+  hub's main thread ran 52-56 % of the time and waited for a core 37-39 %; its API thread ran 26-27 %
+  and waited 29 %; the bench's load generator (19 %) and receiver (10-11 %), PostgreSQL and Redis
+  shared the two cores with them. A change crosses the main thread several times on its way (its
+  append and the answer, the projector, the relay and processor, the dispatcher), 1,057-1,236 runs
+  a second, each waiting 0.30-0.37 ms for a core on average and far longer when several are
+  runnable at once: the p99 is the machine's queue, not one stage's, and what shortens it is CPU
+  per event.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
