@@ -1480,7 +1480,13 @@ measured in print-only runs of this tree (p99 35-51 ms at 500 writes/s, 62-72 at
   append and the answer, the projector, the relay and processor, the dispatcher), 1,057-1,236 runs
   a second, each waiting 0.30-0.37 ms for a core on average and far longer when several are
   runnable at once: the p99 is the machine's queue, not one stage's, and what shortens it is CPU
-  per event.`;
+  per event.
+- **The API on the main thread** (\`HUB_API_THREADS=0\`, no thread's round trip for each turn's
+  appends), two alternated rounds against \`auto\` (one API thread here): at 500 writes/s the hub's
+  own CPU per event 1.40-1.46 against 1.68-1.73 ms, every process's 2.44-2.57 against 2.60-2.69; at
+  saturation 1,335 and 1,363 against 1,356 and 1,486 events/s at the same CPU per event, p50 51-52
+  against 31-34 ms. The ratio the issue asks for stays where it was (2.5-2.7 against 2.5-2.9 ×), the
+  saturated hub's latency grows, and the device-metadata ingestion leans on the thread: not changed.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
