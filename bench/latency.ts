@@ -1486,7 +1486,14 @@ measured in print-only runs of this tree (p99 35-51 ms at 500 writes/s, 62-72 at
   own CPU per event 1.40-1.46 against 1.68-1.73 ms, every process's 2.44-2.57 against 2.60-2.69; at
   saturation 1,335 and 1,363 against 1,356 and 1,486 events/s at the same CPU per event, p50 51-52
   against 31-34 ms. The ratio the issue asks for stays where it was (2.5-2.7 against 2.5-2.9 ×), the
-  saturated hub's latency grows, and the device-metadata ingestion leans on the thread: not changed.`;
+  saturated hub's latency grows, and the device-metadata ingestion leans on the thread: not changed.
+- **The young generation again** (\`bin/hub\`: 32-MiB semi-spaces for a distributed process),
+  settling what the sixteenth session's two rounds left open: three alternated rounds against 8.
+  At saturation 32 was ahead in each, 1,437, 1,463 and 1,313 against 1,208, 1,295 and 1,169
+  events/s at 0.89-1.03 against 1.06-1.12 ms of CPU per event. At 1,000 writes/s 8 gave the lower
+  p50 in each (12-16 against 22-23 ms), the p99 mixed (202, 79 and 124 against 114, 181 and 205);
+  at 500 writes/s both within the spread (p99 40-57 against 30-89 ms). Device-metadata ingestion,
+  three alternated pairs: 3,729, 3,933 and 3,752 against 3,598, 3,546 and 4,108 requests/s. 32 stays.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
