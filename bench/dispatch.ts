@@ -845,6 +845,16 @@ of each tree (\`HUB_BENCH_PAIRS=1\`, the tree before first in each round): the m
 84, 85 and 77 → 85, 87, 76, 73 and 67 µs of CPU per delivery (medians 84 → 76), the process 156-172
 → 134-176 (medians 169 → 155), PostgreSQL 40-51 → 39-46; 5,355-6,378 → 5,468-7,012 deliveries/s
 (medians 5,744 → 5,881), the loops 8,974-14,191 requests/s.
+2026-11-30 (seventeenth session), the same machine. One print-only run of five pairs: 26-59 % of
+the loop (median 40 %; the loops 13,272-23,975 requests/s within the run), per delivery the
+dispatcher's process 103-181 µs, the receiver 49-76, PostgreSQL 31-48, Redis 15-23, Kafka 2-6; the
+fastest pair spent about 200 µs in all and reached 47 %. Measured, not built: the PostgreSQL
+attempt log as a row of columns, as the embedded one has kept it since 2026-11-25, instead of the
+record's JSON beside its request's body. Alone, 30,000 rows of a realistic attempt, 64 a statement,
+into a table with the log's indexes, three alternated rounds: PostgreSQL 34-42 against 32-42 µs of
+CPU a row (the same), 1,638 against 1,105 bytes of heap a row, and making the row's values 9.9-10.9
+against 2.7-3.5 µs. So about 7 µs a delivery on the dispatcher's main thread, some 3 % of what a
+delivery costs in all: less than a run's spread, and a migration of the partitioned log.
 
 ### End-to-end latency
 
