@@ -25,7 +25,7 @@ import {
   type Waiting,
 } from './port.ts';
 
-const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
+export const APPEND_LOCK = 0x68756265; // "hube": serialises position assignment across processes
 /** How long a notification that comes while a commit of this process is on its way waits for that
  * commit's answer before it wakes the followers itself, ms: about a commit's round trip. */
 const HEARD_WAIT_MS = 5;
@@ -376,16 +376,16 @@ export class PostgresEventStore implements EventStore {
     });
     if (!followed) return this.tail.clear();
     this.tail.add(written);
-    if (written.length > 0) {
-      clearTimeout(this.heardWhileCommitting);
-      this.heardWhileCommitting = undefined;
-      this.wakeSubscribers.soon();
-    }
+    if (written.length > 0) this.wakeFollowers();
   }
 
   /** Wakes the followers for the notifications that came while a commit was on its way. */
   private wakeIfHeard(): void {
-    if (!this.heardWhileCommitting) return;
+    if (this.heardWhileCommitting) this.wakeFollowers();
+  }
+
+  /** Wakes the followers soon, the wake a notification deferred included. */
+  private wakeFollowers(): void {
     clearTimeout(this.heardWhileCommitting);
     this.heardWhileCommitting = undefined;
     this.wakeSubscribers.soon();

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
-import { PostgresEventStore } from '../../infra/eventstore/postgres.ts';
+import { APPEND_LOCK, PostgresEventStore } from '../../infra/eventstore/postgres.ts';
 import { dropSchema, testConfig } from '../harness.ts';
 
 describe('PostgreSQL event store: gap-safe positions (int)', function () {
@@ -72,7 +72,7 @@ describe('PostgreSQL event store: gap-safe positions (int)', function () {
     const blocker = new pg.Client({ connectionString: postgresUrl });
     await blocker.connect();
     await blocker.query('BEGIN');
-    await blocker.query('SELECT pg_advisory_xact_lock($1)', [0x68756265]);
+    await blocker.query('SELECT pg_advisory_xact_lock($1)', [APPEND_LOCK]);
     let done = false;
     const append = store.append('lock-probe', [{ id: randomUUID(), type: 'Tested', data: {} }]).then((r) => {
       done = true;

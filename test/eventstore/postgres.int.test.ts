@@ -2,7 +2,12 @@ import assert from 'node:assert/strict';
 import { randomBytes, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { RecordedEvent } from '../../infra/eventstore/port.ts';
-import { PostgresEventStore, STATEMENTS, sessionOptions } from '../../infra/eventstore/postgres.ts';
+import {
+  APPEND_LOCK,
+  PostgresEventStore,
+  STATEMENTS,
+  sessionOptions,
+} from '../../infra/eventstore/postgres.ts';
 import { dropSchema, testConfig } from '../harness.ts';
 import { eventStoreContract } from './contract.ts';
 
@@ -315,7 +320,7 @@ describe("PostgreSQL event store: a process's own commits", () => {
       await c.query('BEGIN');
       return c;
     };
-    const lock = (c: pg.Client) => c.query('SELECT pg_advisory_xact_lock($1)', [0x68756265]);
+    const lock = (c: pg.Client) => c.query('SELECT pg_advisory_xact_lock($1)', [APPEND_LOCK]);
     const first = await locker();
     const second = await locker();
     await lock(first);
