@@ -25,12 +25,14 @@ import { timeOrderedId } from '../infra/eventstore/aggregate.ts';
 import { openEventStore } from '../infra/eventstore/open.ts';
 import type { EventStore } from '../infra/eventstore/port.ts';
 import { createLogger } from '../infra/telemetry.ts';
+import { deliveryRequest } from '../processors/delivery/attempt.ts';
 import { encodeJob } from '../processors/delivery/codec.ts';
 import { Dispatcher, type DispatcherOptions, SPILL_MS } from '../processors/delivery/dispatcher.ts';
 import { Egress } from '../processors/delivery/egress.ts';
 import type { DeliveryStore, Job } from '../processors/delivery/port.ts';
 import { PostgresAttemptLog } from '../processors/delivery/postgres.ts';
 import { RedisDeliveryStore } from '../processors/delivery/redis.ts';
+import { WebhookSigner } from '../processors/delivery/signing.ts';
 import { ThreadedDeliveryStore } from '../processors/delivery/threaded.ts';
 import { API_VERSION, eventId, jobId } from '../processors/stream/derive.ts';
 import { PostgresLogs } from '../processors/stream/postgres-logs.ts';
@@ -102,10 +104,14 @@ export const RECEIVER = `
 /** The plain loop, in a process of its own (as the receiver is): WARMUP_JOBS requests left out, as
  * the dispatcher's warm-up is (cold, the first loop of a process gave half the rate of the next),
  * then JOBS timed. Run in the dispatcher's process, it left the dispatcher there 20-30 % more CPU
- * per delivery than in a process that had run no loop, as a hub's dispatcher has not. */
+ * per delivery than in a process that had run no loop, as a hub's dispatcher has not. Each POST
+ * carries the bytes of one of the run's webhooks, body and headers, made once (the ceilings of the
+ * other benchmarks send or answer the same bytes as the hub too): the receiver's work per request
+ * is then the same on both sides, and what is left between them is the dispatcher's. */
 const CEILING = `
   const { Agent, request } = require('undici');
-  const [url, warmup, jobs, concurrency] = process.argv.slice(1);
+  const [url, warmup, jobs, concurrency, sample] = process.argv.slice(1);
+  const { body, headers } = JSON.parse(sample);
   const agent = new Agent({ connections: 128, keepAliveTimeout: 30000 });
   const loop = async (count) => {
     let sent = 0;
@@ -115,8 +121,8 @@ const CEILING = `
           sent++;
           const res = await request(url + '/ok', {
             method: 'POST',
-            body: '{"bench":true}',
-            headers: { 'content-type': 'application/json' },
+            body,
+            headers,
             dispatcher: agent,
           });
           await res.body.dump();
@@ -133,10 +139,24 @@ const CEILING = `
   })();
 `;
 
-export async function ceiling(url: string, warmup = WARMUP_JOBS, jobs = JOBS): Promise<number> {
+/** One webhook of the run as the dispatcher POSTs it (its id, times and signature as long), for the
+ * ceiling's loop to send each time. */
+export function sampleWebhook(): { body: string; headers: Record<string, string> } {
+  const owner = `prn:::accounts:/bench-${randomBytes(3).toString('hex')}`;
+  const job = benchJob(WARMUP_JOBS, [randomBytes(12).toString('hex')], owner);
+  const id = `del_${randomBytes(7).toString('hex')}${'0'.repeat(10)}`;
+  return deliveryRequest(job.event, id, new WebhookSigner(['whsec_bench']), 'bench');
+}
+
+export async function ceiling(
+  url: string,
+  warmup = WARMUP_JOBS,
+  jobs = JOBS,
+  sample = sampleWebhook(),
+): Promise<number> {
   const child = spawn(
     process.execPath,
-    ['-e', CEILING, url, String(warmup), String(jobs), String(CONCURRENCY)],
+    ['-e', CEILING, url, String(warmup), String(jobs), String(CONCURRENCY), JSON.stringify(sample)],
     {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'inherit'],
@@ -645,8 +665,10 @@ job is delivered and durable. Distributed: the Kafka topic is prefilled with bot
 (each job delivered first and stored in the Redis schedule only if it must wait, a chunk's offsets
 committed once its jobs are finished or stored, as the embedded hand-off does since 2026-11-27;
 the attempts recorded in PostgreSQL); the time is counted from the warm-up's last delivery. The ceiling, in the same run, is
-a plain undici loop POSTing to the same receiver at ${CONCURRENCY} requests in flight, after ${fmt(WARMUP_JOBS)} requests
-left out as well, in a process of its own as the receiver is (run in the dispatcher's process it
+a plain undici loop POSTing to the same receiver at ${CONCURRENCY} requests in flight, each POST the bytes of one of
+the run's webhooks (its body and headers, signed once; since 2026-11-30: until then a 14-byte body,
+which the receiver answered for 47-69 µs of CPU a request against 60-72 in four alternated loops),
+after ${fmt(WARMUP_JOBS)} requests left out as well, in a process of its own as the receiver is (run in the dispatcher's process it
 left the dispatcher there with more CPU per delivery in some runs; a hub's dispatcher runs no such
 loop). The embedded runs are ${PAIRS}, and so are the Kafka runs, each right after a loop of its own
 (each Kafka run in a fresh process, as a dispatcher's is); the figures of each are the median run

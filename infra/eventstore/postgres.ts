@@ -139,9 +139,12 @@ export const STATEMENTS = {
 
 /** The settings of every connection of a store (see STATEMENTS). READ COMMITTED whatever the
  * server's default: hub_append runs in its statement's own transaction, where a level cannot be set,
- * and must read the head after taking the lock. */
+ * and must read the head after taking the lock. Generic plans from the first call: every statement
+ * reads arrays it is given through unnest(), which a custom plan sizes from the values and a
+ * generic one cannot, so a custom plan always looked cheaper and PostgreSQL planned hub_append's
+ * statements again at every call (a sixth of an append's CPU; docs/benchmarks.md). */
 export const sessionOptions = (schema: string) =>
-  `-c search_path=${schema} -c enable_seqscan=off -c default_transaction_isolation=read\\ committed`;
+  `-c search_path=${schema} -c enable_seqscan=off -c default_transaction_isolation=read\\ committed -c plan_cache_mode=force_generic_plan`;
 
 /**
  * The channel of a schema's commits: hubs that share a database, each in a schema of its own, hear
