@@ -879,7 +879,10 @@ function kafkaFloorLine(results: RunResult[], ceilings: Map<number, Ceilings>): 
   if (!plain || Number.isNaN(plain.brokerUs) || at500.length === 0 || saturated.length === 0) return '';
   const steady = medianBy(at500, (r) => r.cpuPerEventMs);
   const budgetMs = 2 * medianBy(saturated, (r) => r.rate).cpuPerEventMs;
-  return `What a Kafka hop costs when each message goes alone: the plain kafkajs hop at 500 messages/s (the ceiling above, one message a send) added ${fmt(plain.clientsUs)} µs to its clients' CPU and ${fmt(plain.brokerUs)} µs to the broker's per message, ${fmt((plain.clientsUs + plain.brokerUs) / 1000, 2)} ms in all, against ${fmt(budgetMs, 2)} ms per event for the whole path at twice the saturated figure. The path has two such hops (the relay's changes, ${fmt(steady.perBatch.changes, 1)} a record batch at 500 writes/s in this run; the processor's jobs, ${fmt(steady.perBatch.deliveries, 1)}), and the broker's CPU alone was ${fmt((1000 * (steady.cpu.infra.get('Kafka') ?? 0)) / (steady.rate * SECONDS))} µs per event.`;
+  const brokerPerEvent = fmt((1000 * (steady.cpu.infra.get('Kafka') ?? 0)) / (steady.rate * SECONDS));
+  if (steady.perBatch.changes === 0 && steady.perBatch.deliveries === 0)
+    return `What a Kafka hop costs when each message goes alone: the plain kafkajs hop at 500 messages/s (the ceiling above, one message a send) added ${fmt(plain.clientsUs)} µs to its clients' CPU and ${fmt(plain.brokerUs)} µs to the broker's per message, ${fmt((plain.clientsUs + plain.brokerUs) / 1000, 2)} ms in all, against ${fmt(budgetMs, 2)} ms per event for the whole path at twice the saturated figure. In this run neither hop crossed the broker: a hub running every role hands the changes to its processor and the jobs to its dispatcher in memory (\`HUB_RELAY_HANDOFF\`, \`HUB_PROCESSOR_HANDOFF\`), and the broker's CPU, ${brokerPerEvent} µs per event at 500 writes/s, was its own upkeep and the consumer groups' heartbeats and fetches.`;
+  return `What a Kafka hop costs when each message goes alone: the plain kafkajs hop at 500 messages/s (the ceiling above, one message a send) added ${fmt(plain.clientsUs)} µs to its clients' CPU and ${fmt(plain.brokerUs)} µs to the broker's per message, ${fmt((plain.clientsUs + plain.brokerUs) / 1000, 2)} ms in all, against ${fmt(budgetMs, 2)} ms per event for the whole path at twice the saturated figure. The path has two such hops (the relay's changes, ${fmt(steady.perBatch.changes, 1)} a record batch at 500 writes/s in this run; the processor's jobs, ${fmt(steady.perBatch.deliveries, 1)}), and the broker's CPU alone was ${brokerPerEvent} µs per event.`;
 }
 
 /** The issue's targets, and whether this run met them (the median window of each load). */
@@ -1575,7 +1578,7 @@ async function main() {
       const events = r.rate * SECONDS;
       const us = (ms: number | undefined) => fmt((1000 * (ms ?? 0)) / events);
       const redisCommands = [...r.redis.values()].reduce((a, b) => a + b, 0) / (r.rate * 2);
-      return `| ${r.variant} | ${r.load} | ${threadCells(r)} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} | ${fmt(r.cpu.wakeups / events, 1)} |`;
+      return `| ${r.variant} | ${r.load} | ${threadCells(r)} | ${us(r.cpu.infra.get('Kafka'))} | ${us(r.cpu.infra.get('Redis'))} | ${us(r.cpu.infra.get('PostgreSQL'))} | ${r.perBatch.changes || r.perBatch.deliveries ? `${fmt(r.perBatch.changes, 1)} / ${fmt(r.perBatch.deliveries, 1)}` : '– / – (in memory)'} | ${fmt(redisCommands, 1)} | ${fmt(r.pg.writes, 1)} | ${fmt(r.cpu.wakeups / events, 1)} |`;
     };
     const body = `## End-to-end latency, distributed
 
