@@ -877,6 +877,15 @@ into a table with the log's indexes, three alternated rounds: PostgreSQL 34-42 a
 CPU a row (the same), 1,638 against 1,105 bytes of heap a row, and making the row's values 9.9-10.9
 against 2.7-3.5 µs. So about 7 µs a delivery on the dispatcher's main thread, some 3 % of what a
 delivery costs in all: less than a run's spread, and a migration of the partitioned log.
+2026-11-30 (eighteenth session), the same machine, quieter. The plain loop now POSTs one of the
+run's webhooks, body and headers, instead of a 14-byte body: the ceilings of the other benchmarks
+send or answer the hub's own bytes, and the receiver's work per request is then the same on both
+sides. Four alternated loops of each: 13,308-18,521 requests/s with the 14-byte body, 12,920-15,384
+with the webhook's, the receiver 47-69 against 60-72 µs of CPU a request. One print-only run of five
+pairs: 33-72 % of the loop (median 37 %; the loops 14,466-27,557 requests/s within the run), per
+delivery the dispatcher's process 97-108 µs (its main thread 49-54), the receiver 40-48, PostgreSQL
+25-32, Redis 13-16, Kafka 1-2: about 200 µs in all, where half the loop's rate allows about 175.
+This table's run (\`npm run bench\`, an hour later): the Kafka pairs 35-49 %, the embedded ones 52-63 %.
 
 ### End-to-end latency
 
