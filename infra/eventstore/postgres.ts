@@ -142,7 +142,7 @@ export const STATEMENTS = {
  * and must read the head after taking the lock. Generic plans from the first call: every statement
  * reads arrays it is given through unnest(), which a custom plan sizes from the values and a
  * generic one cannot, so a custom plan always looked cheaper and PostgreSQL planned hub_append's
- * statements again at every call (a sixth of an append's CPU; docs/benchmarks.md). */
+ * statements again at every call (about a fifth of an append's CPU, measured alone; docs/benchmarks.md). */
 export const sessionOptions = (schema: string) =>
   `-c search_path=${schema} -c enable_seqscan=off -c default_transaction_isolation=read\\ committed -c plan_cache_mode=force_generic_plan`;
 
