@@ -93,7 +93,7 @@ interface Result {
   p99: number;
   errors: number;
   total: number;
-  /** A comparison run (GET instead of PATCH), not a figure with a target. */
+  /** A comparison run (a floor, or a ceiling of its own rounds), not a figure with a target. */
   floor?: boolean;
 }
 

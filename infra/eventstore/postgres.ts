@@ -91,9 +91,9 @@ const MIGRATIONS = [
 const COLUMNS = 'position, stream, revision, id, type, data, metadata, created';
 
 /**
- * The named statements. PostgreSQL parses each once per connection and, once five calls show a
- * generic plan is no worse, plans it once too: planning at every call was a fifth of its CPU at
- * 1,000 changes/s. A kept plan is made for whatever the table held then, so every statement is one
+ * The named statements. PostgreSQL parses and plans each once per connection (generic plans from
+ * the first call, see sessionOptions): planning at every call was a fifth of its CPU at 1,000
+ * changes/s. A kept plan is made for whatever the table held then, so every statement is one
  * a plan made from an empty or tiny table still serves at any size: index look-ups only, each
  * maximum the first entry of a backward index scan, and sequential scans off for the pool (a
  * tiny table that had been analyzed got a scan per event id in the plan kept for millions). As

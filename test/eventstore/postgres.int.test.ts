@@ -365,7 +365,7 @@ describe('PostgreSQL event store: the plans it keeps', () => {
     'hub-save-snapshot': 'text, text, text, bigint, json',
   };
   const names = Object.keys(STATEMENTS) as (keyof typeof STATEMENTS)[];
-  // The generic plan, made for what the table holds now: the one PostgreSQL keeps after five calls.
+  // The generic plan, made for what the table holds now: the one a store's session keeps from its first call.
   const prepareAll = async () => {
     await client.query('DEALLOCATE ALL');
     for (const [i, name] of names.entries())
