@@ -885,7 +885,19 @@ with the webhook's, the receiver 47-69 against 60-72 µs of CPU a request. One p
 pairs: 33-72 % of the loop (median 37 %; the loops 14,466-27,557 requests/s within the run), per
 delivery the dispatcher's process 97-108 µs (its main thread 49-54), the receiver 40-48, PostgreSQL
 25-32, Redis 13-16, Kafka 1-2: about 200 µs in all, where half the loop's rate allows about 175.
-This table's run (\`npm run bench\`, an hour later): the Kafka pairs 35-49 %, the embedded ones 52-63 %.
+That day's \`npm run bench\` (an hour later): the Kafka pairs 35-49 %, the embedded ones 52-63 %.
+2026-11-30 (nineteenth session), the same machine, faster this evening. A print-only run of five
+pairs: 26-39 % of the loop (median 35 %; the loops 29,434-40,208 requests/s), per delivery the
+dispatcher's process 77-101 µs (its main thread 38-50), the receiver 25-28, PostgreSQL 26-30, Redis
+10-12, Kafka 2-3: about 150 µs in all, where the loop spends at most about 62 (two cores at 32,000
+requests a second), so that half its rate allows about 125. V8's profiler over the measured part of
+one run: the main thread idle for 24 % of its samples and the HTTP thread for 49 % (the machine
+about 1.8 cores busy, by the figures per delivery). Of the main thread's samples (each figure
+with what it calls): the finishes' flush 14 %, the driver's queries 11 % and ioredis's script
+calls 9 % (both mostly the finishes': the attempt rows' INSERT, the schedule's script), copying
+strings into sockets' buffers 6.5 % and the socket writes in all 14 %, the crossings to the HTTP
+thread 6 %, the collector 6 %; of the HTTP thread's, its POSTs' \`writev\` 18 % and undici 14 %. No
+one part is near the sixth of the whole that the target asks to take out.
 
 ### End-to-end latency
 

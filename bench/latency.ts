@@ -968,7 +968,7 @@ against 0 (the knob off): CPU per event at 500 writes/s 1,440 and 1,374 → 1,09
 main thread's 596 → 310-347 µs, wake-ups 9.9 → 8.9 an event; at 1,000 writes/s 1,155 and 1,098 → 854
 and 825 µs; saturation the same (293 and 300 → 286 and 292 µs, 5,137 and 4,987 → 5,259 and 5,026
 events/s). The price is the end-to-end p50 at steady rates: 1 → 5 ms at 500 writes/s, 2 → 5 at 1,000
-(p99 9 and 8 → 10 and 13 ms). This table's run is that tree: 3.78 ×, from 4.13 ×. What is left at
+(p99 9 and 8 → 10 and 13 ms). That day's recorded run was that tree: 3.78 ×, from 4.13 ×. What is left at
 500 writes/s is the other threads' 660 µs an event, each write's own: the API thread's request, the
 writer's durable commit (the floor above: about 90 µs and 4 wake-ups, alone), the dispatcher's
 POST and its answer. Halving it would hold the writes' answers for a group commit over time, which
@@ -1013,7 +1013,7 @@ runs, 31-35 % of the loop before, 33-36 after) did not move beyond its spread, n
 device-meta ingestion (bench/ingestion.ts's load, four alternated rounds: medians 4,676 → 4,854
 requests/s, 18.2 → 18.9 % of the bare server's 25,680).
 2026-11-30 (thirteenth session): a print-only run of this tree on the 2 × AMD EPYC machine (about
-half as fast as this table's): p50 7 ms and p99 21 ms at 500 writes/s, 10 and 102 ms at 1,000;
+half as fast as the one of 2026-11-29's recorded run): p50 7 ms and p99 21 ms at 500 writes/s, 10 and 102 ms at 1,000;
 saturation 1,793 events/s at p50 227 ms, p99 1,275 ms (the derivation's backlog above); 1,811
 against 783 µs of CPU per event, 2.31 × (the main thread 589 against 197, the other threads 1,083
 against 531, 7.2 wake-ups an event against 0.8). 2026-11-30 (fifteenth session), a second
@@ -1021,7 +1021,7 @@ print-only run: p50 8 ms and p99 36 ms at 500 writes/s; saturation 1,984 events/
 of CPU per event, 2.57 × (the main thread 639 against 176, the other threads 1,058 against 471, 6.4
 wake-ups an event against 0.8).
 2026-11-30 (eighteenth session), the same machine in a quieter hour: a run of this bench gave 1,730
-against 530 µs of CPU per event (3.3 ×; saturation 2,731 events/s), and this table's run 3.2 ×: the
+against 530 µs of CPU per event (3.3 ×; saturation 2,731 events/s), and that day's \`npm run bench\` 3.2 ×: the
 saturated figure fell with the machine's load, the steady one less.`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
@@ -1506,10 +1506,10 @@ measured in print-only runs of this tree (p99 35-51 ms at 500 writes/s, 62-72 at
 before the runs). A run of this bench then met the three latency targets: at 500 writes/s p50 2 ms
 and p99 19, at 1,000 writes/s p50 4 and p99 20, every change delivered; at saturation 2,602 events/s
 at p50 18 ms. The same code had given p99 27-89 ms at 500 writes/s in the print-only runs of the
-same hour, and this table's run, an hour later in \`npm run bench\`, p50 8 and p99 42 ms at 500
+same hour, and that day's \`npm run bench\`, an hour later, p50 8 and p99 42 ms at 500
 writes/s and p99 77 at 1,000: the p99 is still the machine's queue (the seventeenth session's
 paragraph above). The ratio issue 45 asks to bring to 2 × was 4.4 × in the quiet run (2.31 against
-0.53 ms of CPU per event) and 3.3 × in this table's: the saturated hub gets cheaper per event as
+0.53 ms of CPU per event) and 3.3 × in that \`npm run bench\`: the saturated hub gets cheaper per event as
 the machine quiets, the steady one much less.
 - **PostgreSQL at 500 writes/s**, each backend's CPU over 15 s of the window: the appends' backends
   179 ms a second of 281 (64 %), the logs' inserts 70 (25 %), the backend that listens for the
@@ -1539,7 +1539,32 @@ the machine quiets, the steady one much less.
 - **Tried, not kept: the relay's reads lingering 5 ms** (as the embedded writer thread holds its
   news, \`HUB_DERIVE_LINGER_MS\`), three alternated rounds against none: the actors' saves went out
   in half as many commands (MSET 0.79 → 0.40 an event), but the hub's CPU per event was 1.681,
-  1.560 and 1.534 ms against 1.685, 1.685 and 1.379 without, within the spread, and p50 rose 1-4 ms.`;
+  1.560 and 1.534 ms against 1.685, 1.685 and 1.379 without, within the spread, and p50 rose 1-4 ms.
+
+2026-11-30 (nineteenth session), the same machine, faster this evening (the dispatch bench's plain
+loop at 26,700-40,200 requests/s, against 13,300-27,600 the day before). A print-only run at 500
+writes/s: p50 2 ms, p99 10; 1.99 against 0.50 ms of CPU per event at saturation (3.98 ×).
+- **Redis at 500 writes/s, by command** (the run's MONITOR sample, and a second taken by hand):
+  17.9 commands an event against 6.6 at saturation. At each batch of about five events (the
+  projector's 10-ms linger) the projector applies its five read models in a script call each (a
+  \`GET\` of the active generation, an \`HGET\` of the checkpoint, the writes, the checkpoint's
+  \`HSET\` and a \`PUBLISH\`), three of them with nothing to write but the checkpoint; each
+  answered webhook is a finish call of its own that reads and writes its endpoint's health again
+  (\`HMGET\`, \`DEL\`, \`HSET\`, \`PEXPIRE\`: 0.92 an event, 0.06 at saturation); each write's position
+  for read-your-writes is one more (\`GET\`, \`SET\`).
+- **Tried, not kept: the Redis schedule's finishes gathered for 10 ms** (as the SQLite store's
+  finish window) instead of one turn of the event loop, two alternated rounds. At 500 writes/s the
+  health's commands fell from 0.92 to 0.17 an event and the script calls from 2.9 to 2.1, but the
+  hub's CPU per event rose (1.28 and 1.19 → 1.47 and 1.40 ms) and p50 went from 2 to 3 ms; at
+  saturation 2,611 and 2,536 → 2,638 and 3,070 events/s.
+- **Tried, not kept: appends lingering 2 or 4 ms** before their group commit (a timer instead of
+  the same turn), two alternated rounds each. At 500 writes/s 2.02 and 1.94 ms of CPU per event →
+  1.71 and 1.91 (2 ms), 1.74 and 1.90 (4 ms), p50 2 → 3-4 and 5-6 ms; at saturation 3,132 and 3,269
+  events/s → 3,095 and 2,824 (2 ms), 2,734 and 2,602 (4 ms). The saturated rate fell (the 64 writes
+  in flight wait for the timer too), and the steady figure fell in one round of two. What makes
+  the three-fold ratio is each stage's fixed cost paid once per event, and a few milliseconds of
+  lingering halve it nowhere: each write's request, its webhook's POST and answer and the wake-ups
+  between them stay one per event at any linger.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
