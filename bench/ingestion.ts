@@ -576,6 +576,10 @@ and 2,630 against 3,310, 3,214 and 3,313 requests/s (the bare server 12,305, 10,
 27.3 and 26.9 % of the bare server at the medians, the linger the same within the spread. A second
 set, this tree alone against the bare server: 2,716, 2,843 and 2,797 against 11,016, 12,094 and
 11,897 requests/s, 23.5 %. On this machine the line is still met in some sets and not in others.
+2026-11-30 (nineteenth session), this table's run, on the same machine in a faster hour: the bare
+server 26,838-30,936 requests/s and the hub 5,511-7,351, against 15,257 and 4,389 at the medians of
+the recorded run the day before. The bare server got 1.8 times faster and the hub 1.3 times, so
+the hub's share fell from 29 to 21.5 % (24 % in the first pair).
 
 ${verdictDistributed}
 `;
