@@ -1562,8 +1562,8 @@ writes/s: p50 2 ms, p99 10; 1.99 against 0.50 ms of CPU per event at saturation 
   1.71 and 1.91 (2 ms), 1.74 and 1.90 (4 ms), p50 2 → 3-4 and 5-6 ms; at saturation 3,132 and 3,269
   events/s → 3,095 and 2,824 (2 ms), 2,734 and 2,602 (4 ms). The saturated rate fell (the 64 writes
   in flight wait for the timer too), and the steady figure fell in one round of two. What makes
-  the three-fold ratio is each stage's fixed cost paid once per event, and a few milliseconds of
-  lingering halve it nowhere: each write's request, its webhook's POST and answer and the wake-ups
+  the ratio (four times here) is each stage's fixed cost paid once per event, and a few
+  milliseconds of lingering halve it nowhere: each write's request, its webhook's POST and answer and the wake-ups
   between them stay one per event at any linger.`;
 
 interface Ceilings {
