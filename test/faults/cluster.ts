@@ -221,43 +221,21 @@ export async function audit(
   /** Accepted writes a receiver never got: counted from its receipts, and asserted to be none. */
   let lost = 0;
   for (const path of paths) {
-    for (;;) {
-      const delivered = new Set(
-        rx
-          .at(path)
-          .filter((r) => r.status !== undefined && r.status < 300)
-          .map((r) => seqOf(r.body)),
-      );
-      const missing = [...accepted].filter((s) => !delivered.has(s));
-      if (missing.length === 0 || Date.now() > deadline) {
-        lost += missing.length;
-        assert.equal(
-          missing.length,
-          0,
-          `${path}: ${missing.length} of ${accepted.size} accepted writes not delivered (${missing.slice(0, 10)})`,
-        );
-        break;
-      }
-      await new Promise((r) => setTimeout(r, 250));
-    }
+    const { missing } = await untilAllIn(accepted, deadline, async () => {
+      const ok = rx.at(path).filter((r) => r.status !== undefined && r.status < 300);
+      return new Set(ok.map((r) => seqOf(r.body)));
+    });
+    lost += missing.length;
+    assert.equal(
+      missing.length,
+      0,
+      `${path}: ${missing.length} of ${accepted.size} accepted writes not delivered (${missing.slice(0, 10)})`,
+    );
   }
-  // The log is read again until it holds every accepted write, up to the deadline: its rows go in
-  // up to HUB_POSTGRES_LOG_LINGER_MS after their events, which nothing on a delivery's way waits for,
-  // so the last writes' rows may land just after their deliveries.
-  let logged: Map<string, string>; // seq → event id
-  for (;;) {
-    logged = await eventLog(hub, user);
-    const missing = [...accepted].filter((s) => !logged.has(s));
-    if (missing.length === 0 || Date.now() > deadline) {
-      assert.deepEqual(
-        missing,
-        [],
-        `${missing.length} of ${accepted.size} accepted writes not in the event log`,
-      );
-      break;
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
+  // The log's rows go in up to HUB_POSTGRES_LOG_LINGER_MS after their events, which nothing on a
+  // delivery's way waits for: the last writes' rows may land just after their deliveries.
+  const { read: logged, missing } = await untilAllIn(accepted, deadline, () => eventLog(hub, user));
+  assert.deepEqual(missing, [], `${missing.length} of ${accepted.size} accepted writes not in the event log`);
   let deliveries = 0;
   let duplicates = 0;
   for (const path of paths) {
@@ -276,6 +254,21 @@ export async function audit(
     }
   }
   return { accepted: accepted.size, deliveries, duplicates, lost };
+}
+
+/** Reads every 250 ms until what is read holds every one of `wanted`, or `deadline` passes: the
+ * last read, and those of `wanted` it does not hold. */
+async function untilAllIn<T extends { has(key: string): boolean }>(
+  wanted: Set<string>,
+  deadline: number,
+  readNow: () => Promise<T>,
+): Promise<{ read: T; missing: string[] }> {
+  for (;;) {
+    const read = await readNow();
+    const missing = [...wanted].filter((k) => !read.has(k));
+    if (missing.length === 0 || Date.now() > deadline) return { read, missing };
+    await new Promise((r) => setTimeout(r, 250));
+  }
 }
 
 /** The account's event log of device-meta changes: each write's `seq` → its event's id, asserting
