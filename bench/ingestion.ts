@@ -8,6 +8,7 @@ import {
   benchUser,
   fmt,
   hubArgs,
+  hubNodeFlags,
   isolatedDistributed,
   machine,
   medianBy,
@@ -140,10 +141,17 @@ async function load(
   };
 }
 
-async function hubRun(target: string, env: Record<string, string>, floor?: string): Promise<Result[]> {
+async function hubRun(
+  target: string,
+  env: Record<string, string>,
+  floor?: string,
+  /** Another tree's root (its bin/hub.ts is run); this one by default. */
+  root?: string,
+): Promise<Result[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
+  const args = root ? [...hubNodeFlags(env, root), join(root, 'bin/hub.ts'), 'start'] : hubArgs(env, 'start');
   const { child, url } = await startListening(
-    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), ...hubArgs(env, 'start')],
+    [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), ...args],
     {
       HUB_PORT: '0',
       HUB_LOG_LEVEL: 'warn',
@@ -186,10 +194,12 @@ const DISTRIBUTED = 'distributed (PostgreSQL, Redis, Kafka), all roles in one pr
 
 /**
  * A quick look while tuning the distributed profile (printed only): HUB_BENCH_DISTRIBUTED_VARIANTS,
- * a JSON list of {name, env}, each a distributed hub (all roles in one process) with that
- * environment, run HUB_BENCH_ROUNDS times (3) alternated with the bare server.
+ * a JSON list of {name, env, root}, each a distributed hub (all roles in one process) with that
+ * environment, of that tree (this one by default), run HUB_BENCH_ROUNDS times (3) alternated with the bare server.
  */
-async function distributedVariants(variants: { name: string; env: Record<string, string> }[]) {
+async function distributedVariants(
+  variants: { name: string; env?: Record<string, string>; root?: string }[],
+) {
   const rounds = Number(process.env.HUB_BENCH_ROUNDS ?? 3);
   const runs = new Map<string, Result[]>([
     ['bare', []],
@@ -200,7 +210,7 @@ async function distributedVariants(variants: { name: string; env: Record<string,
     for (const v of variants) {
       const env = await isolatedDistributed(5);
       try {
-        runs.get(v.name)!.push((await hubRun(v.name, { ...env, ...v.env }))[0]!);
+        runs.get(v.name)!.push((await hubRun(v.name, { ...env, ...v.env }, undefined, v.root))[0]!);
       } finally {
         await releaseDistributed(env, 5);
       }
