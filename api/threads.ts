@@ -10,7 +10,9 @@
 // appends skip the main thread: they go straight to the event store's writer thread (its port from
 // connectAppender), so an answer waits for none of the main thread's derived work. Embedded,
 // read-your-writes needs no record of each write: a read waits for the store's head
-// (StoreHeadLastWrites); distributed, each write is recorded where every API process reads it.
+// (StoreHeadLastWrites); distributed, each write is recorded in Redis, where every API process
+// reads it, on the thread's own connection (through the main thread, the record had been a second
+// round trip between the threads after the append's).
 //
 // Why: HTTP parsing, Koa, tokens, bodies and answers are most of a request's CPU; on one thread
 // they bound the hub to one core. This file is both sides: the main thread's (startApiThreads)
@@ -19,6 +21,7 @@ import { once } from 'node:events';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
+import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
@@ -56,7 +59,7 @@ import { authRoutes } from './auth/routes.ts';
 import { callbackRoutes } from './callbacks/routes.ts';
 import {
   consistency,
-  type LastWrites,
+  RedisLastWrites,
   StoreHeadLastWrites,
   type WaitForPosition,
   warnUnremembered,
@@ -107,7 +110,6 @@ const SERVED = {
   store: ['append', 'readStream', 'readAll', 'head', 'readSnapshot', 'saveSnapshot'],
   readStore: ['activeGeneration', 'checkpoint', 'get', 'range', 'count'],
   reads: ['waitFor'],
-  lastWrites: ['get', 'record'],
   fixedWindows: ['hit', 'spent', 'mark', 'marked'],
   eventLog: ['list', 'get', 'head', 'tail'],
   deliveries: ['enqueue', 'attempts', 'attempt', 'attemptsOfEvent', 'health'],
@@ -119,8 +121,6 @@ export interface Owned {
   store: EventStore;
   readStore: ReadStore;
   waitFor: WaitForPosition;
-  /** Each caller's last write, where the profile shares it between processes (Redis). */
-  lastWrites: LastWrites;
   fixedWindows: FixedWindows;
   eventLog: EventLog;
   deliveries: DeliveryStore;
@@ -344,6 +344,12 @@ async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined
   boundStateCaches(store, config.stateCacheEntries);
   const readStore = remote<ReadStore>('readStore', { kind: 'main thread' });
   const { waitFor } = remote<{ waitFor: WaitForPosition }>('reads');
+  const lastWritesRedis =
+    config.profile === 'embedded'
+      ? undefined
+      : new Redis(config.redisUrl, { maxRetriesPerRequest: 3, enableAutoPipelining: true });
+  // Reconnects by itself; a record that fails is reported by the consistency's warning.
+  lastWritesRedis?.on('error', () => {});
   let url = '';
   const hub: HubContext = {
     config,
@@ -351,11 +357,9 @@ async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined
     store,
     readStore,
     // Embedded, the store's head stands for each caller's last write (StoreHeadLastWrites); the
-    // distributed profile's are shared with the other API processes, so they are kept there.
+    // distributed profile's are shared with the other API processes, so they are kept in Redis.
     consistency: consistency(
-      config.profile === 'embedded'
-        ? new StoreHeadLastWrites(store)
-        : remote<LastWrites>('lastWrites', { remote: true }),
+      lastWritesRedis ? new RedisLastWrites(lastWritesRedis) : new StoreHeadLastWrites(store),
       waitFor,
       warnUnremembered(logger),
     ),
@@ -394,7 +398,11 @@ async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;
   url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
-  channel.serve('thread', { stop: (ms: number) => closeServer(server, ms) }, ['stop']);
+  const stop = async (ms: number) => {
+    await closeServer(server, ms);
+    await lastWritesRedis?.quit().catch(() => {});
+  };
+  channel.serve('thread', { stop }, ['stop']);
   await channel.call('node', 'listening', [port]);
 }
 
