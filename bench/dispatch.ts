@@ -898,6 +898,11 @@ calls 9 % (both mostly the finishes': the attempt rows' INSERT, the schedule's s
 strings into sockets' buffers 6.5 % and the socket writes in all 14 %, the crossings to the HTTP
 thread 6 %, the collector 6 %; of the HTTP thread's, its POSTs' \`writev\` 18 % and undici 14 %. No
 one part is near the sixth of the whole that the target asks to take out.
+2026-12-01 (twentieth session), the same machine. The machine was 84-92 % busy during the Kafka
+runs (\`/proc/stat\` each second), about as busy as during the plain loops. Tried, not kept: the
+dispatcher's consumer taking 12 partitions at once instead of 4, two sets of three pairs
+alternated with this tree: 31, 33, 42, 49, 37 and 29 % of the loop against 36, 34, 38, 36, 32 and
+54 % (medians 35 and 36 %).
 
 ### End-to-end latency
 

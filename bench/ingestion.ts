@@ -590,6 +590,15 @@ set, this tree alone against the bare server: 2,716, 2,843 and 2,797 against 11,
 server 26,838-30,936 requests/s and the hub 5,511-7,351, against 15,257 and 4,389 at the medians of
 the recorded run the day before. The bare server got 1.8 times faster and the hub 1.3 times, so
 the hub's share fell from 29 to 21.5 % (24 % in the first pair).
+2026-12-01 (twentieth session), the same machine: the API threads now record each write's
+position for read-your-writes in Redis on a connection of their own instead of through the main
+thread (see [End-to-end latency, distributed](#end-to-end-latency-distributed)). Nine alternated
+pairs against the tree before (\`HUB_BENCH_DISTRIBUTED_VARIANTS\` now takes another tree's root):
+7,927, 6,329, 7,038, 6,681, 4,977, 5,557, 4,806, 7,244 and 7,076 → 7,873, 6,546, 6,244, 8,103,
+5,158, 5,751, 6,405, 6,626 and 8,460 requests/s, the bare server 20,660-38,806 beside them: the
+pairs from -11 to +33 %, six of nine ahead, their median +3.5 %. At the medians of each set, 19.7
+→ 22.0 % of the bare server's (four rounds) and 23.2 → 26.7 % (five): the line is met or missed
+with the machine's hour, as before.
 
 ${verdictDistributed}
 `;

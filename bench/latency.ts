@@ -1564,7 +1564,34 @@ writes/s: p50 2 ms, p99 10; 1.99 against 0.50 ms of CPU per event at saturation 
   in flight wait for the timer too), and the steady figure fell in one round of two. What makes
   the ratio (four times here) is each stage's fixed cost paid once per event, and a few
   milliseconds of lingering halve it nowhere: each write's request, its webhook's POST and answer and the wake-ups
-  between them stay one per event at any linger.`;
+  between them stay one per event at any linger.
+
+2026-12-01 (twentieth session), the same machine.
+- **What the main thread does at each rate.** Its CPU from \`/proc\` in 5-s samples of a print-only
+  run at 100, 250, 500 and 1,000 writes/s: user time 130-150, 228-266, 312-336 and 404-422 ms a
+  second, against 17 idle and 341 at saturation (3,256 events/s, another run). That is about 1.3,
+  1.0, 0.65 and 0.41 ms of the thread's user time per event, and 0.105 at saturation: at 500
+  writes/s the thread does as much work a second as at six times the rate, each batch's fixed cost
+  paid for one event or two. \`perf\` of that thread alone (on-CPU samples, 10 s at each load): 890
+  µs per event at 500 writes/s against 120 at saturation, the kernel's share 24 against 12 %, no
+  symbol over 6 %.
+- **Messages between the threads.** A preload counting \`postMessage\` at 100 writes/s: each write
+  crossed between its API thread and the main thread four times (its append and the answer, then
+  the record of its position for read-your-writes and that answer), each message 30-60 µs of the
+  sender's time.
+- **Kept: the API threads record those positions in Redis themselves**, on a connection each, and
+  the second crossing is gone. Tried on 2026-11-30 (fifteenth session, above) and not kept then
+  (ingestion 29.2 against 31.4 % of the bare server in four rounds). Measured again, alternated
+  against the tree before: at saturation 3,221, 3,392, 2,324, 2,666 and 3,064 → 3,511, 3,500,
+  2,476, 3,003 and 3,329 events/s, ahead in each round (as in four of the fifteenth session's
+  five) at the same CPU per event. At 500 writes/s, eight rounds: the main thread's CPU per event
+  773-933 → 672-843 µs (lower in each round), the API threads' 324-406 → 372-515, the hub's total
+  1.15-1.40 → 1.12-1.45 ms (lower in five rounds) and every process's 1.91-2.33 → 1.84-2.52 (lower
+  in six), wake-ups 4.5-6.0 → 3.4-5.5 an event (fewer in seven); p50 2 ms either way, and
+  the p99 within the spread (9-20 against 9-69 ms: in five of the six rounds whose p99s differed,
+  the hub measured second had the higher one, whichever tree it was). Device-metadata ingestion,
+  nine alternated pairs: six ahead, the pairs' median +3.5 % (see Device metadata ingestion). The
+  ratio issue 45 asks to bring to 2 × did not move: 3.6-5.1 × in these rounds on both trees.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
