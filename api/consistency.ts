@@ -1,6 +1,6 @@
 // Read-your-writes over HTTP. A command answers the global position of its last event in
-// `X-Hub-Position`, and the API remembers each caller's last write position (on API threads: the
-// store's head stands for it, see StoreHeadLastWrites). A read waits until the projections it
+// `X-Hub-Position`, and the API remembers each caller's last write position (on the embedded hub's
+// API threads the store's head stands for it, see StoreHeadLastWrites). A read waits until the projections it
 // reads have applied max(that position, the request's `X-Hub-Min-Position`).
 
 import type { Redis } from 'ioredis';

@@ -348,7 +348,9 @@ async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined
     config.profile === 'embedded'
       ? undefined
       : new Redis(config.redisUrl, { maxRetriesPerRequest: 3, enableAutoPipelining: true });
-  // Reconnects by itself; a record that fails is reported by the consistency's warning.
+  // Reconnects by itself. Meanwhile a record fails within its bound (answered anyway, with the
+  // consistency's warning) and a read's look-up of the caller's last write fails the read, as on the
+  // main thread's connection.
   lastWritesRedis?.on('error', () => {});
   let url = '';
   const hub: HubContext = {
@@ -400,8 +402,9 @@ async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined
   url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
   const stop = async (ms: number) => {
     await closeServer(server, ms);
-    // Every answer is sent, each having waited for its record (or its bound): nothing left to wait
-    // for, and a QUIT would wait for a Redis that is down.
+    // The answers are sent, each having waited for its record (or its bound); a request still
+    // running past the drain's limit fails its record at once and answers anyway. A QUIT would wait
+    // for a Redis that is down.
     lastWritesRedis?.disconnect();
   };
   channel.serve('thread', { stop }, ['stop']);
