@@ -21,7 +21,6 @@ import { once } from 'node:events';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue, Registry } from 'prom-client';
 import type { Config } from '../infra/config.ts';
@@ -42,6 +41,7 @@ import {
 import { APPEND_DURATION, SchemaCheck } from '../infra/eventstore/schema-checked.ts';
 import { type FixedWindows, MemoryTokenBuckets } from '../infra/rate-limits.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
+import { commandConnection } from '../infra/redis.ts';
 import { createLogger, createMetrics, type Logger, type Metrics } from '../infra/telemetry.ts';
 import { errorsCrossThreads, ThreadAppends, ThreadChannel } from '../infra/threads.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
@@ -344,14 +344,9 @@ async function runApiThread(data: ThreadData, writerLink: WriterLink | undefined
   boundStateCaches(store, config.stateCacheEntries);
   const readStore = remote<ReadStore>('readStore', { kind: 'main thread' });
   const { waitFor } = remote<{ waitFor: WaitForPosition }>('reads');
-  const lastWritesRedis =
-    config.profile === 'embedded'
-      ? undefined
-      : new Redis(config.redisUrl, { maxRetriesPerRequest: 3, enableAutoPipelining: true });
-  // Reconnects by itself. Meanwhile a record fails within its bound (answered anyway, with the
-  // consistency's warning) and a read's look-up of the caller's last write fails the read, as on the
-  // main thread's connection.
-  lastWritesRedis?.on('error', () => {});
+  // While Redis is away a record fails within its bound (answered anyway, with the consistency's
+  // warning) and a read's look-up of the caller's last write fails the read, as on the main thread.
+  const lastWritesRedis = config.profile === 'embedded' ? undefined : commandConnection(config.redisUrl);
   let url = '';
   const hub: HubContext = {
     config,

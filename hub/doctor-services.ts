@@ -12,7 +12,7 @@ import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { TOPICS } from '../infra/bus/port.ts';
 import type { Config } from '../infra/config.ts';
-import { databaseProblem } from '../infra/readstore/redis.ts';
+import { databaseProblem } from '../infra/redis.ts';
 
 export type Level = 'ok' | 'warn' | 'fail';
 

@@ -2,7 +2,7 @@
 // change pipeline. The embedded profile keeps them in this process and its data dir; the distributed
 // one in PostgreSQL or EventStoreDB, Redis and Kafka.
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import type { Registry as PromRegistry } from 'prom-client';
 import { type LastWrites, MemoryLastWrites, RedisLastWrites } from '../api/consistency.ts';
 import { KafkaBus } from '../infra/bus/kafka.ts';
@@ -17,8 +17,9 @@ import { SchemaCheckedStore } from '../infra/eventstore/schema-checked.ts';
 import { type FixedWindows, MemoryFixedWindows, RedisFixedWindows } from '../infra/rate-limits.ts';
 import { MemoryReadStore } from '../infra/readstore/memory.ts';
 import type { ReadStore } from '../infra/readstore/port.ts';
-import { databaseProblem, RedisReadStore } from '../infra/readstore/redis.ts';
+import { RedisReadStore } from '../infra/readstore/redis.ts';
 import { SqliteReadStore } from '../infra/readstore/sqlite.ts';
+import { commandConnection, databaseProblem } from '../infra/redis.ts';
 import { type DerivedDatabase, openDerivedDatabase } from '../infra/sqlite.ts';
 import type { Logger } from '../infra/telemetry.ts';
 import type { DeliveryStore } from '../processors/delivery/port.ts';
@@ -108,11 +109,7 @@ export async function openStores(config: Config, metrics?: PromRegistry, logger?
     };
   }
   const readStore = new RedisReadStore(config.redisUrl);
-  // Commands issued in one turn of the event loop go out in one write: the processor's partitions
-  // and the dispatcher's attempts issue many at once, and a write to a socket cost more than the
-  // command (at 1,000 changes/s, the dispatcher's writes to Redis were a sixth of its CPU).
-  const redis = new Redis(config.redisUrl, { maxRetriesPerRequest: 3, enableAutoPipelining: true });
-  redis.on('error', () => {});
+  const redis = commandConnection(config.redisUrl);
   const unusable = await databaseProblem(redis);
   if (unusable) {
     // Refused: what was opened is closed (ioredis would keep reconnecting, and the process alive).

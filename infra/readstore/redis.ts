@@ -7,6 +7,7 @@
 // :g<N>:d:<key> (documents are hashes of JSON values; indexes are sorted sets).
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { commandConnection } from '../redis.ts';
 import type {
   ApplyOutcome,
   Checkpoint,
@@ -24,23 +25,6 @@ const channelsOf = (db: number) => ({
   switches: `hub:rm:switches:${db}`,
 });
 const ACTIVE_CACHE_MS = 1000;
-
-/**
- * Why the database HUB_REDIS_URL names cannot be used, or undefined. ioredis selects it on
- * connecting but, refused (`/99` where the server has 16), carries on in database 0: a typo would
- * put the hub in a database others share. Asked once at start and by `hub doctor`.
- */
-export async function databaseProblem(redis: Redis): Promise<string | undefined> {
-  const db = redis.options.db ?? 0;
-  if (!db) return undefined;
-  try {
-    await redis.select(db);
-    return undefined;
-  } catch (err) {
-    if (/DB index/i.test((err as Error).message)) return `it has no database ${db}`;
-    throw err;
-  }
-}
 
 const APPLY = `
 if ARGV[5] == '1' and tonumber(redis.call('GET', KEYS[2]) or '1') ~= tonumber(ARGV[1]) then return 'inactive' end
@@ -130,9 +114,8 @@ export class RedisReadStore implements ReadStore {
 
   constructor(url: string) {
     this.url = url;
-    this.redis = new Redis(url, { maxRetriesPerRequest: 3, enableAutoPipelining: true }) as Scripted;
+    this.redis = commandConnection(url) as Scripted;
     this.channels = channelsOf(this.redis.options.db ?? 0);
-    this.redis.on('error', () => {}); // reconnects by itself; callers see failed commands
     this.redis.defineCommand('hubApply', { numberOfKeys: 2, lua: APPLY });
     this.redis.defineCommand('hubLock', { numberOfKeys: 1, lua: LOCK });
     this.redis.defineCommand('hubUnlock', { numberOfKeys: 1, lua: UNLOCK });

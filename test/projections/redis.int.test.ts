@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { databaseProblem, RedisReadStore } from '../../infra/readstore/redis.ts';
+import { RedisReadStore } from '../../infra/readstore/redis.ts';
+import { databaseProblem } from '../../infra/redis.ts';
 import { testConfig } from '../harness.ts';
 import { readStoreContract } from './contract.ts';
 
