@@ -126,7 +126,7 @@ async function hubRun(
   extra: Record<string, string>,
 ): Promise<ProfileRun> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-console-'));
-  const { child, url } = await startListening(hubArgs(extra, 'start'), {
+  const { child, url } = await startListening(hubArgs(extra, ['start']), {
     HUB_PORT: '0',
     HUB_LOG_LEVEL: 'warn',
     HUB_DATA_DIR: dataDir,

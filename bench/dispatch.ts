@@ -409,11 +409,11 @@ export async function endToEnd(target: string, receiver: string, env: Record<str
   };
   // Distributed: each role its own process, as it is deployed; embedded: `hub start`.
   const split = env.HUB_PROFILE === 'distributed';
-  const hub = await startListening(hubArgs(hubEnv, split ? 'api' : 'start'), hubEnv);
+  const hub = await startListening(hubArgs(hubEnv, [split ? 'api' : 'start']), hubEnv);
   const roles = split
     ? ['projector', 'processor', 'dispatcher'].map((role) =>
         // The mailer runs with the projector: its links point at the API.
-        spawn(process.execPath, hubArgs(hubEnv, role), {
+        spawn(process.execPath, hubArgs(hubEnv, [role]), {
           cwd: ROOT,
           env: { ...process.env, ...hubEnv, HUB_PUBLIC_URL: hub.url },
           stdio: 'inherit',

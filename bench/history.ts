@@ -107,7 +107,7 @@ function hubEnv(dataDir: string, extra: Record<string, string>): Record<string, 
 /** Spawns `hub start` and waits for /readyz to answer 200, printing what it waits for now and then. */
 async function startHub(env: Record<string, string>, what: string): Promise<Hub> {
   const started = performance.now();
-  const { child, url } = await startListening(hubArgs(env, 'start'), env);
+  const { child, url } = await startListening(hubArgs(env, ['start']), env);
   const listenMs = ms(started);
   let exited = false;
   child.once('exit', () => {

@@ -8,7 +8,6 @@ import {
   benchUser,
   fmt,
   hubArgs,
-  hubNodeFlags,
   isolatedDistributed,
   machine,
   medianBy,
@@ -149,7 +148,7 @@ async function hubRun(
   root?: string,
 ): Promise<Result[]> {
   const dataDir = mkdtempSync(join(tmpdir(), 'hub-bench-'));
-  const args = root ? [...hubNodeFlags(env, root), join(root, 'bin/hub.ts'), 'start'] : hubArgs(env, 'start');
+  const args = hubArgs(env, ['start'], { root });
   const { child, url } = await startListening(
     [...(process.env.HUB_BENCH_NODE_ARGS ?? '').split(' ').filter(Boolean), ...args],
     {

@@ -41,7 +41,7 @@ import {
   cpuMs,
   type Figure,
   fmt,
-  hubNodeFlags,
+  hubArgs,
   infraPids,
   isolatedDistributed,
   machine,
@@ -193,11 +193,7 @@ async function startHub(variant: Variant, env: Record<string, string>): Promise<
     ...env,
     ...variant.env,
   };
-  const args = (role: string) => [
-    ...(variant.nodeFlags ?? hubNodeFlags(hubEnv, root)),
-    join(root, 'bin/hub.ts'),
-    role,
-  ];
+  const args = (role: string) => hubArgs(hubEnv, [role], { root, nodeFlags: variant.nodeFlags });
   const children = new Map<string, ChildProcess>();
   process.once('exit', () => {
     for (const child of children.values()) child.kill('SIGKILL'); // the bench failed: none left

@@ -150,12 +150,13 @@ export function hubNodeFlags(env: Record<string, string | undefined>, root = ROO
   if (flags === undefined) throw new Error(`bin/hub names no flags for ${profile}`);
   return flags.split(/\s+/).filter(Boolean);
 }
-/** `node <flags> bin/hub.ts <args>` as bin/hub runs it under `env`'s profile. */
-export const hubArgs = (env: Record<string, string | undefined>, ...args: string[]) => [
-  ...hubNodeFlags(env),
-  'bin/hub.ts',
-  ...args,
-];
+/** `node <flags> bin/hub.ts <args>` as bin/hub runs it under `env`'s profile: this tree's, or another
+ * tree's (`root`, a variant to compare with), with bin/hub's flags or Node flags of the caller's. */
+export const hubArgs = (
+  env: Record<string, string | undefined>,
+  args: string[],
+  o: { root?: string; nodeFlags?: string[] } = {},
+) => [...(o.nodeFlags ?? hubNodeFlags(env, o.root)), join(o.root ?? ROOT, 'bin/hub.ts'), ...args];
 
 /** A Node process (a hub, a receiver, a bare server) resolved once it prints "listening on <url>". */
 export async function startListening(

@@ -140,7 +140,7 @@ async function main() {
   const instances: Instance[] = [];
   const started: Record<Role, number> = { api: 0, projector: 0, processor: 0, dispatcher: 0 };
   const start = async (role: Role, extra: Record<string, string> = {}): Promise<Instance> => {
-    const { child, url } = await startListening(hubArgs(env, role), { ...env, ...extra });
+    const { child, url } = await startListening(hubArgs(env, [role]), { ...env, ...extra });
     const instance = { role, name: `${role} ${++started[role]}`, child, url, pid: child.pid! };
     instances.push(instance);
     log(`${instance.name} started (pid ${instance.pid})`);
