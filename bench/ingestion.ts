@@ -600,6 +600,22 @@ pairs from -11 to +33 %, six of nine ahead, their median +3.5 %. At the medians 
 → 22.0 % of the bare server's (four rounds) and 23.2 → 26.7 % (five): the line is met or missed
 with the machine's hour, as before. This table's run, with the change, an hour later: 21.5 % (the
 pairs 24.4, 20.2 and 19.7 %, the bare server 28,130-35,917 beside them).
+2026-12-01 (twenty-first session), the same machine in a fast hour: the bare server 44,000-55,000
+requests/s, the distributed hub 8,800-12,000 (seven single rounds: 18.0-27.6 % of the bare server,
+about 20 % typically). Per process over 6 s of one round at 9,800 requests/s (\`/proc\`): the hub 96
+% of a core (its one API thread 61 %, the main thread 25 %, V8's helpers 8 %), PostgreSQL's
+backends 35 %, the load generator 27 %, Redis 12 %, Kafka 4.5 %; the machine 86 % busy (\`/proc/stat\`:
+user 70 %, system 12 %, softirq 4.5 %, idle 14 %). About 175 µs of CPU a request over every
+process, against at most about 40 for the bare server and its load generator (two cores at 50,000
+a second): 25 % (12,500 a second) asks for about 140 with the machine as busy, a fifth less. PostgreSQL per change, at 4,500 appended a second: one
+append call of about 35 changes 138 times a second (0.88 ms each inside the function,
+\`pg_stat_user_functions\`), the event log's rows lingered into about 50 statements a second; its
+about 70 µs of CPU a change are the rows' own (the event with three indexes, its log entry with
+six), not the statements'. Two API threads instead of \`auto\`'s one for a process that runs every
+role, three alternated rounds: 8,632, 10,164 and 9,778 against 10,291, 8,817 and 9,948 requests/s,
+the same. V8's profiler on the API thread (the whole run): idle 24 %, the responses' socket writes
+(\`writeUtf8String\`) 11 %, the collector 4 %, the channel to the main thread 3 % (\`postMessage\`),
+Koa and Node's HTTP about 10 %, no function of the hub's over 2 %.
 
 ${verdictDistributed}
 `;

@@ -1587,7 +1587,26 @@ writes/s: p50 2 ms, p99 10; 1.99 against 0.50 ms of CPU per event at saturation 
   the p99 within the spread (9-20 against 9-69 ms: in five of the six rounds whose p99s differed,
   the hub measured second had the higher one, whichever tree it was). Device-metadata ingestion,
   nine alternated pairs: six ahead, the pairs' median +3.5 % (see Device metadata ingestion). The
-  ratio issue 45 asks to bring to 2 × did not move: 3.6-5.1 × in these rounds on both trees.`;
+  ratio issue 45 asks to bring to 2 × did not move: 3.6-5.1 × in these rounds on both trees.
+
+2026-12-01 (twenty-first session), the same machine in a fast hour.
+- **Tried, not kept: a least time between two group commits** of the event store (8 ms: an append
+  after a quieter interval commits at once, one that comes sooner waits for the interval's end,
+  unlike the timer on every append tried on 2026-11-30, which held the saturated rate back). Two
+  alternated rounds against none: at 500 writes/s 1.66 and 1.72 → 1.44 and 1.18 ms of CPU per
+  event (PostgreSQL 0.48-0.51 → 0.31-0.37, the main thread 0.56-0.60 → 0.40-0.49), p50 1 → 5-6
+  ms, p99 8-14 → 14-15; at 1,000 writes/s 1.21 → 0.83 ms, p50 2 → 6; at saturation the same
+  (4,155 → 4,213 events/s at 0.35 → 0.33 ms). At 4 ms: 1.57 and 1.54 ms at 500 writes/s, p50 3.
+  With it the ratio would be 3.5-4 × (from 5 × in these rounds): still twice the target, and a
+  client that writes one request after another would wait up to the interval at each (at most
+  125 writes a second for a sequential client at 8 ms). The relay's reads lingering 5 ms on top,
+  or alone (two rounds): the same as without, p50 up 2-3 ms.
+- The same least time in the embedded writer thread (8 ms, two rounds): 0.86 and 0.93 → 0.82 and
+  0.79 ms per event at 500 writes/s, p50 5 → 11 ms: not kept.
+- **What is left at 500 writes/s is per event, not per batch**: with the commits four at a time
+  the hub's threads still spent 0.70-0.91 ms an event against 0.19-0.21 saturated; a write's
+  request wakes its API thread, its webhook's POST and answer wake the dispatcher, whatever the
+  batches between them.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
