@@ -1018,7 +1018,17 @@ of CPU per event, 2.57 × (the main thread 639 against 176, the other threads 1,
 wake-ups an event against 0.8).
 2026-11-30 (eighteenth session), the same machine in a quieter hour: a run of this bench gave 1,730
 against 530 µs of CPU per event (3.3 ×; saturation 2,731 events/s), and that day's \`npm run bench\` 3.2 ×: the
-saturated figure fell with the machine's load, the steady one less.`;
+saturated figure fell with the machine's load, the steady one less.
+2026-12-01 (twenty-first session), the same machine in a fast hour: a print-only run gave 944
+against 267 µs of CPU per event (3.5 ×; saturation 5,572 events/s). Per thread at 500 writes/s
+(\`/proc\`, 8 s): the main thread 316 µs an event, the API thread that held the sender's connections
+240 (two wake-ups a request), the event store's writer 204 (3.8 wake-ups a commit, one commit a
+write), V8's helpers 150, the other threads 90. The news of commits held longer
+(\`HUB_DERIVE_LINGER_MS\`, two alternated rounds): at 5 ms (the default) 0.91 and 0.95 ms an event,
+p50 4-5 ms; at 15 ms 0.70 and 0.84, p50 10-11; at 30 ms 0.72 and 0.75, p50 19. The main thread's
+share falls (0.29 → 0.16-0.22 ms) and the other threads' does not (0.45-0.59 ms): those alone are
+about twice the saturated figure, each write's request, commit and webhook paid one at a time.
+The default stays 5 ms.`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
