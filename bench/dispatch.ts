@@ -909,17 +909,18 @@ and 29 % of the loop (12,866-15,258 deliveries/s); per delivery the dispatcher's
 (its main thread 29-34), the receiver 20-23, PostgreSQL 18-19, Redis 9, Kafka 1-2: about 116 µs in
 all, where the loop spends about 42 (its client and the receiver), so that half its rate allows
 about 85 on two full cores. The main thread's profile over the measured part of a run (V8's
-profiler, the prefill left out): idle 30 %, the socket writes (\`writev\`) 6.4 %, the collector 5.5
+profiler, the prefill left out; its idle counts the event loop's waits only): idle 30 %, the socket writes (\`writev\`) 6.4 %, the collector 5.5
 %, copying strings into sockets' buffers 5.1 %, making the attempt's row (its record's JSON) 3.6
-%, the crossings to the HTTP thread 3.4 %, the rest under 2 % a function. On a faster machine the
+%, the crossings to the HTTP thread 3.4 %, the rest under 2 % a function. In a faster hour the
 loop gains more than the dispatcher and its servers do: the share falls (30 % here against 35-44 % on
 slower days).
 Upper bounds, the same hour, each a set of three pairs alternated with this tree (the costs taken
-out for the measure only, of the jobs delivered at their first attempt and never stored):
+out for the measure only, and only for jobs delivered at their first attempt, which the schedule
+never stored):
 - **No attempt records and no finishes at all** (two sets): 42 and 46 % of the loop at the
   medians (the pairs 39-60 %) against 29 and 32 % for this tree; per delivery the dispatcher's
   process 43-51 µs (its main thread 18-21) against 54-65 (26-32), PostgreSQL 0 against 15-17,
-  Redis 1-2 against 7-8. With nothing recorded the dispatcher is still under half the loop: what is
+  Redis 1-2 against 7-8. With nothing recorded the dispatcher's medians are still under half the loop (one pair reached 60 %): what is
   left (the topic's fetch and decoding, signing, the HTTP thread's POST, the crossings between the
   threads) costs more than the loop's client, and a delivery needs its record besides.
 - **No attempt records** (the PostgreSQL rows; the Redis finish kept), two sets: 43 and 45 %

@@ -607,13 +607,14 @@ about 20 % typically). Per process over 6 s of one round at 9,800 requests/s (\`
 backends 35 %, the load generator 27 %, Redis 12 %, Kafka 4.5 %; the machine 86 % busy (\`/proc/stat\`:
 user 70 %, system 12 %, softirq 4.5 %, idle 14 %). About 175 µs of CPU a request over every
 process, against at most about 40 for the bare server and its load generator (two cores at 50,000
-a second): 25 % (12,500 a second) asks for about 140 with the machine as busy, a fifth less. PostgreSQL per change, at 4,500 appended a second: one
-append call of about 35 changes 138 times a second (0.88 ms each inside the function,
-\`pg_stat_user_functions\`), the event log's rows lingered into about 50 statements a second; its
+a second): 25 % (12,500 a second) asks for about 140 with the machine as busy, a fifth less. PostgreSQL per change, in another round (about 4,500
+changes appended a second): about 138 append calls a second of about 33 changes each (0.88 ms
+each inside the function, \`pg_stat_user_functions\`), the event log's rows lingered into about 50 statements a second; its
 about 70 µs of CPU a change are the rows' own (the event with three indexes, its log entry with
 six), not the statements'. Two API threads instead of \`auto\`'s one for a process that runs every
-role, three alternated rounds: 8,632, 10,164 and 9,778 against 10,291, 8,817 and 9,948 requests/s,
-the same. V8's profiler on the API thread (the whole run): idle 24 %, the responses' socket writes
+role, three alternated rounds: two threads 8,632, 10,164 and 9,778 requests/s, one 10,291, 8,817 and
+9,948 (medians 9,778 and 9,948): the same. V8's profiler on the API thread (the whole run, start and set-up included; its idle counts the
+event loop's waits only): idle 24 %, the responses' socket writes
 (\`writeUtf8String\`) 11 %, the collector 4 %, the channel to the main thread 3 % (\`postMessage\`),
 Koa and Node's HTTP about 10 %, no function of the hub's over 2 %.
 

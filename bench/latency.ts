@@ -1021,12 +1021,13 @@ against 530 µs of CPU per event (3.3 ×; saturation 2,731 events/s), and that d
 saturated figure fell with the machine's load, the steady one less.
 2026-12-01 (twenty-first session), the same machine in a fast hour: a print-only run gave 944
 against 267 µs of CPU per event (3.5 ×; saturation 5,572 events/s). Per thread at 500 writes/s
-(\`/proc\`, 8 s): the main thread 316 µs an event, the API thread that held the sender's connections
+(\`/proc\`, 8 s of another run): the main thread 316 µs an event, the API thread that held the sender's connections
 240 (two wake-ups a request), the event store's writer 204 (3.8 wake-ups a commit, one commit a
-write), V8's helpers 150, the other threads 90. The news of commits held longer
+write), V8's helpers 150, the remaining threads 90. The news of commits held longer
 (\`HUB_DERIVE_LINGER_MS\`, two alternated rounds): at 5 ms (the default) 0.91 and 0.95 ms an event,
 p50 4-5 ms; at 15 ms 0.70 and 0.84, p50 10-11; at 30 ms 0.72 and 0.75, p50 19. The main thread's
-share falls (0.29 → 0.16-0.22 ms) and the other threads' does not (0.45-0.59 ms): those alone are
+CPU per event falls (0.29 → 0.16-0.22 ms), that of every thread but it and V8's helpers does not
+(0.45-0.59 ms): those alone are
 about twice the saturated figure, each write's request, commit and webhook paid one at a time.
 The default stays 5 ms.`;
 
@@ -1607,10 +1608,10 @@ writes/s: p50 2 ms, p99 10; 1.99 against 0.50 ms of CPU per event at saturation 
   event (PostgreSQL 0.48-0.51 → 0.31-0.37, the main thread 0.56-0.60 → 0.40-0.49), p50 1 → 5-6
   ms, p99 8-14 → 14-15; at 1,000 writes/s 1.21 → 0.83 ms, p50 2 → 6; at saturation the same
   (4,155 → 4,213 events/s at 0.35 → 0.33 ms). At 4 ms: 1.57 and 1.54 ms at 500 writes/s, p50 3.
-  With it the ratio would be 3.5-4 × (from 5 × in these rounds): still twice the target, and a
+  With it the ratio would be 3.4-4.4 × (from 4.7-5.2 × in these rounds): still twice the target, and a
   client that writes one request after another would wait up to the interval at each (at most
-  125 writes a second for a sequential client at 8 ms). The relay's reads lingering 5 ms on top,
-  or alone (two rounds): the same as without, p50 up 2-3 ms.
+  125 writes a second for a sequential client at 8 ms). The relay's reads lingering 5 ms (two
+  rounds): CPU per event the same as without, p50 up 2-3 ms; with the 8-ms gap as well, p50 9 ms.
 - The same least time in the embedded writer thread (8 ms, two rounds): 0.86 and 0.93 → 0.82 and
   0.79 ms per event at 500 writes/s, p50 5 → 11 ms: not kept.
 - **What is left at 500 writes/s is per event, not per batch**: with the commits four at a time
