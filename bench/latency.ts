@@ -710,6 +710,8 @@ async function bareReceiver(receiver: string, rate: number) {
  * that came while the last was under way), each row timed from when it was due to its commit's
  * answer. A commit waits for PostgreSQL's write-ahead log to reach the disk: this machine's fsync
  * latency, tail included, is in every change's way before the hub answers it or derives from it.
+ * Also the CPU each write adds to this process (the client) and to PostgreSQL, beside the pacing
+ * loop alone.
  */
 async function plainCommits(rate: number) {
   const client = new pg.Client({ connectionString: config.postgresUrl });
@@ -734,49 +736,105 @@ async function plainCommits(rate: number) {
     }
     committing = false;
   };
+  const server = infraPids().get('PostgreSQL');
+  /** CPU µs a second of this process and of PostgreSQL over `run`, and how many it wrote. */
+  const measured = async (run: () => Promise<number>) => {
+    const [c0, s0, t0] = [process.cpuUsage(), serverMs('PostgreSQL', server), performance.now()];
+    const n = await run();
+    const c = process.cpuUsage(c0);
+    const s = (performance.now() - t0) / 1000;
+    return {
+      n,
+      s,
+      client: (c.user + c.system) / s,
+      server: (1000 * (serverMs('PostgreSQL', server) - s0)) / s,
+    };
+  };
+  let idle: Awaited<ReturnType<typeof measured>>;
+  let busy: typeof idle;
   try {
-    await atRate(rate, 10, () => {
-      const written = new Promise<void>((done) => queued.push({ due: performance.now(), done }));
-      if (!committing) void commit();
-      return written;
-    });
+    // The pacing loop alone first, as plainKafka does: what the commits add is the difference.
+    idle = await measured(() => atRate(rate, 3, () => Promise.resolve()));
+    busy = await measured(() =>
+      atRate(rate, 10, () => {
+        const written = new Promise<void>((done) => queued.push({ due: performance.now(), done }));
+        if (!committing) void commit();
+        return written;
+      }),
+    );
   } finally {
     await client.query(`DROP TABLE ${table}`);
     await client.end();
   }
   latencies.sort((a, b) => a - b);
-  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
+  const added = (of: 'client' | 'server') => ((busy[of] - idle[of]) * busy.s) / busy.n;
+  return {
+    p50: percentile(latencies, 50),
+    p99: percentile(latencies, 99),
+    // The client's and the server's CPU µs a write; no server found here (elsewhere): NaN.
+    clientUs: added('client'),
+    serverUs: server ? added('server') : Number.NaN,
+  };
 }
 
 /**
  * Floors of what an event costs the hub at a steady rate, before any work of its own: a Node
- * process woken by a timer `rate` times a second that, at each tick, either posts a message to a
- * worker thread which posts it back (as an API thread's call to the main thread and its answer
- * cross), or commits one row to a SQLite file as the embedded event store does (WAL,
- * synchronous=FULL: an fsync). CPU µs of the process per tick, its threads' sleeps per tick (see
- * sleeps), and so the CPU of one wake-up on this machine.
+ * process that, `rate` times a second, does one of the few things each event of the hub's does
+ * once: wakes at a timer and does nothing else (`timer`), posts a message to a worker thread which
+ * posts it back (`thread`: an API thread's append to the event store's thread and its answer),
+ * commits one row to a SQLite file as the embedded event store does (`commit`: WAL,
+ * synchronous=FULL, an fsync), answers a small JSON PATCH over a kept-alive connection from a
+ * client process of its own (`http-in`: a write's request, the client not counted), or POSTs a
+ * small JSON body to the receiver and reads its answer (`http-out`: a webhook's delivery, undici as
+ * the dispatcher). CPU µs of the process per tick, its threads' sleeps per tick (see sleeps), and
+ * so the CPU of one wake-up on this machine.
  */
 type Floor = { cpuUsPerTick: number; wakeupsPerTick: number; cpuUsPerWakeup: number };
-async function floor(kind: 'thread' | 'commit', rate: number): Promise<Floor> {
-  const tick =
-    kind === 'thread'
-      ? `const { Worker } = require('node:worker_threads');
+type FloorKind = 'timer' | 'thread' | 'commit' | 'http-in' | 'http-out';
+async function floor(kind: FloorKind, rate: number, receiver: string): Promise<Floor> {
+  // Each sets `work`, called at each tick of the timer, or counts its ticks itself (`http-in`).
+  const ticks = {
+    timer: 'const work = () => { ticks++; };',
+    thread: `const { Worker } = require('node:worker_threads');
          const w = new Worker("const { parentPort } = require('node:worker_threads'); parentPort.on('message', (m) => parentPort.postMessage(m));", { eval: true });
          w.on('message', () => { ticks++; });
-         const work = () => w.postMessage(ticks);`
-      : `const { DatabaseSync } = require('node:sqlite');
+         const work = () => w.postMessage(ticks);`,
+    commit: `const { DatabaseSync } = require('node:sqlite');
          const dir = require('node:fs').mkdtempSync(require('node:path').join(require('node:os').tmpdir(), 'hub-floor-'));
          const db = new DatabaseSync(dir + '/floor.sqlite');
          db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)');
          const insert = db.prepare('INSERT INTO t (body) VALUES (?)');
          process.on('exit', () => require('node:fs').rmSync(dir, { recursive: true, force: true }));
-         const work = () => { db.exec('BEGIN'); insert.run('x'.repeat(300)); db.exec('COMMIT'); ticks++; };`;
+         const work = () => { db.exec('BEGIN'); insert.run('x'.repeat(300)); db.exec('COMMIT'); ticks++; };`,
+    'http-in': `const answer = JSON.stringify({ id: 'prn:::devices:/' + 'x'.repeat(24), deviceMeta: { t: '1', pad: 'x'.repeat(300) } });
+         const server = require('node:http').createServer((req, res) => {
+           const chunks = [];
+           req.on('data', (c) => chunks.push(c));
+           req.on('end', () => {
+             JSON.parse(Buffer.concat(chunks));
+             res.writeHead(200, { 'content-type': 'application/json' });
+             res.end(answer);
+             ticks++;
+           });
+         });
+         server.keepAliveTimeout = 60000;
+         server.listen(0, '127.0.0.1', () => {
+           const client = require('node:child_process').spawn(process.execPath, ['-e', ${JSON.stringify(FLOOR_CLIENT)}, String(server.address().port), String(${rate})], { stdio: 'ignore' });
+           process.on('exit', () => client.kill());
+         });
+         const work = undefined;`,
+    'http-out': `const { Agent, request } = require('undici');
+         const agent = new Agent({ keepAliveTimeout: 60000 });
+         const body = JSON.stringify({ type: 'device.meta.updated', data: { changed: { t: '1' }, pad: 'x'.repeat(300) } });
+         const headers = { 'content-type': 'application/json', 'webhook-id': 'x'.repeat(30), 'webhook-timestamp': '1', 'webhook-signature': 'v1,' + 'x'.repeat(44) };
+         const work = () => request(${JSON.stringify(`${receiver}/floor`)}, { method: 'POST', body, headers, dispatcher: agent }).then((r) => r.body.text()).then(() => { ticks++; });`,
+  }[kind];
   const script = `
     const { readdirSync, readFileSync } = require('node:fs');
     let ticks = 0;
-    ${tick}
+    ${ticks}
     const sleeps = () => readdirSync('/proc/self/task').reduce((n, t) => n + Number(/^voluntary_ctxt_switches:\\s+(\\d+)/m.exec(readFileSync('/proc/self/task/' + t + '/status', 'utf8'))[1]), 0);
-    setInterval(work, 1000 / ${rate});
+    if (work) setInterval(work, 1000 / ${rate});
     setTimeout(() => {
       const t0 = ticks, c0 = process.cpuUsage(), s0 = sleeps();
       setTimeout(() => {
@@ -785,12 +843,30 @@ async function floor(kind: 'thread' | 'commit', rate: number): Promise<Floor> {
         process.exit(0);
       }, 5000);
     }, 1000);`;
+  // Run from the project, where undici is found.
   const out = await new Promise<string>((resolve, reject) =>
-    execFile(process.execPath, ['-e', script], (err, stdout) => (err ? reject(err) : resolve(stdout))),
+    execFile(process.execPath, ['-e', script], { cwd: ROOT }, (err, stdout) =>
+      err ? reject(err) : resolve(stdout),
+    ),
   );
-  const { ticks, cpuUs, sleeps: slept } = JSON.parse(out) as { ticks: number; cpuUs: number; sleeps: number };
-  return { cpuUsPerTick: cpuUs / ticks, wakeupsPerTick: slept / ticks, cpuUsPerWakeup: cpuUs / slept };
+  const {
+    ticks: n,
+    cpuUs,
+    sleeps: slept,
+  } = JSON.parse(out) as { ticks: number; cpuUs: number; sleeps: number };
+  return { cpuUsPerTick: cpuUs / n, wakeupsPerTick: slept / n, cpuUsPerWakeup: cpuUs / slept };
 }
+
+/** `http-in`'s client, a process of its own: PATCHes at the rate given, over one kept-alive
+ * connection, each with a body and a bearer token the size of a device's. */
+const FLOOR_CLIENT = `
+  const { Agent, request } = require('undici');
+  const [port, rate] = process.argv.slice(1).map(Number);
+  const agent = new Agent({ keepAliveTimeout: 60000 });
+  const body = JSON.stringify({ t: '1', pad: 'x'.repeat(60) });
+  const headers = { 'content-type': 'application/json', authorization: 'Bearer ' + 'x'.repeat(600) };
+  setInterval(() => request('http://127.0.0.1:' + port + '/devices/x/device-meta', { method: 'PATCH', body, headers, dispatcher: agent }).then((r) => r.body.text()).catch(() => {}), 1000 / rate);
+`;
 
 /** A plain kafkajs producer (acks from all replicas) and consumer (answered at the first byte) of
  * one 12-partition topic at `rate`, each message timed from its send to its consumption (the first
@@ -883,7 +959,7 @@ function kafkaFloorLine(results: RunResult[], ceilings: Map<number, Ceilings>): 
 }
 
 /** The issue's targets, and whether this run met them (the median window of each load). */
-function targetsLine(results: RunResult[]): string {
+function targetsLine(results: RunResult[], ceilings: Map<number, Ceilings>): string {
   const of = (load: string) => results.filter((r) => r.load === load);
   const median = (load: string, by: (r: RunResult) => number) =>
     of(load).length > 0 ? medianBy(of(load), by) : undefined;
@@ -904,7 +980,8 @@ function targetsLine(results: RunResult[]): string {
     parts.push(
       `CPU per event at 500 writes/s ${fmt(at500.cpuPerEventMs, 2)} ms against ${fmt(saturated.cpuPerEventMs, 2)} at saturation (${fmt(saturated.rate)} events/s): ${fmt(at500.cpuPerEventMs / saturated.cpuPerEventMs, 2)} × (≤ 2 ×: ${met(at500.cpuPerEventMs <= 2 * saturated.cpuPerEventMs)}; the hub's own ${fmt(at500.hubCpuPerEventMs / saturated.hubCpuPerEventMs, 2)} ×)`,
     );
-  return `Targets (issue 45): at a steady 500 writes/s p50 ≤ 8 ms and p99 ≤ 25 ms, at 1,000 writes/s p99 ≤ 50 ms, nothing lost; CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${parts.join('; ')}.`;
+  const floorLine = eventFloorLine(ceilings.get(500), saturated && 1000 * saturated.cpuPerEventMs, false);
+  return `Targets (issue 45): at a steady 500 writes/s p50 ≤ 8 ms and p99 ≤ 25 ms, at 1,000 writes/s p99 ≤ 50 ms, nothing lost; CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${parts.join('; ')}.${floorLine}`;
 }
 
 /** What a profile of the 500 writes/s window showed (written by hand, kept with its table). */
@@ -1029,7 +1106,24 @@ p50 4-5 ms; at 15 ms 0.70 and 0.84, p50 10-11; at 30 ms 0.72 and 0.75, p50 19. T
 CPU per event falls (0.29 → 0.16-0.22 ms), that of every thread but it and V8's helpers does not
 (0.45-0.59 ms): those alone are
 about twice the saturated figure, each write's request, commit and webhook paid one at a time.
-The default stays 5 ms.`;
+The default stays 5 ms.
+2026-12-01 (twenty-second session): the floors of one event, measured beside every run since (the
+floors' table and the sentence after the target): beside the two floors before, a process that
+only answers a small JSON PATCH over a kept-alive connection (its client in a process of its own),
+one that only POSTs a small body to the receiver with undici and reads the answer, and one woken by
+a timer that does nothing else. Summed as an event pays them (its request, its append's round trip
+to the store's thread, its durable commit, its webhook; a timer's wake-up taken from the thread's
+and the commit's floors, where the hub is woken by the work itself), two print-only runs gave 373
+and 509 µs: 1.11 and 1.79 × the saturated figure of the same run (335 and 285 µs). What the hub
+spent on an event beyond them at 500 writes/s was about 530-980 µs (1,040-1,354 in all). Tried, not
+kept, two alternated rounds each: V8's young generation held at its largest
+(\`--min-semi-space-size=8\`, lest a low allocation rate shrink it and scavenge more often for the
+same bytes): 1,052 and 1,037 → 951 and 1,179 µs an event at 500 writes/s, at saturation 284 and 287 →
+287 and 277; V8's memory reducer off (\`--no-memory-reducer\`): 1,042 and 1,019 → 1,018 and 1,091;
+one V8 helper thread (\`--v8-pool-size=1\`): 967 and 1,064. Nor is there a cheaper durable commit
+here: the floor's SQLite commit with synchronous=NORMAL and an \`fdatasync\` of its WAL after each
+(what Node's SQLite, built without \`HAVE_FDATASYNC\`, does with \`fsync\`) slept as often, 3.5 times a
+commit, at the same CPU (91-94 against 94-97 µs).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -1059,9 +1153,10 @@ function embeddedReport(results: RunResult[], ceilings: Map<number, Ceilings>): 
     at500 && saturated
       ? `CPU per event at 500 writes/s ${fmt(1000 * at500.hubCpuPerEventMs)} µs against ${fmt(1000 * saturated.hubCpuPerEventMs)} µs at saturation (${fmt(saturated.rate)} events/s): ${fmt(at500.hubCpuPerEventMs / saturated.hubCpuPerEventMs, 2)} × (≤ 2 ×: ${at500.hubCpuPerEventMs <= 2 * saturated.hubCpuPerEventMs ? '**met**' : '**not met**'})`
       : 'CPU per event at 500 writes/s against saturation: not measured in this run';
+  const floorLine = eventFloorLine(ceilings.get(500), saturated && 1000 * saturated.hubCpuPerEventMs, true);
   const body = `## End-to-end latency and CPU per event, embedded
 
-\`HUB_BENCH_PROFILE=embedded node bench/latency.ts ${SECONDS}\` on ${machine()}. The embedded hub as it starts (\`hub start\`: one process, API threads, SQLite) receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription at the same receiver as the distributed run's; the receiver times each from when its request was due. Then the same hub at saturation (${SATURATION_CONNECTIONS} requests in flight), delivered events/s counted at the receiver over the same window. CPU from \`/proc\` over the window, per event delivered: the hub's process, by thread (the main thread, V8's helpers, the others: API threads, SQLite writers, the dispatcher's HTTP thread), and the times its threads went to sleep (each a wake-up later; \`voluntary_ctxt_switches\`). The floor beside it: what one wake-up of an idle Node thread costs on this machine. The shared servers (Kafka, Redis, PostgreSQL) serve other users of this machine, not this hub, and are not counted.
+\`HUB_BENCH_PROFILE=embedded node bench/latency.ts ${SECONDS}\` on ${machine()}. The embedded hub as it starts (\`hub start\`: one process, API threads, SQLite) receives \`PATCH /devices/{id}/device-meta\` over ${DEVICES} devices at a steady rate for ${SECONDS} s after ${WARMUP_SECONDS} s of warm-up, each change delivered to one subscription at the same receiver as the distributed run's; the receiver times each from when its request was due. Then the same hub at saturation (${SATURATION_CONNECTIONS} requests in flight), delivered events/s counted at the receiver over the same window. CPU from \`/proc\` over the window, per event delivered: the hub's process, by thread (the main thread, V8's helpers, the others: API threads, SQLite writers, the dispatcher's HTTP thread), and the times its threads went to sleep (each a wake-up later; \`voluntary_ctxt_switches\`). The floors beside it: what one wake-up of an idle Node thread costs on this machine, and what each of the few things every event does once costs a process that does only that, at the same rate. The shared servers (Kafka, Redis, PostgreSQL) serve other users of this machine, not this hub, and are not counted.
 
 | Variant | Load | Sent | Refused | Lost | Delivered/s | p50 ms | p99 ms | CPU µs per event | Main | V8 helpers | Other threads | Wake-ups per event | Machine busy |
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
@@ -1071,11 +1166,11 @@ ${results.map(row).join('\n')}
 |---|---:|---:|---:|
 ${[...ceilings].map(([rate, c]) => `| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} |`).join('\n')}
 
-| Floor, at each tick of a timer | Rate | CPU µs | Wake-ups | CPU µs per wake-up |
+| Floor, at each tick (a timer's, or a request's) | Rate | CPU µs | Wake-ups | CPU µs per wake-up |
 |---|---:|---:|---:|---:|
 ${floorRows(ceilings)}
 
-Target (issue 45, both profiles): CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${cpuLine}.
+Target (issue 45, both profiles): CPU per event at 500 writes/s at most twice the saturated figure. In this run: ${cpuLine}.${floorLine}
 
 ${EMBEDDED_WHERE}
 `;
@@ -1617,37 +1712,73 @@ writes/s: p50 2 ms, p99 10; 1.99 against 0.50 ms of CPU per event at saturation 
 - **What is left at 500 writes/s is per event, not per batch**: with the commits four at a time
   the hub's threads still spent 0.70-0.91 ms an event against 0.19-0.21 saturated; a write's
   request wakes its API thread, its webhook's POST and answer wake the dispatcher, whatever the
-  batches between them.`;
+  batches between them.
+
+2026-12-01 (twenty-second session): the floors of one event, measured beside every run since, as
+in the embedded section, with PostgreSQL's durable commit in the SQLite commit's place (the CPU a
+group-committed write adds to its client and to the server at the same rate, beside the pacing
+loop alone). In a print-only run: the commit 92 µs the client's and 156 the server's; the floors
+summed 614 µs, 1.74 × that run's saturated figure (350 µs; 1,540 at 500 writes/s, 4.35 ×). The
+2-× line leaves about a quarter of the saturated figure for everything else an event costs at a
+steady rate, where Redis alone took 161 µs an event in that window (44 at saturation). A path
+that answers each write once it is durable and delivers each webhook as it comes does not meet
+the line on this machine; holding writes or deliveries back to batch them (the least time
+between commits above: 3.4-4.4 ×) is the only lever found, and it costs every write's latency.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
   kafka: { p50: number; p99: number; clientsUs: number; brokerUs: number } | undefined;
-  commits: { p50: number; p99: number } | undefined;
-  thread: Floor;
-  commit: Floor;
+  commits: { p50: number; p99: number; clientUs: number; serverUs: number } | undefined;
+  floors: Record<FloorKind, Floor>;
 }
+
+const FLOOR_NAMES: Record<FloorKind, string> = {
+  timer: 'a timer that wakes a process and does nothing else',
+  thread: "a message to another Node thread and back (as an API thread's append to the store's thread)",
+  commit: 'a durable SQLite commit of one row (WAL, synchronous=FULL, as the embedded event store)',
+  'http-in': "a small JSON PATCH answered over a kept-alive connection (the server's CPU)",
+  'http-out': "a small JSON POST to the receiver and its answer, by undici (the sender's CPU)",
+};
 
 /** The floors' rows (see floor) of a table: | Floor | Rate | CPU µs | Wake-ups | CPU µs per wake-up |. */
 const floorRows = (ceilings: Map<number, Ceilings>) =>
   [...ceilings]
     .flatMap(([rate, c]) =>
-      (
-        [
-          [
-            "a message to another Node thread and back (as an API thread's call to the main thread)",
-            c.thread,
-          ],
-          [
-            'a durable SQLite commit of one row (WAL, synchronous=FULL, as the embedded event store)',
-            c.commit,
-          ],
-        ] as const
-      ).map(
-        ([what, f]) =>
-          `| ${what} | ${fmt(rate)} | ${fmt(f.cpuUsPerTick)} | ${fmt(f.wakeupsPerTick, 1)} | ${fmt(f.cpuUsPerWakeup)} |`,
-      ),
+      (Object.keys(FLOOR_NAMES) as FloorKind[]).map((kind) => {
+        const f = c.floors[kind];
+        return `| ${FLOOR_NAMES[kind]} | ${fmt(rate)} | ${fmt(f.cpuUsPerTick)} | ${fmt(f.wakeupsPerTick, 1)} | ${fmt(f.cpuUsPerWakeup)} |`;
+      }),
     )
     .join('\n');
+
+/**
+ * What every event pays at a steady rate before any work of the hub's own, from the floors of this
+ * run: its request answered, its append's round trip between two threads, its durable commit (the
+ * embedded store's SQLite file, or a PostgreSQL commit: its client's and the server's CPU), its
+ * webhook POSTed and answered. The thread and SQLite floors each include their timer's wake-up,
+ * which the hub does not pay again (the thread is already awake with the request; the store's
+ * thread is woken by the message): the timer's floor is taken from each. The POST's stays: it
+ * stands for the derivation's thread woken by the commit's news. Undefined without the floors
+ * (PostgreSQL's commit elsewhere).
+ */
+function eventFloorUs(c: Ceilings, embedded: boolean): number | undefined {
+  const f = (kind: FloorKind) => c.floors[kind].cpuUsPerTick;
+  const commit = embedded
+    ? f('commit') - f('timer')
+    : (c.commits?.clientUs ?? 0) + (c.commits?.serverUs ?? 0);
+  const sum = f('http-in') + (f('thread') - f('timer')) + commit + f('http-out');
+  return Number.isNaN(sum) ? undefined : sum;
+}
+
+/** The floors of one event against the saturated figure, a sentence of the targets' paragraph. */
+function eventFloorLine(c: Ceilings | undefined, saturatedUs: number | undefined, embedded: boolean): string {
+  const us = c && eventFloorUs(c, embedded);
+  if (us === undefined || saturatedUs === undefined) return '';
+  const commit = embedded
+    ? 'its durable SQLite commit'
+    : `its durable PostgreSQL commit (${fmt(c!.commits!.clientUs)} µs the client's, ${fmt(c!.commits!.serverUs)} the server's)`;
+  return ` The floors of one event at 500 writes/s, measured beside it (its request answered, its append's round trip between two threads, ${commit}, its webhook POSTed and answered; a timer's wake-up taken from the thread's and the commit's floors, where the hub is woken by the work itself), sum to ${fmt(us)} µs: ${fmt(us / saturatedUs, 2)} × the saturated figure before any work of the hub's own.`;
+}
 
 // ---- main -------------------------------------------------------------------------------------
 
@@ -1655,18 +1786,26 @@ async function main() {
   const rx = await startListening(['-e', RECEIVER], {});
   try {
     const ceilings = new Map<number, Ceilings>();
-    for (const rate of RATES)
+    for (const rate of RATES) {
+      const floors = {} as Record<FloorKind, Floor>;
+      // One after the other: each floor's process alone on the machine.
+      for (const kind of Object.keys(FLOOR_NAMES) as FloorKind[])
+        floors[kind] = await floor(kind, rate, rx.url);
       ceilings.set(rate, {
         bare: await bareReceiver(rx.url, rate),
         kafka: EMBEDDED ? undefined : await plainKafka(rate),
         commits: EMBEDDED ? undefined : await plainCommits(rate),
-        thread: await floor('thread', rate),
-        commit: await floor('commit', rate),
+        floors,
       });
-    for (const [rate, c] of ceilings)
+    }
+    for (const [rate, c] of ceilings) {
+      const floors = (Object.keys(FLOOR_NAMES) as FloorKind[])
+        .map((kind) => `${kind} ${fmt(c.floors[kind].cpuUsPerTick)}`)
+        .join(', ');
       process.stderr.write(
-        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms, CPU ${fmt(c.kafka.clientsUs)} µs the clients' and ${fmt(c.kafka.brokerUs)} the broker's a message; ` : ''}${c.commits ? `a durable PostgreSQL commit p50 ${fmt(c.commits.p50, 2)} p99 ${fmt(c.commits.p99, 2)} ms; ` : ''}floors: a thread round trip ${fmt(c.thread.cpuUsPerTick)} µs of CPU, a durable commit ${fmt(c.commit.cpuUsPerTick)}; ${fmt(c.thread.cpuUsPerWakeup)} µs per wake-up\n`,
+        `ceilings at ${rate}/s: bare receiver p50 ${fmt(c.bare.p50, 2)} p99 ${fmt(c.bare.p99, 2)} ms; ${c.kafka ? `plain Kafka round trip p50 ${fmt(c.kafka.p50, 2)} p99 ${fmt(c.kafka.p99, 2)} ms, CPU ${fmt(c.kafka.clientsUs)} µs the clients' and ${fmt(c.kafka.brokerUs)} the broker's a message; ` : ''}${c.commits ? `a durable PostgreSQL commit p50 ${fmt(c.commits.p50, 2)} p99 ${fmt(c.commits.p99, 2)} ms, CPU ${fmt(c.commits.clientUs)} µs the client's and ${fmt(c.commits.serverUs)} the server's a write; ` : ''}floors, µs of CPU: ${floors}; one event's ${fmt(eventFloorUs(c, EMBEDDED) ?? Number.NaN)}\n`,
       );
+    }
     const results: RunResult[] = [];
     // Every variant's hub set up and warmed first; then their windows alternate, load by load,
     // so that the machine's drift from minute to minute falls on each alike.
@@ -1712,7 +1851,7 @@ ${results.map(row).join('\n')}
 |---|---:|---:|---:|---:|
 ${[...ceilings].flatMap(([rate, c]) => [`| bare receiver round trip | ${fmt(rate)} | ${fmt(c.bare.p50, 2)} | ${fmt(c.bare.p99, 2)} | |`, `| plain kafkajs produce → consume | ${fmt(rate)} | ${fmt(c.kafka!.p50, 2)} | ${fmt(c.kafka!.p99, 2)} | ${fmt(c.kafka!.clientsUs)} / ${Number.isNaN(c.kafka!.brokerUs) ? 'n/a' : fmt(c.kafka!.brokerUs)} |`, `| a durable PostgreSQL commit of each write, group-committed (as the event store's appends) | ${fmt(rate)} | ${fmt(c.commits!.p50, 2)} | ${fmt(c.commits!.p99, 2)} | |`]).join('\n')}
 
-${targetsLine(results)}
+${targetsLine(results, ceilings)}
 
 ${kafkaFloorLine(results, ceilings)}
 
@@ -1727,7 +1866,7 @@ the rows written to the hub's PostgreSQL tables, and the times the hub's threads
 |---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|
 ${results.map(cpuRow).join('\n')}
 
-| Floor, at each tick of a timer | Rate | CPU µs | Wake-ups | CPU µs per wake-up |
+| Floor, at each tick (a timer's, or a request's) | Rate | CPU µs | Wake-ups | CPU µs per wake-up |
 |---|---:|---:|---:|---:|
 ${floorRows(ceilings)}
 
