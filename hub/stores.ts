@@ -185,6 +185,7 @@ export async function openBus(config: Config, logger: Logger): Promise<Bus> {
         prefix: config.kafkaPrefix,
         fetchWaitMs: config.kafkaFetchWaitMs,
         fetchMinBytes: config.kafkaFetchMinBytes,
+        sessionTimeoutMs: config.kafkaSessionTimeoutMs,
       });
   await bus.ensureTopics([
     // One partition in memory: the processor's hand-off checkpoint is then one position.

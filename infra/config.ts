@@ -286,6 +286,12 @@ export const knobs = {
     'Bytes a consumer fetch waits for on the broker (up to HUB_KAFKA_FETCH_WAIT_MS) before it is answered. 1: a message is handed on as soon as it is there; batches still form at high rates, as the next fetch goes out only once the last one is handled. Larger values trade latency for fewer fetches.',
     int(1, 1 << 20),
   ),
+  kafkaSessionTimeoutMs: knob(
+    'HUB_KAFKA_SESSION_TIMEOUT_MS',
+    '10000',
+    "How long a consumer group waits for a member that stopped heartbeating before it hands the member's partitions to the others, ms: after a processor or dispatcher crashes (a kill -9, a lost host), its partitions wait this long for another instance (a stop leaves the group at once). Members heartbeat about every second, between the chunks they handle. Lower brings the work back sooner; a member held up longer than this (an overloaded host, a long pause) is taken out of the group and rebalanced, its unfinished work handed to another (at least once). The broker bounds it: group.min.session.timeout.ms (6,000 by default) and group.max.session.timeout.ms, and refuses a member outside them.",
+    int(3000, 1_800_000),
+  ),
   processorConcurrency: knob(
     'HUB_PROCESSOR_CONCURRENCY',
     '64',

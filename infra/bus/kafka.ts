@@ -290,6 +290,7 @@ export class KafkaBus implements Bus {
   private readonly fetchWaitMs: number;
   private readonly fetchMinBytes: number;
   private readonly commitIntervalMs: number;
+  private readonly sessionTimeoutMs: number;
   private readonly log: Logger;
 
   constructor(o: {
@@ -306,6 +307,9 @@ export class KafkaBus implements Bus {
     /** A group member commits its finished offsets at most this often, and at a stop (default
      * 1000; see OffsetCommits). */
     commitIntervalMs?: number;
+    /** HUB_KAFKA_SESSION_TIMEOUT_MS (default 10,000): how long the group waits for a member that
+     * stopped heartbeating (a crash) before it hands its partitions to the others. */
+    sessionTimeoutMs?: number;
     config?: Partial<KafkaConfig>;
   }) {
     this.prefix = o.prefix ?? '';
@@ -313,6 +317,7 @@ export class KafkaBus implements Bus {
     this.fetchWaitMs = o.fetchWaitMs ?? 500;
     this.fetchMinBytes = o.fetchMinBytes ?? 1;
     this.commitIntervalMs = o.commitIntervalMs ?? 1000;
+    this.sessionTimeoutMs = o.sessionTimeoutMs ?? 10_000;
     const log = o.logger.child({ component: 'kafka' });
     this.log = log;
     const config: KafkaConfig = {
@@ -561,7 +566,7 @@ export class KafkaBus implements Bus {
     const topic = this.prefix + o.topic;
     const consumer = this.kafka.consumer({
       groupId: this.prefix + o.group,
-      sessionTimeout: 10_000,
+      sessionTimeout: this.sessionTimeoutMs,
       heartbeatInterval: 1000,
       rebalanceTimeout: 20_000,
       // The broker answers a fetch once its minimum bytes are there or the wait is over. By

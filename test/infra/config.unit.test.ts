@@ -55,6 +55,11 @@ describe('configuration (unit)', () => {
     );
   });
 
+  it("a Kafka group member's session is 10 s unless set", () => {
+    assert.equal(loadConfig({}).kafkaSessionTimeoutMs, 10_000);
+    assert.equal(loadConfig({ HUB_KAFKA_SESSION_TIMEOUT_MS: '6000' }).kafkaSessionTimeoutMs, 6000);
+  });
+
   it('the distributed profile defaults to PostgreSQL', () => {
     assert.equal(loadConfig({ HUB_PROFILE: 'distributed' }).eventStoreKind, 'postgres');
   });
@@ -66,6 +71,8 @@ describe('configuration (unit)', () => {
       HUB_REDIS_URL: 'http://x',
       HUB_BODY_LIMIT_BYTES: '10',
       HUB_EVENT_STORE: 'mongo',
+      // Under three heartbeats (one a second), a member would leave at any hiccup.
+      HUB_KAFKA_SESSION_TIMEOUT_MS: '2000',
     };
     for (const [variable, value] of Object.entries(cases)) {
       assert.throws(

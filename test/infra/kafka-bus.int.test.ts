@@ -1,8 +1,9 @@
 // The Kafka bus's consumer groups on the real broker: a member commits what it finished at most
 // once a second (not after every batch), by the time it has stopped (its successor starts past
-// it), and across a rebalance it resumes the partitions it keeps where it was, not from the last
-// commit.
+// it), across a rebalance it resumes the partitions it keeps where it was, not from the last
+// commit, and a member that crashed gives its partitions up after its session.
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { Kafka, logLevel } from 'kafkajs';
 import { KafkaBus, KafkaRequestQueue } from '../../infra/bus/kafka.ts';
@@ -11,6 +12,18 @@ import { deleteTopics } from '../harness.ts';
 
 const BROKERS = (process.env.HUB_KAFKA_BROKERS ?? '127.0.0.1:9092').split(',');
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** A member in a process of its own, to be killed: it prints each assignment's partitions as a line
+ * of JSON. Arguments: the bus's and telemetry's module URLs, brokers, prefix, group, topic, session (ms). */
+const MEMBER_PROCESS = `
+  const [busUrl, telemetryUrl, brokers, prefix, group, topic, session] = process.argv.slice(1);
+  const { KafkaBus } = await import(busUrl);
+  const { createLogger } = await import(telemetryUrl);
+  const bus = new KafkaBus({
+    brokers: brokers.split(','), clientId: 'bus-test', logger: createLogger('silent'), prefix,
+    sessionTimeoutMs: Number(session),
+  });
+  await bus.consume({ group, topic, handle: async () => {}, onAssignment: (p) => console.log(JSON.stringify(p)) });
+`;
 /** Waits until `done()` holds, polling, at most `ms`. */
 async function until(done: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
   for (const end = Date.now() + ms; !(await done()) && Date.now() < end; ) await sleep(20);
@@ -274,6 +287,51 @@ describe('Kafka bus consumer groups (int)', function () {
     assert.equal(committedAtRetry, before, 'nothing committed past the failed chunk before it came again');
     await until(async () => (await committed(group, 'failed')).get(0) === (await end('failed')).get(0));
     await failing.stop();
+  });
+
+  it('a member that crashed gives its partitions up after its session (HUB_KAFKA_SESSION_TIMEOUT_MS), not a fixed 10 s', async () => {
+    const group = newGroup();
+    const moduleUrl = (path: string) => new URL(path, import.meta.url).href;
+    const child = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        MEMBER_PROCESS,
+        moduleUrl('../../infra/bus/kafka.ts'),
+        moduleUrl('../../infra/telemetry.ts'),
+        BROKERS.join(','),
+        prefix,
+        group,
+        'two',
+        '6000',
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    const crashing: number[][] = [];
+    let partial = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => {
+      const lines = (partial + d).split('\n');
+      partial = lines.pop()!;
+      for (const line of lines) crashing.push(JSON.parse(line));
+    });
+    try {
+      await until(() => crashing.at(-1)?.length === 2, 40_000);
+      const survivor = await member(bus, group, 'two');
+      await until(() => survivor.held.at(-1)?.length === 1 && crashing.at(-1)?.length === 1, 40_000);
+      assert.deepEqual([survivor.held.at(-1)?.length, crashing.at(-1)?.length], [1, 1], 'one partition each');
+      child.kill('SIGKILL');
+      const killed = Date.now();
+      await until(() => survivor.held.at(-1)?.length === 2, 30_000);
+      const waited = Date.now() - killed;
+      await survivor.consumer.stop();
+      assert.equal(survivor.held.at(-1)?.length, 2, 'the survivor holds both partitions');
+      // No leave was sent: the group waits out the killed member's 6-s session (its last heartbeat
+      // up to a second before the kill), then rebalances. With the 10 s fixed before, 9-11 s.
+      assert.ok(waited > 4000 && waited < 9000, `partitions taken over ${waited} ms after the kill`);
+    } finally {
+      child.kill('SIGKILL');
+    }
   });
 
   it('across a rebalance, a member resumes the partition it keeps past what it finished, not from the last commit', async () => {
