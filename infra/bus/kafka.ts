@@ -599,6 +599,14 @@ export class KafkaBus implements Bus {
     });
     await consumer.connect();
     await consumer.subscribe({ topic, fromBeginning: true });
+    // A first join the broker refuses for good (a session outside its bounds, a group the client
+    // may not join) ends run() without an error: kafkajs only reports it as a crash it will not
+    // restart, emitted before run() returns, before the caller could listen. Heard here, it fails
+    // the start with the broker's reason instead of leaving a member that holds nothing.
+    let refused: Error | undefined;
+    const unlisten = consumer.on(consumer.events.CRASH, (e) => {
+      if (!e.payload.restart) refused = e.payload.error;
+    });
     await consumer.run({
       partitionsConsumedConcurrently: o.partitionsConcurrently ?? 1,
       autoCommit: false, // see OffsetCommits
@@ -630,6 +638,11 @@ export class KafkaBus implements Bus {
         }
       },
     });
+    unlisten();
+    if (refused) {
+      commits.stop();
+      throw new Error(`the consumer of ${o.group} could not join its group: ${refused.message}`);
+    }
     return {
       consumer,
       commits,
