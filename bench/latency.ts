@@ -1728,7 +1728,7 @@ group-committed write adds to its client and to the server at the same rate, bes
 loop alone). In a print-only run: the commit 92 µs the client's and 156 the server's; the floors
 summed 614 µs, 1.74 × that run's saturated figure (350 µs; 1,540 at 500 writes/s, 4.35 ×). The
 2-× line leaves a sixth to a quarter of the saturated figure for everything else an event costs at
-a steady rate (a sixth in the recorded run above: 534 µs, 1.83 ×), where Redis alone took 150-161 µs
+a steady rate (a sixth in the recorded runs of that day: 534 and 540 µs, 1.83 and 1.81 ×), where Redis alone took 150-161 µs
 an event (34-44 at saturation). A path
 that answers each write once it is durable and delivers each webhook as it comes does not meet
 the line on this machine; holding writes or deliveries back to batch them (the least time
