@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { dirname, resolve } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { Redis } from 'ioredis';
-import { Kafka, logLevel } from 'kafkajs';
+import kafkajs, { type Admin, Kafka, logLevel } from 'kafkajs';
 import nodemailer from 'nodemailer';
 import pg from 'pg';
 import { TOPICS } from '../infra/bus/port.ts';
@@ -306,7 +306,9 @@ export async function redisCheck(config: Config, timeoutMs: number): Promise<Che
   }
 }
 
-/** The cluster (kafka) and whether the hub's topics exist yet (topics: missing is a warning). */
+/** The cluster (kafka), whether the hub's topics exist yet (topics: missing is a warning), and
+ * whether the broker takes the consumers' session (kafka-group: outside its bounds, the
+ * processor and dispatcher fail to start). */
 export async function kafkaChecks(config: Config, timeoutMs: number): Promise<CheckResult[]> {
   const brokers = config.kafkaBrokers.join(',');
   const kafka = new Kafka({
@@ -336,6 +338,7 @@ export async function kafkaChecks(config: Config, timeoutMs: number): Promise<Ch
     const { topics } =
       present.length > 0 ? await admin.fetchTopicMetadata({ topics: present }) : { topics: [] };
     const found = topics.map((t) => `${t.name} (${t.partitions.length} partitions)`).join(', ');
+    results.push(await sessionCheck(admin, String(cluster.brokers[0]?.nodeId), config.kafkaSessionTimeoutMs));
     results.push(
       missing.length === 0
         ? result('topics', 'ok', found)
@@ -352,6 +355,42 @@ export async function kafkaChecks(config: Config, timeoutMs: number): Promise<Ch
     ];
   } finally {
     await admin.disconnect().catch(() => {});
+  }
+}
+
+/** HUB_KAFKA_SESSION_TIMEOUT_MS against the broker's group.min/max.session.timeout.ms. */
+async function sessionCheck(admin: Admin, broker: string, sessionMs: number): Promise<CheckResult> {
+  // From the package's object: Node's loader does not find this one among kafkajs's named exports.
+  const { ConfigResourceTypes } = kafkajs;
+  const names = ['group.min.session.timeout.ms', 'group.max.session.timeout.ms'];
+  try {
+    const { resources } = await admin.describeConfigs({
+      includeSynonyms: false,
+      resources: [{ type: ConfigResourceTypes.BROKER, name: broker, configNames: names }],
+    });
+    const value = (name: string) =>
+      Number(resources[0]?.configEntries.find((e) => e.configName === name)?.configValue);
+    const [min, max] = names.map(value) as [number, number];
+    if (!Number.isFinite(min) || !Number.isFinite(max))
+      throw new Error(`broker ${broker} did not tell ${names.join(' and ')}`);
+    const bounds = `the broker's ${min.toLocaleString('en')}-${max.toLocaleString('en')} ms (${names.join(', ')})`;
+    return sessionMs >= min && sessionMs <= max
+      ? result(
+          'kafka-group',
+          'ok',
+          `consumer session ${sessionMs.toLocaleString('en')} ms (HUB_KAFKA_SESSION_TIMEOUT_MS), within ${bounds}`,
+        )
+      : result(
+          'kafka-group',
+          'fail',
+          `HUB_KAFKA_SESSION_TIMEOUT_MS=${sessionMs} is outside ${bounds}: the processor and dispatcher would fail to join their groups`,
+        );
+  } catch (err) {
+    return result(
+      'kafka-group',
+      'warn',
+      `the broker's session bounds could not be read (${reason(err)}): HUB_KAFKA_SESSION_TIMEOUT_MS=${sessionMs} not checked`,
+    );
   }
 }
 

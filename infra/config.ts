@@ -289,7 +289,7 @@ export const knobs = {
   kafkaSessionTimeoutMs: knob(
     'HUB_KAFKA_SESSION_TIMEOUT_MS',
     '10000',
-    "How long a consumer group waits for a member that stopped heartbeating before it hands the member's partitions to the others, ms: after a processor or dispatcher crashes (a kill -9, a lost host), its partitions wait this long for another instance (a stop leaves the group at once). Members heartbeat about every second, between the chunks they handle. Lower brings the work back sooner; a member held up longer than this (an overloaded host, a long pause) is taken out of the group and rebalanced, its unfinished work handed to another (at least once). The broker bounds it: group.min.session.timeout.ms (6,000 by default) and group.max.session.timeout.ms, and refuses a member outside them: its processor or dispatcher then fails to start, naming the reason.",
+    "How long a consumer group waits for a member that stopped heartbeating before it hands the member's partitions to the others, ms: after a processor or dispatcher crashes (a kill -9, a lost host), its partitions wait this long for another instance (a stop leaves the group at once). Members heartbeat about every second, between the chunks they handle. Lower brings the work back sooner; a member held up longer than this (an overloaded host, a long pause) is taken out of the group and rebalanced, its unfinished work handed to another (at least once). The broker bounds it: group.min.session.timeout.ms (6,000 by default) and group.max.session.timeout.ms, and refuses a member outside them: its processor or dispatcher then fails to start, naming the reason (`hub doctor` compares it with the broker's bounds).",
     int(3000, 1_800_000),
   ),
   processorConcurrency: knob(

@@ -93,10 +93,23 @@ describe('hub doctor (e2e)', function () {
     assert.match(line(r.stdout, 'ok', 'redis') ?? '', /Redis \d+\.\d+\S* at redis:\/\//);
     assert.match(line(r.stdout, 'ok', 'kafka') ?? '', /\d+ brokers?/);
     assert.ok(line(r.stdout, 'ok', 'topics') ?? line(r.stdout, 'warn', 'topics'), r.stdout);
+    assert.match(
+      line(r.stdout, 'ok', 'kafka-group') ?? '',
+      /consumer session 10,000 ms .*within the broker's 6,000-/,
+    );
     // Development-only defaults of the distributed profile are warnings, not failures.
     assert.ok(line(r.stdout, 'warn', 'keys'), r.stdout);
     assert.ok(line(r.stdout, 'warn', 'public-url'), r.stdout);
     assert.equal(r.stderr, '');
+  });
+
+  it("distributed with a consumer session the broker refuses: a FAIL line naming the broker's bounds", async () => {
+    const r = await doctor({ HUB_PROFILE: 'distributed', HUB_KAFKA_SESSION_TIMEOUT_MS: '3000' });
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.match(
+      line(r.stdout, 'FAIL', 'kafka-group') ?? '',
+      /HUB_KAFKA_SESSION_TIMEOUT_MS=3000 is outside the broker's 6,000-[\d,]+ ms \(group\.min\.session\.timeout\.ms/,
+    );
   });
 
   it('distributed with Redis and Kafka unreachable: FAIL lines naming them, exit 1, within seconds', async () => {
