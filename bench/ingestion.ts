@@ -617,6 +617,19 @@ role, three alternated rounds: two threads 8,632, 10,164 and 9,778 requests/s, o
 event loop's waits only): idle 24 %, the responses' socket writes
 (\`writeUtf8String\`) 11 %, the collector 4 %, the channel to the main thread 3 % (\`postMessage\`),
 Koa and Node's HTTP about 10 %, no function of the hub's over 2 %.
+2026-12-01 (twenty-second session), the same machine in a faster hour still: two rounds, the bare
+server 46,794 and 48,685 requests/s, the distributed hub 9,050 and 9,174 (19.3 and 18.8 %). V8's
+profiler on the API thread over the loaded window alone (the last 10 s): idle 22 %, the responses'
+socket writes 15 %, Koa and Node's HTTP about 20 %, the collector 5 %, the channel to the main
+thread 6 % (\`postMessage\` and its batching), the LRU caches 4 % (the verified tokens, keyed by the
+whole token, 2 %), no function of the hub's over 2 %: about 86 µs of the thread a request, the main
+thread about 44 (60 % of it idle). At 25 % of such a bare server (12,500 requests/s) the API thread
+alone would need more than a core, and with the other processes' shares per request measured on
+2026-12-01 (twenty-first session) the machine about 270 % of its two cores: in a fast hour the line
+asks for about a quarter less CPU per request over every process, not for one cost removed. Redis
+under this load (a 2-s MONITOR sample): 2.5 commands a request, 56 % of them the read models'
+\`HSET\`s, 38 % the read-your-writes positions' \`GET\` and \`SET\` (inside scripts of about 60
+writes each).
 
 ${verdictDistributed}
 `;
