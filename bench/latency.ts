@@ -704,6 +704,32 @@ async function bareReceiver(receiver: string, rate: number) {
   return { p50: percentile(latencies, 50), p99: percentile(latencies, 99) };
 }
 
+/** CPU µs a second of this process (the clients) and of a shared server over a run, and what it
+ * returned; `server` NaN when no such server runs on this machine (one elsewhere). */
+interface CpuOver<T> {
+  out: T;
+  s: number;
+  client: number;
+  server: number;
+}
+async function cpuOver<T>(name: string, run: () => Promise<T>): Promise<CpuOver<T>> {
+  const pid = infraPids().get(name);
+  const [c0, s0, t0] = [process.cpuUsage(), serverMs(name, pid), performance.now()];
+  const out = await run();
+  const c = process.cpuUsage(c0);
+  const s = (performance.now() - t0) / 1000;
+  const server = pid ? (1000 * (serverMs(name, pid) - s0)) / s : Number.NaN;
+  return { out, s, client: (c.user + c.system) / s, server };
+}
+
+/** The CPU µs each of `items` added to the clients and to the server over `busy`, beside the pacing
+ * loop alone (`idle`: its windows' mean): what the work itself costs, the loop's timer left out. */
+function addedPerItem(busy: CpuOver<unknown>, idle: CpuOver<unknown>[], items: number) {
+  const mean = (of: 'client' | 'server') => idle.reduce((sum, w) => sum + w[of], 0) / idle.length;
+  const added = (of: 'client' | 'server') => ((busy[of] - mean(of)) * busy.s) / items;
+  return { clientUs: added('client'), serverUs: added('server') };
+}
+
 /**
  * What the write path's durable commit alone takes at `rate`: a 300-byte row a write, group-committed
  * as the event store's appends are (one commit at a time on one connection, each taking every row
@@ -736,28 +762,14 @@ async function plainCommits(rate: number) {
     }
     committing = false;
   };
-  const server = infraPids().get('PostgreSQL');
-  /** CPU µs a second of this process and of PostgreSQL over `run`, and how many it wrote. */
-  const measured = async (run: () => Promise<number>) => {
-    const [c0, s0, t0] = [process.cpuUsage(), serverMs('PostgreSQL', server), performance.now()];
-    const n = await run();
-    const c = process.cpuUsage(c0);
-    const s = (performance.now() - t0) / 1000;
-    return {
-      n,
-      s,
-      client: (c.user + c.system) / s,
-      server: (1000 * (serverMs('PostgreSQL', server) - s0)) / s,
-    };
-  };
-  let idle: Awaited<ReturnType<typeof measured>>[];
-  let busy: (typeof idle)[number];
+  let idle: CpuOver<number>[];
+  let busy: CpuOver<number>;
   try {
-    // The pacing loop alone before and after, as plainKafka does: what the commits add is the
-    // difference (from both, as PostgreSQL's own background work comes and goes).
-    const pacing = () => measured(() => atRate(rate, 3, () => Promise.resolve()));
+    // The pacing loop alone before and after: what the commits add is the difference (from both,
+    // as PostgreSQL's own background work comes and goes).
+    const pacing = () => cpuOver('PostgreSQL', () => atRate(rate, 3, () => Promise.resolve()));
     idle = [await pacing()];
-    busy = await measured(() =>
+    busy = await cpuOver('PostgreSQL', () =>
       atRate(rate, 10, () => {
         const written = new Promise<void>((done) => queued.push({ due: performance.now(), done }));
         if (!committing) void commit();
@@ -770,15 +782,8 @@ async function plainCommits(rate: number) {
     await client.end();
   }
   latencies.sort((a, b) => a - b);
-  const added = (of: 'client' | 'server') =>
-    ((busy[of] - (idle[0]![of] + idle[1]![of]) / 2) * busy.s) / busy.n;
-  return {
-    p50: percentile(latencies, 50),
-    p99: percentile(latencies, 99),
-    // The client's and the server's CPU µs a write; no server found here (elsewhere): NaN.
-    clientUs: added('client'),
-    serverUs: server ? added('server') : Number.NaN,
-  };
+  const { clientUs, serverUs } = addedPerItem(busy, idle, busy.out);
+  return { p50: percentile(latencies, 50), p99: percentile(latencies, 99), clientUs, serverUs };
 }
 
 /**
@@ -908,22 +913,8 @@ async function plainKafka(rate: number) {
     },
   });
   await new Promise((r) => setTimeout(r, 3000));
-  const broker = infraPids().get('Kafka');
-  /** CPU µs a second of this process and the broker over `run`, and what it returned. */
-  const measured = async <T>(run: () => Promise<T>) => {
-    const [c0, b0, t0] = [process.cpuUsage(), serverMs('Kafka', broker), performance.now()];
-    const out = await run();
-    const c = process.cpuUsage(c0);
-    const s = (performance.now() - t0) / 1000;
-    return {
-      out,
-      s,
-      clients: (c.user + c.system) / s,
-      broker: (1000 * (serverMs('Kafka', broker) - b0)) / s,
-    };
-  };
-  const idle = await measured(() => atRate(rate, 3, () => Promise.resolve()));
-  const busy = await measured(async () => {
+  const idle = await cpuOver('Kafka', () => atRate(rate, 3, () => Promise.resolve()));
+  const busy = await cpuOver('Kafka', async () => {
     const sent = await atRate(rate, 10, (n) =>
       producer.send({
         topic,
@@ -940,14 +931,8 @@ async function plainKafka(rate: number) {
   await admin.deleteTopics({ topics: [topic] });
   await admin.disconnect();
   const timed = latencies.slice(rate).sort((a, b) => a - b);
-  const added = (of: 'clients' | 'broker') => ((busy[of] - idle[of]) * busy.s) / busy.out;
-  return {
-    p50: percentile(timed, 50),
-    p99: percentile(timed, 99),
-    clientsUs: added('clients'),
-    // No broker process found here (a broker elsewhere): no figure rather than 0.
-    brokerUs: broker ? added('broker') : Number.NaN,
-  };
+  const { clientUs, serverUs } = addedPerItem(busy, [idle], busy.out);
+  return { p50: percentile(timed, 50), p99: percentile(timed, 99), clientsUs: clientUs, brokerUs: serverUs };
 }
 
 /** What a Kafka hop costs when nothing batches (the plain kafkajs hop of this run at 500 messages
