@@ -932,6 +932,11 @@ never stored):
 - **No request body in the record** (the column left empty), two sets: 31 and 33 % against 36 and
   33 %: the bytes do not matter, the rows do.
 
+2026-12-01 (twenty-third session), on another machine of this size (2 × Intel Xeon, 24 GiB): a
+print-only run of three pairs, 42, 36 and 34 % of the loop (the median run 10,313 deliveries/s, 40 %
+of its loops' median of 25,892); per delivery the dispatcher's process 90-105 µs (its main thread
+46-53), the receiver 28-32, PostgreSQL 25-29, Redis 13-20, Kafka 2-5.
+
 ### End-to-end latency
 
 A whole hub (embedded: \`hub start\`; distributed: \`hub api\`, \`hub projector\`, \`hub processor\` and

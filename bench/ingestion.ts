@@ -630,6 +630,15 @@ asks for about a quarter less CPU per request over every process, not for one co
 under this load (a 2-s MONITOR sample): 2.5 commands a request, 56 % of them the read models'
 \`HSET\`s, 38 % the read-your-writes positions' \`GET\` and \`SET\` (inside scripts of about 60
 writes each).
+2026-12-01 (twenty-third session), on another machine of this size (2 × Intel Xeon, 24 GiB): three
+alternated rounds, the bare server 20,137, 21,858 and 21,317 requests/s, the distributed hub 4,120,
+4,730 and 5,012 (20.5, 21.6 and 23.5 %; 22.2 % at the medians); an hour later, faster, four single
+rounds at 39,776-47,340 requests/s for the bare server and 7,385-9,287 for the hub (15.6-23.3 %).
+Per process over 10 s of a round at 7,385 requests/s (\`/proc\`): the machine 84 % busy, the hub 99-109
+% of a core (its API thread 55-57 %, V8's helper threads 18-33 %, the main thread 22 %), the load
+generator 21 %, PostgreSQL's backends about 30 %, Redis 10-13 %; no thread at a full core. V8's
+collector on the allocating thread alone (\`--single-threaded-gc\`), three alternated pairs: 22.1,
+22.1 and 20.5 % of the bare server against 20.0, 23.3 and 22.0 %: the same.
 
 ${verdictDistributed}
 `;

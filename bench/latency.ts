@@ -1116,7 +1116,15 @@ same bytes): 1,052 and 1,037 → 951 and 1,179 µs an event at 500 writes/s, at 
 one V8 helper thread (\`--v8-pool-size=1\`): 967 and 1,064. Nor is there a cheaper durable commit
 here: the floor's SQLite commit with synchronous=NORMAL and an \`fdatasync\` of its WAL after each
 (what Node's SQLite, built without \`HAVE_FDATASYNC\`, does with \`fsync\`) slept as often, 3.5 times a
-commit, at the same CPU (91-94 against 94-97 µs).`;
+commit, at the same CPU (91-94 against 94-97 µs).
+2026-12-01 (twenty-third session), on another machine of this size (2 × Intel Xeon, 24 GiB, Node
+v24.21.0): a print-only run at 500 writes/s and at saturation gave 750 against 215 µs of CPU per
+event, 3.49 × (saturation 6,925 events/s; p50 5 ms and p99 9 ms at 500 writes/s). The floors of one
+event summed 492 µs (a timer's wake-up 36, the round trip between two threads 103, the durable
+commit 95, the PATCH answered 167, the POST and its answer 198): 2.29 × the saturated figure before
+any work of the hub's own. On this machine the floors alone are past the 2-× line: a wake-up of an
+idle thread costs more here than on the AMD EPYC machine (a timer's 36 µs against 21-22), while the
+saturated work costs less (215 against 282 µs an event).`;
 
 /** CPU µs per event delivered on the hub's main thread, V8's helper threads and its other threads,
  * as table cells (both profiles' tables). */
@@ -1717,7 +1725,21 @@ a steady rate (a sixth in the recorded runs of that day: 534 and 540 µs, 1.83 a
 an event (34-44 at saturation). A path
 that answers each write once it is durable and delivers each webhook as it comes does not meet
 the line on this machine; holding writes or deliveries back to batch them (the least time
-between commits above: 3.4-4.4 ×) is the only lever found, and it costs every write's latency.`;
+between commits above: 3.4-4.4 ×) is the only lever found, and it costs every write's latency.
+2026-12-01 (twenty-third session), on another machine of this size (2 × Intel Xeon, 24 GiB, Node
+v24.21.0): a print-only run gave p50 2 ms and p99 6 ms at 500 writes/s, p99 11 ms at 1,000, 0 lost,
+and 4,922 events/s at saturation (p50 13 ms, p99 30 ms); CPU per event 1.63 ms at 500 writes/s
+against 0.29 at saturation, 5.58 ×. The floors summed 705 µs, 2.42 × the saturated figure
+(PostgreSQL's commit 37 µs the client's and 171 the server's, the PATCH answered 197, the POST and
+its answer 235, a timer's wake-up 40): here the floors alone are past the 2-× line. Redis at 500
+writes/s (MONITOR over 20 s of another run, which slowed it: counts only): 3.2 calls an event from
+the hub, 16.4 commands counting those inside scripts. Per event: the read models' three \`HSET\`s
+(the device, its metadata, its stream), the read-your-writes position's \`GET\` and \`SET\`, a
+\`SET\` marking the delivered job as seen, a checkpoint's \`PUBLISH\`, the actors' \`MSET\` (0.71), the
+endpoint health's script of four commands (0.72) and a finish's script (0.78); each of the five
+projections' checkpoint script, four commands, 0.2 an event (batches of about five events, the
+three projections the change does not touch included). The calls of one turn go to Redis in one
+write (ioredis's auto-pipelining), so the five checkpoints of a batch cost one round trip, not five.`;
 
 interface Ceilings {
   bare: { p50: number; p99: number };
